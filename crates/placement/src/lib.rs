@@ -1,0 +1,22 @@
+//! Placement: which workers (and, later, which nodes) hold a key.
+//!
+//! Everything here is a pure function of the key bytes and the membership, so every worker,
+//! every client and every other-language client computes the same answer without asking.
+//!
+//! # Layout
+//! - [`hash`]: the stable key hash (xxh3-64 with a fixed seed; specified in `docs/protocol.md`).
+//! - [`ring`]: a consistent-hash ring with virtual nodes, used as the local ring (workers of a
+//!   node) and, with the cluster, as the global ring (nodes of a tier).
+//! - [`replication`]: per-key replication vectors and the reserved metadata key space they are
+//!   stored under.
+//!
+//! Depends on nothing but `xxhash-rust`; used by `store`, `node` and `client`.
+#![warn(missing_docs)]
+
+pub mod hash;
+pub mod replication;
+pub mod ring;
+
+pub use hash::{key_hash, HASH_SEED};
+pub use replication::{Replication, ReplicationVector, Tier, METADATA_PREFIX};
+pub use ring::Ring;
