@@ -1,0 +1,11 @@
+//! Compiles `proto/latticekv.proto` with protox (a pure-Rust protobuf compiler, so building
+//! needs no `protoc` on the machine) and generates the Rust types with prost.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto/latticekv.proto");
+    let descriptors = protox::compile(["proto/latticekv.proto"], ["proto"])?;
+    prost_build::Config::new()
+        .bytes(["."])
+        .compile_fds(descriptors)?;
+    Ok(())
+}

@@ -1,0 +1,287 @@
+//! Conversion between protobuf messages and [`lattice`] values.
+//!
+//! Encoding is total. Decoding validates: a value with no variant set, a missing timestamp or
+//! clock, or a map nested deeper than [`MAX_DEPTH`] is a [`ConvertError`], never a panic.
+//! Decoded values are canonicalised by the lattice constructors, so a peer cannot inject a
+//! non-canonical state.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use lattice::{
+    Blob, Bool, CausalContext, CausalVersion, Counter, Dot, Lww, Map, Max, Min, MultiKeyCausal,
+    OrSet, OrderedSet, Priority, Record, Set, SingleKeyCausal, Timestamp, Value, VectorClock,
+};
+
+use crate::pb;
+
+/// Deepest nesting of `Map` values accepted from the network.
+pub const MAX_DEPTH: usize = 32;
+
+/// A protobuf message that does not describe a valid lattice value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConvertError {
+    /// A required field is absent.
+    #[error("missing field `{0}`")]
+    Missing(&'static str),
+    /// Maps nested deeper than [`MAX_DEPTH`].
+    #[error("value nested deeper than {MAX_DEPTH} levels")]
+    TooDeep,
+}
+
+fn blob(b: &Bytes) -> Blob {
+    Box::from(&b[..])
+}
+
+fn bytes(b: &[u8]) -> Bytes {
+    Bytes::copy_from_slice(b)
+}
+
+/// Encodes a timestamp.
+pub fn timestamp_to_pb(ts: Timestamp) -> pb::Timestamp {
+    pb::Timestamp {
+        time: ts.time,
+        writer: ts.writer,
+    }
+}
+
+/// Decodes a timestamp.
+pub fn timestamp_from_pb(ts: &pb::Timestamp) -> Timestamp {
+    Timestamp::new(ts.time, ts.writer)
+}
+
+/// Encodes a vector clock.
+pub fn clock_to_pb(vc: &VectorClock) -> pb::VectorClock {
+    pb::VectorClock {
+        entries: vc.iter().collect(),
+    }
+}
+
+/// Decodes a vector clock (zero entries are dropped by the constructor).
+pub fn clock_from_pb(vc: &pb::VectorClock) -> VectorClock {
+    vc.entries.iter().map(|(&a, &c)| (a, c)).collect()
+}
+
+fn dot_to_pb(d: &Dot) -> pb::Dot {
+    pb::Dot {
+        actor: d.actor,
+        counter: d.counter,
+    }
+}
+
+fn dot_from_pb(d: &pb::Dot) -> Dot {
+    Dot {
+        actor: d.actor,
+        counter: d.counter,
+    }
+}
+
+/// Encodes a record (a tombstone has no value).
+pub fn record_to_pb(r: &Record) -> pb::Record {
+    pb::Record {
+        epoch: Some(timestamp_to_pb(r.epoch)),
+        value: r.value.as_ref().map(value_to_pb),
+    }
+}
+
+/// Decodes a record.
+pub fn record_from_pb(r: &pb::Record) -> Result<Record, ConvertError> {
+    let epoch = r
+        .epoch
+        .as_ref()
+        .map(timestamp_from_pb)
+        .ok_or(ConvertError::Missing("Record.epoch"))?;
+    let value = r.value.as_ref().map(value_from_pb).transpose()?;
+    Ok(Record { epoch, value })
+}
+
+/// Encodes a lattice value.
+pub fn value_to_pb(v: &Value) -> pb::Value {
+    use pb::value::Kind;
+    let kind = match v {
+        Value::Lww(l) => Kind::Lww(pb::LwwValue {
+            ts: Some(timestamp_to_pb(l.ts)),
+            value: bytes(&l.value),
+        }),
+        Value::Set(s) => Kind::Set(pb::SetValue {
+            members: s.iter().map(|m| bytes(m)).collect(),
+        }),
+        Value::OrderedSet(s) => Kind::OrderedSet(pb::SetValue {
+            members: s.iter().map(|m| bytes(m)).collect(),
+        }),
+        Value::OrSet(s) => Kind::OrSet(pb::OrSetValue {
+            entries: s
+                .iter()
+                .map(|m| pb::or_set_value::Entry {
+                    member: bytes(m),
+                    dots: s
+                        .dots(m)
+                        .map(|ds| ds.iter().map(dot_to_pb).collect())
+                        .unwrap_or_default(),
+                })
+                .collect(),
+            context: Some(context_to_pb(s.context())),
+        }),
+        Value::Max(m) => Kind::Max(pb::IntValue { value: m.0 }),
+        Value::Min(m) => Kind::Min(pb::IntValue { value: m.0 }),
+        Value::Bool(b) => Kind::Bool(b.0),
+        Value::Counter(c) => Kind::Counter(pb::CounterValue {
+            entries: c
+                .entries()
+                .map(|(actor, (inc, dec))| pb::counter_value::Entry {
+                    actor,
+                    increments: inc,
+                    decrements: dec,
+                })
+                .collect(),
+        }),
+        Value::Map(m) => Kind::Map(pb::MapValue {
+            entries: m
+                .iter()
+                .map(|(k, v)| pb::map_value::Entry {
+                    key: bytes(k),
+                    value: Some(value_to_pb(v)),
+                })
+                .collect(),
+        }),
+        Value::Priority(p) => Kind::Priority(pb::PriorityValue {
+            priority: p.priority,
+            value: bytes(&p.value),
+        }),
+        Value::SingleKeyCausal(c) => Kind::SingleKeyCausal(pb::SingleKeyCausalValue {
+            versions: c
+                .versions()
+                .iter()
+                .map(|(clock, value)| pb::single_key_causal_value::Version {
+                    clock: Some(clock_to_pb(clock)),
+                    value: bytes(value),
+                })
+                .collect(),
+        }),
+        Value::MultiKeyCausal(c) => Kind::MultiKeyCausal(pb::MultiKeyCausalValue {
+            versions: c
+                .versions()
+                .iter()
+                .map(|v| pb::multi_key_causal_value::Version {
+                    clock: Some(clock_to_pb(&v.clock)),
+                    deps: v
+                        .deps
+                        .iter()
+                        .map(|(k, c)| pb::multi_key_causal_value::Dependency {
+                            key: bytes(k),
+                            clock: Some(clock_to_pb(c)),
+                        })
+                        .collect(),
+                    value: bytes(&v.value),
+                })
+                .collect(),
+        }),
+    };
+    pb::Value { kind: Some(kind) }
+}
+
+fn context_to_pb(c: &CausalContext) -> pb::CausalContext {
+    pb::CausalContext {
+        vector: c.vector().iter().map(|(&a, &n)| (a, n)).collect(),
+        cloud: c.cloud().iter().map(dot_to_pb).collect(),
+    }
+}
+
+fn context_from_pb(c: &pb::CausalContext) -> CausalContext {
+    CausalContext::from_parts(
+        c.vector.iter().map(|(&a, &n)| (a, n)).collect(),
+        c.cloud.iter().map(dot_from_pb).collect(),
+    )
+}
+
+/// Decodes a lattice value.
+pub fn value_from_pb(v: &pb::Value) -> Result<Value, ConvertError> {
+    value_from_pb_at(v, 0)
+}
+
+fn value_from_pb_at(v: &pb::Value, depth: usize) -> Result<Value, ConvertError> {
+    use pb::value::Kind;
+    if depth > MAX_DEPTH {
+        return Err(ConvertError::TooDeep);
+    }
+    let kind = v.kind.as_ref().ok_or(ConvertError::Missing("Value.kind"))?;
+    Ok(match kind {
+        Kind::Lww(l) => {
+            let ts = l.ts.as_ref().ok_or(ConvertError::Missing("LwwValue.ts"))?;
+            Value::Lww(Lww::new(timestamp_from_pb(ts), blob(&l.value)))
+        }
+        Kind::Set(s) => Value::Set(s.members.iter().map(blob).collect::<Set<Blob>>()),
+        Kind::OrderedSet(s) => {
+            Value::OrderedSet(s.members.iter().map(blob).collect::<OrderedSet<Blob>>())
+        }
+        Kind::OrSet(s) => {
+            let context = s.context.as_ref().map(context_from_pb).unwrap_or_default();
+            let mut entries: BTreeMap<Blob, BTreeSet<Dot>> = BTreeMap::new();
+            for e in &s.entries {
+                entries
+                    .entry(blob(&e.member))
+                    .or_default()
+                    .extend(e.dots.iter().map(dot_from_pb));
+            }
+            Value::OrSet(Box::new(OrSet::from_parts(entries, context)))
+        }
+        Kind::Max(m) => Value::Max(Max(m.value)),
+        Kind::Min(m) => Value::Min(Min(m.value)),
+        Kind::Bool(b) => Value::Bool(Bool(*b)),
+        Kind::Counter(c) => Value::Counter(Counter::from_entries(
+            c.entries
+                .iter()
+                .map(|e| (e.actor, (e.increments, e.decrements))),
+        )),
+        Kind::Map(m) => {
+            let mut map: Map<Blob, Value> = Map::new();
+            for e in &m.entries {
+                let value = e
+                    .value
+                    .as_ref()
+                    .ok_or(ConvertError::Missing("MapValue.Entry.value"))?;
+                map.insert_merge(blob(&e.key), value_from_pb_at(value, depth + 1)?);
+            }
+            Value::Map(map)
+        }
+        Kind::Priority(p) => Value::Priority(Priority {
+            priority: p.priority,
+            value: blob(&p.value),
+        }),
+        Kind::SingleKeyCausal(c) => {
+            let mut versions = Vec::with_capacity(c.versions.len());
+            for v in &c.versions {
+                let clock = v
+                    .clock
+                    .as_ref()
+                    .ok_or(ConvertError::Missing("SingleKeyCausalValue.Version.clock"))?;
+                versions.push((clock_from_pb(clock), blob(&v.value)));
+            }
+            Value::SingleKeyCausal(SingleKeyCausal::from_versions(versions))
+        }
+        Kind::MultiKeyCausal(c) => {
+            let mut versions = Vec::with_capacity(c.versions.len());
+            for v in &c.versions {
+                let clock = v
+                    .clock
+                    .as_ref()
+                    .ok_or(ConvertError::Missing("MultiKeyCausalValue.Version.clock"))?;
+                let mut deps = BTreeMap::new();
+                for d in &v.deps {
+                    let dc = d.clock.as_ref().ok_or(ConvertError::Missing(
+                        "MultiKeyCausalValue.Dependency.clock",
+                    ))?;
+                    deps.entry(blob(&d.key))
+                        .or_insert_with(VectorClock::new)
+                        .merge_from(&clock_from_pb(dc));
+                }
+                versions.push(CausalVersion {
+                    clock: clock_from_pb(clock),
+                    deps,
+                    value: blob(&v.value),
+                });
+            }
+            Value::MultiKeyCausal(MultiKeyCausal::from_versions(versions))
+        }
+    })
+}
