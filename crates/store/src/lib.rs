@@ -1,0 +1,17 @@
+//! Per-shard storage engines.
+//!
+//! A shard is owned by exactly one worker thread, so engines are plain single-threaded data
+//! structures: no locks, no atomics. Every write is a lattice merge of a [`Record`] into the
+//! key's current record, which makes replaying, re-sending and reordering writes harmless
+//! (the property the write-ahead log and the disk tier will rely on).
+//!
+//! # Layout
+//! - [`memory`]: the in-memory engine, a hash map of key → [`Record`] with byte accounting.
+//!
+//! Depends on `lattice`; used by `node`.
+#![warn(missing_docs)]
+
+pub mod memory;
+
+pub use lattice::Record;
+pub use memory::{is_live, MemStore, MergeOutcome};
