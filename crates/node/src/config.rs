@@ -1,0 +1,162 @@
+//! Node configuration.
+//!
+//! Every field has a documented default (see `docs/configuration.md`); the `latticekv` binary
+//! fills a [`NodeConfig`] from a TOML file, `LATTICEKV_*` environment variables and flags.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Configuration of one storage node.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeConfig {
+    /// Name of this node (used in status output and, with the cluster, as its ring label).
+    /// Default: `local`.
+    pub node_id: String,
+    /// Number of worker threads; 0 means one per available core. Default: 0.
+    pub workers: usize,
+    /// Native-protocol front port: accepts clients that don't know placement and forwards
+    /// each request to the owning worker. Default: `127.0.0.1:7700`.
+    pub listen: SocketAddr,
+    /// RESP (Redis protocol) port. Default: `127.0.0.1:6380`.
+    pub resp: SocketAddr,
+    /// Host and first port of the per-worker native ports; worker `i` listens on
+    /// `port + i`. Default (unset): the `listen` host, ports `listen + 1 ..`; ephemeral
+    /// ports if `listen` uses port 0.
+    pub worker_listen: Option<SocketAddr>,
+    /// Directory for node state (the node identity now; the write-ahead log later).
+    /// Default: unset (nothing written to disk).
+    pub data_dir: Option<PathBuf>,
+    /// Period of gossip between replicas of a key, in milliseconds: the staleness bound of
+    /// a replica. Default: 100 (the Anna paper's multicast period).
+    pub gossip_period_ms: u64,
+    /// Number of workers of this node holding each key unless a key's replication vector
+    /// says otherwise. Default: 1.
+    pub default_local_replication: u32,
+    /// Virtual nodes per worker on the local hash ring. Default: 128.
+    pub vnodes: u32,
+    /// How long a tombstone is kept after a delete before its memory is reclaimed, in
+    /// seconds. A write older than the delete arriving later than this could reappear.
+    /// Default: 600.
+    pub tombstone_grace_secs: u64,
+    /// Pin worker `i` to CPU `i mod cores` (Anna's one-thread-per-core). Default: false
+    /// (several nodes or a benchmark client may share the machine).
+    pub pin_workers: bool,
+    /// Size and resource limits.
+    pub limits: Limits,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            node_id: "local".to_string(),
+            workers: 0,
+            listen: SocketAddr::from(([127, 0, 0, 1], 7700)),
+            resp: SocketAddr::from(([127, 0, 0, 1], 6380)),
+            worker_listen: None,
+            data_dir: None,
+            gossip_period_ms: 100,
+            default_local_replication: 1,
+            vnodes: placement::ring::DEFAULT_VNODES,
+            tombstone_grace_secs: 600,
+            pin_workers: false,
+            limits: Limits::default(),
+        }
+    }
+}
+
+impl NodeConfig {
+    /// The number of workers to run: `workers`, or the number of available cores if 0.
+    pub fn worker_count(&self) -> usize {
+        if self.workers > 0 {
+            self.workers
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
+    }
+
+    /// The gossip period as a duration (at least 1 ms).
+    pub fn gossip_period(&self) -> Duration {
+        Duration::from_millis(self.gossip_period_ms.max(1))
+    }
+}
+
+/// Explicit limits. Exceeding one is a clear error to the client, never a crash or a
+/// silent truncation.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Longest key in bytes. Default: 16 KiB.
+    pub max_key_size: usize,
+    /// Largest value in bytes (an incoming write, and a value after merging). Default: 16 MiB.
+    pub max_value_size: usize,
+    /// Largest native-protocol frame and largest RESP bulk string. Default: 32 MiB.
+    pub max_frame_size: usize,
+    /// Most keys or arguments in one request. Default: 1,048,576 (Redis's multibulk limit).
+    pub max_request_items: usize,
+    /// Most simultaneous client connections for the whole node. Default: 10,000.
+    pub max_connections: usize,
+    /// Memory budget for stored data in bytes, split evenly across workers; 0 means half of
+    /// the machine's RAM. Writes that add data beyond it get an out-of-memory error;
+    /// reads and deletes keep working. Default: 0.
+    pub memory_budget: u64,
+    /// Most explicit replication vectors a node keeps. Default: 100,000.
+    pub max_replication_entries: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_key_size: 16 * 1024,
+            max_value_size: 16 * 1024 * 1024,
+            max_frame_size: 32 * 1024 * 1024,
+            max_request_items: 1024 * 1024,
+            max_connections: 10_000,
+            memory_budget: 0,
+            max_replication_entries: 100_000,
+        }
+    }
+}
+
+impl Limits {
+    /// The memory budget in bytes, resolving 0 to half of physical RAM.
+    pub fn memory_budget_bytes(&self) -> u64 {
+        if self.memory_budget > 0 {
+            return self.memory_budget;
+        }
+        physical_memory().map_or(1 << 30, |m| m / 2)
+    }
+}
+
+/// Physical memory of the machine in bytes, if it can be read.
+fn physical_memory() -> Option<u64> {
+    // SAFETY: sysconf has no preconditions; it returns -1 on error, which we check.
+    let (pages, page_size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if pages <= 0 || page_size <= 0 {
+        return None;
+    }
+    Some(pages as u64 * page_size as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_sane() {
+        let c = NodeConfig::default();
+        assert_eq!(c.listen.port(), 7700);
+        assert_eq!(c.resp.port(), 6380);
+        assert!(c.worker_count() >= 1);
+        assert!(c.limits.memory_budget_bytes() > 0);
+        assert!(c.limits.max_frame_size > c.limits.max_value_size);
+    }
+}

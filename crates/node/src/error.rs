@@ -1,0 +1,118 @@
+//! Errors a request can get. Each maps to one native error code and one RESP error text.
+
+use lattice::LatticeType;
+use wire::pb::ErrorCode;
+
+/// An error answered to a client. The node keeps serving after every one of them.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum NodeError {
+    /// The key holds another lattice type than the operation needs.
+    #[error("key holds a {found} value, the operation needs {expected}")]
+    WrongType {
+        /// What the operation needs (or the type being written).
+        expected: String,
+        /// What the key holds.
+        found: LatticeType,
+    },
+    /// The key is longer than `max_key_size`.
+    #[error("key of {len} bytes exceeds the {max}-byte limit")]
+    KeyTooLarge {
+        /// Key length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The value (or the merged value) is larger than `max_value_size`.
+    #[error("value of {len} bytes exceeds the {max}-byte limit")]
+    ValueTooLarge {
+        /// Value size.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The worker's share of the memory budget is used up.
+    #[error("memory budget exhausted ({used} of {budget} bytes used by this worker)")]
+    MemoryLimit {
+        /// Bytes used by the worker.
+        used: usize,
+        /// The worker's budget.
+        budget: usize,
+    },
+    /// The key starts with the reserved metadata prefix.
+    #[error("keys starting with the reserved prefix \\x00lkv\\x00 are reserved for metadata")]
+    ReservedKey,
+    /// A counter would leave the signed 64-bit range.
+    #[error("increment or decrement would overflow")]
+    Overflow,
+    /// This worker holds no replica of the key.
+    #[error("this worker holds no replica of the key")]
+    Redirect(Vec<String>),
+    /// An argument is out of range.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The request could not be decoded.
+    #[error("{0}")]
+    BadRequest(String),
+    /// Another worker did not answer.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The node is shutting down.
+    #[error("the node is shutting down")]
+    ShuttingDown,
+}
+
+impl NodeError {
+    /// A wrong-type error for an operation needing `expected` on a key holding `found`.
+    pub fn wrong_type(expected: impl Into<String>, found: LatticeType) -> Self {
+        NodeError::WrongType {
+            expected: expected.into(),
+            found,
+        }
+    }
+
+    /// The native protocol's error code.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            NodeError::WrongType { .. } => ErrorCode::WrongType,
+            NodeError::KeyTooLarge { .. } => ErrorCode::KeyTooLarge,
+            NodeError::ValueTooLarge { .. } => ErrorCode::ValueTooLarge,
+            NodeError::MemoryLimit { .. } => ErrorCode::MemoryLimit,
+            NodeError::ReservedKey => ErrorCode::ReservedKey,
+            NodeError::Overflow => ErrorCode::Overflow,
+            NodeError::Redirect(_) => ErrorCode::Redirect,
+            NodeError::InvalidArgument(_) => ErrorCode::InvalidArgument,
+            NodeError::BadRequest(_) => ErrorCode::BadRequest,
+            NodeError::Unavailable(_) => ErrorCode::Unavailable,
+            NodeError::ShuttingDown => ErrorCode::ShuttingDown,
+        }
+    }
+
+    /// The native protocol's error message.
+    pub fn to_pb(&self) -> wire::pb::Error {
+        wire::pb::Error {
+            code: self.code() as i32,
+            message: self.to_string(),
+            redirect: match self {
+                NodeError::Redirect(addrs) => addrs.clone(),
+                _ => Vec::new(),
+            },
+        }
+    }
+
+    /// The RESP error line (without the leading `-`), using Redis's wording where Redis has
+    /// the same error so clients recognise it.
+    pub fn resp_message(&self) -> String {
+        match self {
+            NodeError::WrongType { .. } => format!(
+                "WRONGTYPE Operation against a key holding the wrong kind of value ({self})"
+            ),
+            NodeError::MemoryLimit { .. } => {
+                format!("OOM command not allowed when used memory > 'maxmemory' ({self})")
+            }
+            NodeError::Overflow => "ERR increment or decrement would overflow".to_string(),
+            NodeError::ShuttingDown => "SHUTDOWN the node is shutting down".to_string(),
+            NodeError::Unavailable(_) => format!("TRYAGAIN {self}"),
+            _ => format!("ERR {self}"),
+        }
+    }
+}

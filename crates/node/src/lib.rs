@@ -1,0 +1,34 @@
+//! The latticekv storage node.
+//!
+//! A node runs one worker thread per core. Each worker owns a [`Shard`](shard::Shard) — its
+//! keys, its clock, its changeset — on a single-threaded tokio runtime, so the request path
+//! takes no locks and touches no shared memory. Workers talk only by message passing
+//! ([`mesh`]): forwarded requests, gossip of replicated keys, control messages.
+//!
+//! # Layout
+//! - [`config`]: node configuration and limits, with documented defaults.
+//! - [`error`]: [`NodeError`], every error a request can get, with its wire code and RESP text.
+//! - [`op`]: the protocol-neutral operations both protocols are translated into.
+//! - [`shard`]: one worker's state and the execution of operations (no I/O; unit-testable).
+//! - [`mesh`]: messages between workers and the bounded channels that carry them.
+//! - [`worker`]: the worker thread: runtime, inbox, gossip timer, connection tasks.
+//! - [`native`]: the native (protobuf) protocol connection handler.
+//! - [`resp`]: the Redis protocol connection handler and commands.
+//! - [`server`]: starting a node ([`Node::start`](server::Node::start)) and stopping it.
+//!
+//! Depends on `lattice`, `placement`, `store`, `wire`; used by the `latticekv` binary.
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod error;
+pub mod mesh;
+pub mod native;
+pub mod op;
+pub mod resp;
+pub mod server;
+pub mod shard;
+pub mod worker;
+
+pub use config::{Limits, NodeConfig};
+pub use error::NodeError;
+pub use server::{Node, NodeAddresses};

@@ -1,0 +1,125 @@
+//! Messages between the workers of a node, and the bounded channels that carry them.
+//!
+//! Every worker has one inbox. Other workers (and the acceptor) hold a [`Mesh`] with a sender
+//! to every inbox. Inboxes are bounded: a full inbox makes forwarding connections wait (back
+//! pressure on that client only) and makes gossip retry at the next round; nothing in a
+//! worker's loop ever blocks on another worker.
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::op::{Op, OpResult};
+use crate::shard::{GossipBatch, ReplicationChange, ShardStats};
+
+/// Capacity of each worker's inbox.
+pub const INBOX_CAPACITY: usize = 4096;
+
+/// Which protocol a handed-over connection speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// Native protocol on the front port: forwards requests for other workers' keys.
+    NativeFront,
+    /// Redis protocol.
+    Resp,
+}
+
+/// A message to a worker.
+#[derive(Debug)]
+pub enum WorkerMsg {
+    /// Execute ops on keys this worker holds and answer with one result per op.
+    Exec {
+        /// The ops.
+        ops: Vec<Op<Bytes>>,
+        /// Where to answer.
+        reply: oneshot::Sender<Vec<OpResult>>,
+    },
+    /// Merge a gossip batch from another worker.
+    Gossip(GossipBatch),
+    /// Apply a replication change.
+    Replication(ReplicationChange),
+    /// Report counters.
+    Stats(oneshot::Sender<WorkerStats>),
+    /// Serve a connection accepted on a shared port (with its slot in the connection limit,
+    /// or `None` if the node is full and the connection only gets an error).
+    Connection(
+        std::net::TcpStream,
+        Protocol,
+        Option<crate::worker::ConnectionPermit>,
+    ),
+}
+
+/// Counters of one worker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Worker index.
+    pub worker: u32,
+    /// Shard counters.
+    pub shard: ShardStats,
+    /// Open client connections on this worker.
+    pub connections: u64,
+}
+
+/// Senders to every worker's inbox, indexed by worker.
+#[derive(Clone, Debug)]
+pub struct Mesh {
+    inboxes: Vec<mpsc::Sender<WorkerMsg>>,
+}
+
+impl Mesh {
+    /// Creates the inboxes of `workers` workers: the mesh and each worker's receiver.
+    pub fn new(workers: usize) -> (Mesh, Vec<mpsc::Receiver<WorkerMsg>>) {
+        let (inboxes, receivers) = (0..workers).map(|_| mpsc::channel(INBOX_CAPACITY)).unzip();
+        (Mesh { inboxes }, receivers)
+    }
+
+    /// Number of workers.
+    pub fn len(&self) -> usize {
+        self.inboxes.len()
+    }
+
+    /// True if there are no workers.
+    pub fn is_empty(&self) -> bool {
+        self.inboxes.is_empty()
+    }
+
+    /// Sends `msg` to `worker`, waiting while its inbox is full. Fails if the worker is gone.
+    pub async fn send(&self, worker: u32, msg: WorkerMsg) -> Result<(), WorkerMsg> {
+        match self.inboxes.get(worker as usize) {
+            Some(tx) => tx.send(msg).await.map_err(|e| e.0),
+            None => Err(msg),
+        }
+    }
+
+    /// Sends `msg` to `worker` without waiting; gives it back if the inbox is full or gone.
+    pub fn try_send(&self, worker: u32, msg: WorkerMsg) -> Result<(), WorkerMsg> {
+        match self.inboxes.get(worker as usize) {
+            Some(tx) => tx.try_send(msg).map_err(|e| match e {
+                mpsc::error::TrySendError::Full(m) | mpsc::error::TrySendError::Closed(m) => m,
+            }),
+            None => Err(msg),
+        }
+    }
+
+    /// Executes `ops` on `worker` and waits for the results.
+    pub async fn exec(&self, worker: u32, ops: Vec<Op<Bytes>>) -> Option<Vec<OpResult>> {
+        let (reply, rx) = oneshot::channel();
+        self.send(worker, WorkerMsg::Exec { ops, reply })
+            .await
+            .ok()?;
+        rx.await.ok()
+    }
+
+    /// Collects every worker's counters (workers that are gone are skipped).
+    pub async fn stats(&self) -> Vec<WorkerStats> {
+        let mut out = Vec::with_capacity(self.inboxes.len());
+        for w in 0..self.inboxes.len() as u32 {
+            let (tx, rx) = oneshot::channel();
+            if self.send(w, WorkerMsg::Stats(tx)).await.is_ok() {
+                if let Ok(s) = rx.await {
+                    out.push(s);
+                }
+            }
+        }
+        out
+    }
+}

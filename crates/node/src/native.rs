@@ -1,0 +1,380 @@
+//! The native protocol: length-prefixed protobuf frames (`proto/latticekv.proto`).
+//!
+//! A connection reads every complete frame it has, runs the requests (forwarding or
+//! redirecting those for other workers' keys), then writes all responses in request order
+//! with one write. On a worker's own port, requests for keys the worker does not hold get a
+//! `REDIRECT` error naming the workers that do; on the shared front port they are forwarded.
+//!
+//! Bad input: an undecodable frame gets a `BAD_REQUEST` response (id 0) and the connection
+//! goes on (framing is intact); a frame above `max_frame_size` gets `FRAME_TOO_LARGE` and the
+//! connection is closed (the stream cannot be resynchronised). Other clients are unaffected.
+
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use wire::convert::{value_from_pb, value_to_pb};
+use wire::frame::{self, FrameError, HEADER_LEN};
+use wire::pb::{self, request::Op as ReqOp, response::Result as RespResult};
+
+use crate::error::NodeError;
+use crate::op::{Condition, Op, OpResult};
+use crate::worker::{ConnectionPermit, LocalConnection, Pending, WorkerCtx, MAX_PIPELINE};
+
+/// How the results of a request's ops become its response.
+enum Shape {
+    /// One op answered with a `GetResult`.
+    Get,
+    /// One op answered with an `Ack`.
+    Ack,
+    /// Several ops answered with a `MultiResult`.
+    Multi,
+}
+
+/// A response being produced, in request order.
+enum Queued {
+    /// Complete.
+    Ready(pb::Response),
+    /// Waiting for forwarded ops.
+    Ops {
+        id: u64,
+        shape: Shape,
+        pending: Pending,
+    },
+}
+
+fn error_response(id: u64, e: &NodeError) -> pb::Response {
+    pb::Response {
+        id,
+        result: Some(RespResult::Error(e.to_pb())),
+    }
+}
+
+fn raw_error(id: u64, code: pb::ErrorCode, message: String) -> pb::Response {
+    pb::Response {
+        id,
+        result: Some(RespResult::Error(pb::Error {
+            code: code as i32,
+            message,
+            redirect: Vec::new(),
+        })),
+    }
+}
+
+fn key_result(r: OpResult) -> pb::KeyResult {
+    use pb::key_result::Result as K;
+    let result = match r {
+        OpResult::Value(v) => K::Get(pb::GetResult {
+            value: v.as_ref().map(value_to_pb),
+        }),
+        OpResult::Int(n) => K::Ack(pb::Ack { count: n }),
+        OpResult::Done | OpResult::Type(_) => K::Ack(pb::Ack { count: 0 }),
+        OpResult::Error(e) => K::Error(e.to_pb()),
+    };
+    pb::KeyResult {
+        result: Some(result),
+    }
+}
+
+fn build_response(id: u64, shape: Shape, results: Vec<OpResult>) -> pb::Response {
+    let result = match shape {
+        Shape::Multi => RespResult::Multi(pb::MultiResult {
+            results: results.into_iter().map(key_result).collect(),
+        }),
+        Shape::Get | Shape::Ack => match results.into_iter().next() {
+            Some(OpResult::Error(e)) => RespResult::Error(e.to_pb()),
+            Some(OpResult::Value(v)) => RespResult::Get(pb::GetResult {
+                value: v.as_ref().map(value_to_pb),
+            }),
+            Some(OpResult::Int(n)) => RespResult::Ack(pb::Ack { count: n }),
+            Some(OpResult::Done | OpResult::Type(_)) => RespResult::Ack(pb::Ack { count: 0 }),
+            None => RespResult::Error(NodeError::Unavailable("no result".into()).to_pb()),
+        },
+    };
+    pb::Response {
+        id,
+        result: Some(result),
+    }
+}
+
+/// Serves one native-protocol connection until the client closes it or the node stops.
+/// `front`: forward requests for other workers' keys (shared port) instead of redirecting.
+pub async fn serve(
+    ctx: Rc<WorkerCtx>,
+    mut stream: TcpStream,
+    front: bool,
+    permit: Option<ConnectionPermit>,
+) {
+    let _alive = LocalConnection::new(&ctx);
+    let _ = stream.set_nodelay(true);
+    let mut out = Vec::with_capacity(16 * 1024);
+    if permit.is_none() {
+        let resp = raw_error(
+            0,
+            pb::ErrorCode::TooManyConnections,
+            "too many connections".into(),
+        );
+        frame::encode(&resp, &mut out);
+        let _ = stream.write_all(&out).await;
+        return;
+    }
+    let max_frame = ctx.shared.config.limits.max_frame_size;
+    let mut inbuf = BytesMut::with_capacity(16 * 1024);
+    let mut queue: VecDeque<Queued> = VecDeque::new();
+    let mut shutdown = ctx.shutdown();
+    // False when the buffer may still hold complete requests (the pipeline bound stopped
+    // the last round early): run those before waiting for more bytes.
+    let mut need_read = true;
+    loop {
+        if need_read {
+            let read = tokio::select! {
+                r = stream.read_buf(&mut inbuf) => r,
+                _ = shutdown.wait_for(|s| *s) => return,
+            };
+            match read {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+        let mut close = false;
+        let mut requests = 0;
+        while requests < MAX_PIPELINE {
+            let len = match frame::frame_len(&inbuf, max_frame) {
+                Ok(None) => break,
+                Ok(Some(len)) => len,
+                Err(FrameError::TooLarge { len, max }) => {
+                    queue.push_back(Queued::Ready(raw_error(
+                        0,
+                        pb::ErrorCode::FrameTooLarge,
+                        format!("frame of {len} bytes exceeds the {max}-byte limit"),
+                    )));
+                    close = true;
+                    break;
+                }
+            };
+            requests += 1;
+            let frame = inbuf.split_to(HEADER_LEN + len).freeze();
+            let queued = match pb::Request::decode(frame.slice(HEADER_LEN..)) {
+                Ok(req) => handle(&ctx, req, front).await,
+                Err(e) => Queued::Ready(raw_error(
+                    0,
+                    pb::ErrorCode::BadRequest,
+                    format!("undecodable request: {e}"),
+                )),
+            };
+            match queued {
+                Queued::Ready(resp) if queue.is_empty() => frame::encode(&resp, &mut out),
+                q => queue.push_back(q),
+            }
+        }
+        while let Some(q) = queue.pop_front() {
+            let resp = match q {
+                Queued::Ready(resp) => resp,
+                Queued::Ops { id, shape, pending } => {
+                    build_response(id, shape, pending.resolve().await)
+                }
+            };
+            frame::encode(&resp, &mut out);
+        }
+        if stream.write_all(&out).await.is_err() || close {
+            return;
+        }
+        need_read = requests < MAX_PIPELINE;
+        out.clear();
+        // Don't let one large request pin a large buffer for the connection's lifetime.
+        if inbuf.capacity() > 1024 * 1024 && inbuf.is_empty() {
+            inbuf = BytesMut::with_capacity(16 * 1024);
+        }
+    }
+}
+
+fn decode_put(put: pb::Put) -> Result<Op<Bytes>, NodeError> {
+    let value = put
+        .value
+        .as_ref()
+        .ok_or_else(|| NodeError::BadRequest("Put without a value".into()))?;
+    let value = value_from_pb(value).map_err(|e| NodeError::BadRequest(e.to_string()))?;
+    Ok(Op::Put {
+        key: put.key,
+        value,
+    })
+}
+
+fn decode_update(update: pb::Update) -> Result<Op<Bytes>, NodeError> {
+    use pb::update::Op as U;
+    let key = update.key;
+    match update.op {
+        Some(U::Assign(a)) => Ok(Op::Assign {
+            key,
+            value: a.value,
+            condition: match pb::update::Condition::try_from(a.condition) {
+                Ok(pb::update::Condition::IfAbsent) => Condition::IfAbsent,
+                Ok(pb::update::Condition::IfPresent) => Condition::IfPresent,
+                Ok(pb::update::Condition::Always) => Condition::Always,
+                Err(_) => {
+                    return Err(NodeError::BadRequest(format!(
+                        "unknown condition {}",
+                        a.condition
+                    )))
+                }
+            },
+        }),
+        Some(U::SetAdd(s)) => Ok(Op::SetAdd {
+            key,
+            members: s.members,
+        }),
+        Some(U::SetRemove(s)) => Ok(Op::SetRemove {
+            key,
+            members: s.members,
+        }),
+        Some(U::CounterAdd(c)) => Ok(Op::CounterAdd {
+            key,
+            delta: c.delta,
+        }),
+        None => Err(NodeError::BadRequest("Update without an operation".into())),
+    }
+}
+
+async fn run_ops(
+    ctx: &WorkerCtx,
+    id: u64,
+    shape: Shape,
+    ops: Vec<Op<Bytes>>,
+    front: bool,
+) -> Queued {
+    let max = ctx.shared.config.limits.max_request_items;
+    if ops.len() > max {
+        let e = NodeError::InvalidArgument(format!(
+            "{} items exceed the {max}-item request limit",
+            ops.len()
+        ));
+        return Queued::Ready(error_response(id, &e));
+    }
+    let pending = ctx.dispatch(ops, !front).await;
+    if pending.is_ready() {
+        Queued::Ready(build_response(id, shape, pending.into_ready()))
+    } else {
+        Queued::Ops { id, shape, pending }
+    }
+}
+
+async fn handle(ctx: &WorkerCtx, req: pb::Request, front: bool) -> Queued {
+    let id = req.id;
+    let op = match req.op {
+        Some(op) => op,
+        None => {
+            let e = NodeError::BadRequest("request without an operation".into());
+            return Queued::Ready(error_response(id, &e));
+        }
+    };
+    match op {
+        ReqOp::Get(g) => run_ops(ctx, id, Shape::Get, vec![Op::Get { key: g.key }], front).await,
+        ReqOp::Delete(d) => {
+            run_ops(ctx, id, Shape::Ack, vec![Op::Delete { key: d.key }], front).await
+        }
+        ReqOp::Put(p) => match decode_put(p) {
+            Ok(op) => run_ops(ctx, id, Shape::Ack, vec![op], front).await,
+            Err(e) => Queued::Ready(error_response(id, &e)),
+        },
+        ReqOp::Update(u) => match decode_update(u) {
+            Ok(op) => run_ops(ctx, id, Shape::Ack, vec![op], front).await,
+            Err(e) => Queued::Ready(error_response(id, &e)),
+        },
+        ReqOp::GetMany(g) => {
+            let ops = g.keys.into_iter().map(|key| Op::Get { key }).collect();
+            run_ops(ctx, id, Shape::Multi, ops, front).await
+        }
+        ReqOp::DeleteMany(d) => {
+            let ops = d.keys.into_iter().map(|key| Op::Delete { key }).collect();
+            run_ops(ctx, id, Shape::Multi, ops, front).await
+        }
+        ReqOp::PutMany(p) => {
+            // A malformed item fails the whole request: nothing is written.
+            let ops: Result<Vec<_>, _> = p.puts.into_iter().map(decode_put).collect();
+            match ops {
+                Ok(ops) => run_ops(ctx, id, Shape::Multi, ops, front).await,
+                Err(e) => Queued::Ready(error_response(id, &e)),
+            }
+        }
+        ReqOp::SetReplication(r) => {
+            let result = ctx.set_replication(r.key, r.global, r.local).await;
+            Queued::Ready(match result {
+                Ok(()) => pb::Response {
+                    id,
+                    result: Some(RespResult::Ack(pb::Ack { count: 1 })),
+                },
+                Err(e) => error_response(id, &e),
+            })
+        }
+        ReqOp::Topology(_) => Queued::Ready(pb::Response {
+            id,
+            result: Some(RespResult::Topology(topology(ctx))),
+        }),
+        ReqOp::Status(_) => Queued::Ready(pb::Response {
+            id,
+            result: Some(RespResult::Status(status(ctx).await)),
+        }),
+        ReqOp::Ping(_) => Queued::Ready(pb::Response {
+            id,
+            result: Some(RespResult::Ack(pb::Ack { count: 0 })),
+        }),
+    }
+}
+
+/// Most explicit replication vectors returned in a topology.
+const TOPOLOGY_VECTORS: usize = 10_000;
+
+/// The node's layout, for clients computing placement.
+pub fn topology(ctx: &WorkerCtx) -> pb::Topology {
+    let shared = &ctx.shared;
+    pb::Topology {
+        protocol_version: wire::PROTOCOL_VERSION,
+        node_id: shared.config.node_id.clone(),
+        workers: shared.worker_addrs.iter().map(|a| a.to_string()).collect(),
+        vnodes: shared.config.vnodes,
+        default_local_replication: shared.config.default_local_replication,
+        replication: ctx
+            .shard
+            .borrow()
+            .replication_vectors(TOPOLOGY_VECTORS)
+            .into_iter()
+            .map(|(key, v)| pb::SetReplication {
+                key,
+                global: v.memory.global,
+                local: v.memory.local,
+            })
+            .collect(),
+    }
+}
+
+/// Node statistics from every worker.
+pub async fn status(ctx: &WorkerCtx) -> pb::Status {
+    let shared = &ctx.shared;
+    let workers = shared.mesh.stats().await;
+    pb::Status {
+        node_id: shared.config.node_id.clone(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        uptime_seconds: shared.started.elapsed().as_secs(),
+        workers: workers
+            .iter()
+            .map(|w| pb::WorkerStatus {
+                worker: w.worker,
+                address: shared
+                    .worker_addrs
+                    .get(w.worker as usize)
+                    .map(|a| a.to_string())
+                    .unwrap_or_default(),
+                keys: w.shard.live_keys,
+                memory_bytes: w.shard.bytes,
+                requests: w.shard.requests,
+                connections: w.connections,
+            })
+            .collect(),
+        memory_budget_bytes: shared.config.limits.memory_budget_bytes(),
+        resp_address: shared.resp_addr.to_string(),
+        front_address: shared.front_addr.to_string(),
+    }
+}

@@ -1,0 +1,191 @@
+//! Protocol-neutral operations.
+//!
+//! Both protocols translate requests into [`Op`]s; a worker executes the ops on keys it holds
+//! and forwards the others. `Op<B>` is generic over its byte strings so the local path can
+//! borrow them from the connection's read buffer (`Op<&[u8]>`) while a forwarded op owns
+//! them (`Op<Bytes>`).
+
+use bytes::Bytes;
+use lattice::{LatticeType, Value};
+
+use crate::error::NodeError;
+
+/// When an LWW assignment applies (SET's NX / XX), judged at the replica receiving it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Condition {
+    /// Always write.
+    Always,
+    /// Only if the key has no live value.
+    IfAbsent,
+    /// Only if the key has a live value.
+    IfPresent,
+}
+
+/// One operation on one key.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op<B> {
+    /// Read the value. → [`OpResult::Value`].
+    Get {
+        /// The key.
+        key: B,
+    },
+    /// Does the key hold a live value? → [`OpResult::Int`] 0 or 1.
+    Exists {
+        /// The key.
+        key: B,
+    },
+    /// The key's lattice type. → [`OpResult::Type`].
+    TypeOf {
+        /// The key.
+        key: B,
+    },
+    /// Is `member` in the set at `key`? → [`OpResult::Int`] 0 or 1.
+    SetContains {
+        /// The key.
+        key: B,
+        /// The member.
+        member: B,
+    },
+    /// Number of members of the set at `key` (0 if absent). → [`OpResult::Int`].
+    SetLen {
+        /// The key.
+        key: B,
+    },
+    /// Merge a lattice value into the key. → [`OpResult::Done`].
+    Put {
+        /// The key.
+        key: B,
+        /// The value to merge.
+        value: Value,
+    },
+    /// Delete the key. → [`OpResult::Int`] 1 if it held a live value.
+    Delete {
+        /// The key.
+        key: B,
+    },
+    /// LWW assignment with a timestamp from the worker's clock. → [`OpResult::Int`] 1 if
+    /// written, 0 if the condition failed.
+    Assign {
+        /// The key.
+        key: B,
+        /// The new value.
+        value: B,
+        /// When to write.
+        condition: Condition,
+    },
+    /// Add members to the OR-set at `key`. → [`OpResult::Int`] members newly added.
+    SetAdd {
+        /// The key.
+        key: B,
+        /// Members to add.
+        members: Vec<B>,
+    },
+    /// Remove members from the OR-set at `key`. → [`OpResult::Int`] members removed.
+    SetRemove {
+        /// The key.
+        key: B,
+        /// Members to remove.
+        members: Vec<B>,
+    },
+    /// Add `delta` to the PN-counter at `key`. → [`OpResult::Int`] the new value.
+    CounterAdd {
+        /// The key.
+        key: B,
+        /// The amount.
+        delta: i64,
+    },
+}
+
+impl<B: AsRef<[u8]>> Op<B> {
+    /// The key the op reads or writes.
+    pub fn key(&self) -> &[u8] {
+        match self {
+            Op::Get { key }
+            | Op::Exists { key }
+            | Op::TypeOf { key }
+            | Op::SetContains { key, .. }
+            | Op::SetLen { key }
+            | Op::Put { key, .. }
+            | Op::Delete { key }
+            | Op::Assign { key, .. }
+            | Op::SetAdd { key, .. }
+            | Op::SetRemove { key, .. }
+            | Op::CounterAdd { key, .. } => key.as_ref(),
+        }
+    }
+
+    /// True if the op may change the store.
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            Op::Put { .. }
+                | Op::Delete { .. }
+                | Op::Assign { .. }
+                | Op::SetAdd { .. }
+                | Op::SetRemove { .. }
+                | Op::CounterAdd { .. }
+        )
+    }
+
+    /// An owned copy, for forwarding to another worker.
+    pub fn to_owned_op(&self) -> Op<Bytes> {
+        let b = |x: &B| Bytes::copy_from_slice(x.as_ref());
+        match self {
+            Op::Get { key } => Op::Get { key: b(key) },
+            Op::Exists { key } => Op::Exists { key: b(key) },
+            Op::TypeOf { key } => Op::TypeOf { key: b(key) },
+            Op::SetContains { key, member } => Op::SetContains {
+                key: b(key),
+                member: b(member),
+            },
+            Op::SetLen { key } => Op::SetLen { key: b(key) },
+            Op::Put { key, value } => Op::Put {
+                key: b(key),
+                value: value.clone(),
+            },
+            Op::Delete { key } => Op::Delete { key: b(key) },
+            Op::Assign {
+                key,
+                value,
+                condition,
+            } => Op::Assign {
+                key: b(key),
+                value: b(value),
+                condition: *condition,
+            },
+            Op::SetAdd { key, members } => Op::SetAdd {
+                key: b(key),
+                members: members.iter().map(b).collect(),
+            },
+            Op::SetRemove { key, members } => Op::SetRemove {
+                key: b(key),
+                members: members.iter().map(b).collect(),
+            },
+            Op::CounterAdd { key, delta } => Op::CounterAdd {
+                key: b(key),
+                delta: *delta,
+            },
+        }
+    }
+}
+
+/// The result of one [`Op`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum OpResult {
+    /// A read value; `None` if the key is absent or deleted.
+    Value(Option<Value>),
+    /// A count or number (see each op).
+    Int(i64),
+    /// A lattice type; `None` if the key is absent.
+    Type(Option<LatticeType>),
+    /// A write without a count.
+    Done,
+    /// The op failed.
+    Error(NodeError),
+}
+
+impl From<Result<OpResult, NodeError>> for OpResult {
+    fn from(r: Result<OpResult, NodeError>) -> Self {
+        r.unwrap_or_else(OpResult::Error)
+    }
+}

@@ -1,0 +1,693 @@
+//! RESP commands and their mapping onto lattice operations.
+//!
+//! | commands | lattice | notes |
+//! |---|---|---|
+//! | GET, SET [NX\|XX] [GET], MGET, MSET | `Lww` | timestamps from the worker's hybrid logical clock; GET also reads a `Counter` as its decimal value |
+//! | INCR, INCRBY, DECR, DECRBY | `Counter` (PN) | a key created by SET is not a counter (WRONGTYPE) |
+//! | SADD, SREM, SMEMBERS, SISMEMBER, SCARD | `OrSet` (add-wins) | SMEMBERS/SISMEMBER/SCARD also read grow-only and ordered sets |
+//! | DEL, EXISTS, TYPE | any | DEL writes a tombstone |
+//! | PING, ECHO, HELLO, SELECT 0, QUIT, AUTH, CLIENT, COMMAND, CONFIG GET, INFO, DBSIZE | — | connection and server commands |
+//!
+//! A key's lattice type is fixed by its first write; a command for another type gets
+//! `-WRONGTYPE` (unlike Redis, `SET` does not replace a set or a counter: `DEL` it first).
+
+use std::rc::Rc;
+
+use lattice::{LatticeType, Value};
+use wire::resp::{self, Args, Version};
+
+use super::{ConnState, Queued};
+use crate::error::NodeError;
+use crate::op::{Condition, Op, OpResult};
+use crate::worker::WorkerCtx;
+
+/// The Redis version whose protocol and replies latticekv follows (reported by HELLO and
+/// INFO, so clients enable the matching features).
+pub const REDIS_COMPAT_VERSION: &str = "7.0.0";
+
+/// How a command's op results become its reply.
+#[derive(Debug)]
+pub enum Shape {
+    /// GET: bulk string, or null.
+    Get,
+    /// SET: +OK if written, null if the NX/XX condition failed.
+    Set,
+    /// SET … GET: the old value (bulk or null), then the write's outcome is not reported.
+    SetGet,
+    /// An integer reply from the single result.
+    Int,
+    /// The sum of all integer results (DEL, EXISTS with several keys).
+    Sum,
+    /// MGET: an array of bulk strings or nulls (values of other types read as null).
+    MultiGet,
+    /// +OK unless some op failed (MSET).
+    Ok,
+    /// SMEMBERS: a set of members.
+    Members,
+    /// TYPE: a simple string.
+    Type,
+}
+
+/// A command with its arguments, borrowed from the connection's read buffer.
+struct Cmd<'a> {
+    buf: &'a [u8],
+    args: &'a Args,
+}
+
+impl<'a> Cmd<'a> {
+    fn len(&self) -> usize {
+        self.args.len()
+    }
+    /// Argument `i` (empty if out of range; callers check `len` first).
+    fn arg(&self, i: usize) -> &'a [u8] {
+        self.args.get(self.buf, i).unwrap_or_default()
+    }
+    fn name_lower(&self) -> String {
+        String::from_utf8_lossy(self.arg(0)).to_lowercase()
+    }
+}
+
+fn err(msg: &str) -> Queued {
+    let mut out = Vec::with_capacity(msg.len() + 3);
+    resp::error(&mut out, msg);
+    Queued::Ready(out)
+}
+
+fn ready(f: impl FnOnce(&mut Vec<u8>)) -> Queued {
+    let mut out = Vec::new();
+    f(&mut out);
+    Queued::Ready(out)
+}
+
+fn arity_error(cmd: &Cmd<'_>) -> Queued {
+    err(&format!(
+        "ERR wrong number of arguments for '{}' command",
+        cmd.name_lower()
+    ))
+}
+
+fn syntax_error() -> Queued {
+    err("ERR syntax error")
+}
+
+fn parse_i64(b: &[u8]) -> Option<i64> {
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+/// Upper-cases a command name into a fixed buffer (no allocation); `None` if too long to be
+/// a command we know.
+fn upper(name: &[u8]) -> Option<([u8; 16], usize)> {
+    if name.len() > 16 {
+        return None;
+    }
+    let mut buf = [0u8; 16];
+    for (d, s) in buf.iter_mut().zip(name) {
+        *d = s.to_ascii_uppercase();
+    }
+    Some((buf, name.len()))
+}
+
+/// Runs one command. Replies that need no other worker are encoded at once.
+pub async fn run(ctx: &Rc<WorkerCtx>, state: &mut ConnState, buf: &[u8], args: &Args) -> Queued {
+    let cmd = Cmd { buf, args };
+    let Some((name, n)) = upper(cmd.arg(0)) else {
+        return unknown(&cmd);
+    };
+    let v = state.version;
+    let argc = cmd.len();
+    let op = |shape, list| encode_ops(ctx, v, shape, list);
+    match &name[..n] {
+        b"GET" => {
+            if argc != 2 {
+                return arity_error(&cmd);
+            }
+            op(Shape::Get, vec![Op::Get { key: cmd.arg(1) }]).await
+        }
+        b"SET" => set(&cmd, ctx, v).await,
+        b"DEL" | b"UNLINK" => {
+            if argc < 2 {
+                return arity_error(&cmd);
+            }
+            let list = (1..argc).map(|i| Op::Delete { key: cmd.arg(i) }).collect();
+            op(Shape::Sum, list).await
+        }
+        b"EXISTS" => {
+            if argc < 2 {
+                return arity_error(&cmd);
+            }
+            let list = (1..argc).map(|i| Op::Exists { key: cmd.arg(i) }).collect();
+            op(Shape::Sum, list).await
+        }
+        b"TYPE" => {
+            if argc != 2 {
+                return arity_error(&cmd);
+            }
+            op(Shape::Type, vec![Op::TypeOf { key: cmd.arg(1) }]).await
+        }
+        b"MGET" => {
+            if argc < 2 {
+                return arity_error(&cmd);
+            }
+            let list = (1..argc).map(|i| Op::Get { key: cmd.arg(i) }).collect();
+            op(Shape::MultiGet, list).await
+        }
+        b"MSET" => {
+            if argc < 3 || argc % 2 == 0 {
+                return arity_error(&cmd);
+            }
+            let list = (1..argc)
+                .step_by(2)
+                .map(|i| Op::Assign {
+                    key: cmd.arg(i),
+                    value: cmd.arg(i + 1),
+                    condition: Condition::Always,
+                })
+                .collect();
+            op(Shape::Ok, list).await
+        }
+        b"INCR" | b"DECR" => {
+            if argc != 2 {
+                return arity_error(&cmd);
+            }
+            let delta = if &name[..n] == b"INCR" { 1 } else { -1 };
+            op(
+                Shape::Int,
+                vec![Op::CounterAdd {
+                    key: cmd.arg(1),
+                    delta,
+                }],
+            )
+            .await
+        }
+        b"INCRBY" | b"DECRBY" => {
+            if argc != 3 {
+                return arity_error(&cmd);
+            }
+            let Some(by) = parse_i64(cmd.arg(2)) else {
+                return err("ERR value is not an integer or out of range");
+            };
+            let delta = if &name[..n] == b"INCRBY" {
+                Some(by)
+            } else {
+                by.checked_neg()
+            };
+            let Some(delta) = delta else {
+                return err("ERR decrement would overflow");
+            };
+            op(
+                Shape::Int,
+                vec![Op::CounterAdd {
+                    key: cmd.arg(1),
+                    delta,
+                }],
+            )
+            .await
+        }
+        b"SADD" | b"SREM" => {
+            if argc < 3 {
+                return arity_error(&cmd);
+            }
+            let key = cmd.arg(1);
+            let members = (2..argc).map(|i| cmd.arg(i)).collect();
+            let o = if &name[..n] == b"SADD" {
+                Op::SetAdd { key, members }
+            } else {
+                Op::SetRemove { key, members }
+            };
+            op(Shape::Int, vec![o]).await
+        }
+        b"SMEMBERS" => {
+            if argc != 2 {
+                return arity_error(&cmd);
+            }
+            op(Shape::Members, vec![Op::Get { key: cmd.arg(1) }]).await
+        }
+        b"SISMEMBER" => {
+            if argc != 3 {
+                return arity_error(&cmd);
+            }
+            let o = Op::SetContains {
+                key: cmd.arg(1),
+                member: cmd.arg(2),
+            };
+            op(Shape::Int, vec![o]).await
+        }
+        b"SCARD" => {
+            if argc != 2 {
+                return arity_error(&cmd);
+            }
+            op(Shape::Int, vec![Op::SetLen { key: cmd.arg(1) }]).await
+        }
+        b"PING" => match argc {
+            1 => ready(|o| resp::simple(o, "PONG")),
+            2 => ready(|o| resp::bulk(o, cmd.arg(1))),
+            _ => arity_error(&cmd),
+        },
+        b"ECHO" => {
+            if argc != 2 {
+                return arity_error(&cmd);
+            }
+            ready(|o| resp::bulk(o, cmd.arg(1)))
+        }
+        b"HELLO" => hello(&cmd, state),
+        b"SELECT" => {
+            if argc != 2 {
+                return arity_error(&cmd);
+            }
+            match parse_i64(cmd.arg(1)) {
+                Some(0) => ready(|o| resp::simple(o, "OK")),
+                Some(_) => err("ERR DB index is out of range"),
+                None => err("ERR value is not an integer or out of range"),
+            }
+        }
+        b"QUIT" => {
+            state.quit = true;
+            ready(|o| resp::simple(o, "OK"))
+        }
+        b"AUTH" => err(
+            "ERR AUTH <password> called without any password configured for the default user. \
+             Are you sure your configuration is correct?",
+        ),
+        b"CLIENT" => client(&cmd, state),
+        b"COMMAND" => command(&cmd, v),
+        b"CONFIG" => config(&cmd, v),
+        b"INFO" => {
+            let text = info(ctx).await;
+            ready(|o| resp::verbatim(o, text.as_bytes(), v))
+        }
+        b"DBSIZE" => {
+            if argc != 1 {
+                return arity_error(&cmd);
+            }
+            let keys: u64 = ctx
+                .shared
+                .mesh
+                .stats()
+                .await
+                .iter()
+                .map(|s| s.shard.primary_keys)
+                .sum();
+            ready(|o| resp::integer(o, keys as i64))
+        }
+        _ => unknown(&cmd),
+    }
+}
+
+async fn encode_ops(ctx: &WorkerCtx, v: Version, shape: Shape, list: Vec<Op<&[u8]>>) -> Queued {
+    let pending = ctx.dispatch(list, false).await;
+    if pending.is_ready() {
+        let mut out = Vec::new();
+        encode(&mut out, v, &shape, pending.into_ready());
+        Queued::Ready(out)
+    } else {
+        Queued::Ops {
+            shape,
+            pending,
+            version: v,
+        }
+    }
+}
+
+fn unknown(cmd: &Cmd<'_>) -> Queued {
+    let mut msg = format!(
+        "ERR unknown command '{}', with args beginning with: ",
+        String::from_utf8_lossy(cmd.arg(0))
+    );
+    for i in 1..cmd.len().min(4) {
+        msg.push('\'');
+        msg.push_str(&String::from_utf8_lossy(cmd.arg(i)));
+        msg.push_str("' ");
+    }
+    err(&msg)
+}
+
+async fn set(cmd: &Cmd<'_>, ctx: &WorkerCtx, v: Version) -> Queued {
+    if cmd.len() < 3 {
+        return arity_error(cmd);
+    }
+    let mut condition = Condition::Always;
+    let mut get = false;
+    for i in 3..cmd.len() {
+        let opt = cmd.arg(i);
+        if opt.eq_ignore_ascii_case(b"NX") && condition == Condition::Always {
+            condition = Condition::IfAbsent;
+        } else if opt.eq_ignore_ascii_case(b"XX") && condition == Condition::Always {
+            condition = Condition::IfPresent;
+        } else if opt.eq_ignore_ascii_case(b"GET") {
+            get = true;
+        } else if [&b"EX"[..], b"PX", b"EXAT", b"PXAT", b"KEEPTTL"]
+            .iter()
+            .any(|o| opt.eq_ignore_ascii_case(o))
+        {
+            return err("ERR expiry options (EX, PX, EXAT, PXAT, KEEPTTL) are not supported");
+        } else {
+            return syntax_error();
+        }
+    }
+    let key = cmd.arg(1);
+    let assign = Op::Assign {
+        key,
+        value: cmd.arg(2),
+        condition,
+    };
+    if get {
+        // Read and write run back to back on the same worker, so nothing interleaves.
+        encode_ops(ctx, v, Shape::SetGet, vec![Op::Get { key }, assign]).await
+    } else {
+        encode_ops(ctx, v, Shape::Set, vec![assign]).await
+    }
+}
+
+fn hello(cmd: &Cmd<'_>, state: &mut ConnState) -> Queued {
+    let mut i = 1;
+    if cmd.len() > 1 {
+        match parse_i64(cmd.arg(1)) {
+            Some(2) => state.version = Version::Resp2,
+            Some(3) => state.version = Version::Resp3,
+            _ => return err("NOPROTO unsupported protocol version"),
+        }
+        i = 2;
+    }
+    while i < cmd.len() {
+        let opt = cmd.arg(i);
+        if opt.eq_ignore_ascii_case(b"AUTH") && i + 2 < cmd.len() {
+            return err("WRONGPASS invalid username-password pair or user is disabled.");
+        } else if opt.eq_ignore_ascii_case(b"SETNAME") && i + 1 < cmd.len() {
+            state.name = Some(cmd.arg(i + 1).to_vec());
+            i += 2;
+        } else {
+            return syntax_error();
+        }
+    }
+    let v = state.version;
+    let proto = if v == Version::Resp3 { 3 } else { 2 };
+    ready(|o| {
+        resp::map_header(o, 7, v);
+        resp::bulk(o, b"server");
+        resp::bulk(o, b"latticekv");
+        resp::bulk(o, b"version");
+        resp::bulk(o, REDIS_COMPAT_VERSION.as_bytes());
+        resp::bulk(o, b"proto");
+        resp::integer(o, proto);
+        resp::bulk(o, b"id");
+        resp::integer(o, state.id as i64);
+        resp::bulk(o, b"mode");
+        resp::bulk(o, b"standalone");
+        resp::bulk(o, b"role");
+        resp::bulk(o, b"master");
+        resp::bulk(o, b"modules");
+        resp::array_header(o, 0);
+    })
+}
+
+fn client(cmd: &Cmd<'_>, state: &mut ConnState) -> Queued {
+    if cmd.len() < 2 {
+        return arity_error(cmd);
+    }
+    let sub = cmd.arg(1);
+    if sub.eq_ignore_ascii_case(b"SETNAME") && cmd.len() == 3 {
+        state.name = Some(cmd.arg(2).to_vec());
+        ready(|o| resp::simple(o, "OK"))
+    } else if sub.eq_ignore_ascii_case(b"GETNAME") {
+        let name = state.name.clone();
+        let v = state.version;
+        ready(|o| match &name {
+            Some(n) => resp::bulk(o, n),
+            None => resp::null(o, v),
+        })
+    } else if sub.eq_ignore_ascii_case(b"ID") {
+        let id = state.id as i64;
+        ready(|o| resp::integer(o, id))
+    } else if sub.eq_ignore_ascii_case(b"SETINFO") && cmd.len() == 4 {
+        ready(|o| resp::simple(o, "OK"))
+    } else {
+        err(&format!(
+            "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+            String::from_utf8_lossy(sub)
+        ))
+    }
+}
+
+/// One COMMAND entry: `(name, arity, flags, first key, last key, step)` as Redis reports it.
+type CommandInfo = (&'static str, i64, &'static [&'static str], i64, i64, i64);
+
+/// The commands latticekv implements.
+const COMMANDS: &[CommandInfo] = &[
+    ("get", 2, &["readonly", "fast"], 1, 1, 1),
+    ("set", -3, &["write", "denyoom"], 1, 1, 1),
+    ("del", -2, &["write"], 1, -1, 1),
+    ("unlink", -2, &["write", "fast"], 1, -1, 1),
+    ("exists", -2, &["readonly", "fast"], 1, -1, 1),
+    ("type", 2, &["readonly", "fast"], 1, 1, 1),
+    ("mget", -2, &["readonly", "fast"], 1, -1, 1),
+    ("mset", -3, &["write", "denyoom"], 1, -1, 2),
+    ("incr", 2, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("decr", 2, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("incrby", 3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("decrby", 3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("sadd", -3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("srem", -3, &["write", "fast"], 1, 1, 1),
+    ("smembers", 2, &["readonly"], 1, 1, 1),
+    ("sismember", 3, &["readonly", "fast"], 1, 1, 1),
+    ("scard", 2, &["readonly", "fast"], 1, 1, 1),
+    ("ping", -1, &["fast"], 0, 0, 0),
+    ("echo", 2, &["fast"], 0, 0, 0),
+    (
+        "hello",
+        -1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
+    ("select", 2, &["loading", "stale", "fast"], 0, 0, 0),
+    (
+        "quit",
+        -1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
+    (
+        "auth",
+        -2,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
+    (
+        "client",
+        -2,
+        &["admin", "noscript", "loading", "stale"],
+        0,
+        0,
+        0,
+    ),
+    ("command", -1, &["loading", "stale"], 0, 0, 0),
+    (
+        "config",
+        -2,
+        &["admin", "noscript", "loading", "stale"],
+        0,
+        0,
+        0,
+    ),
+    ("info", -1, &["loading", "stale"], 0, 0, 0),
+    ("dbsize", 1, &["readonly", "fast"], 0, 0, 0),
+];
+
+fn command_entry(o: &mut Vec<u8>, c: &CommandInfo, v: Version) {
+    resp::array_header(o, 6);
+    resp::bulk(o, c.0.as_bytes());
+    resp::integer(o, c.1);
+    resp::set_header(o, c.2.len(), v);
+    for f in c.2 {
+        resp::simple(o, f);
+    }
+    resp::integer(o, c.3);
+    resp::integer(o, c.4);
+    resp::integer(o, c.5);
+}
+
+fn command(cmd: &Cmd<'_>, v: Version) -> Queued {
+    if cmd.len() == 1 {
+        return ready(|o| {
+            resp::array_header(o, COMMANDS.len());
+            for c in COMMANDS {
+                command_entry(o, c, v);
+            }
+        });
+    }
+    let sub = cmd.arg(1);
+    if sub.eq_ignore_ascii_case(b"COUNT") {
+        ready(|o| resp::integer(o, COMMANDS.len() as i64))
+    } else if sub.eq_ignore_ascii_case(b"DOCS") {
+        // No documentation entries: redis-cli then simply shows no hints.
+        ready(|o| resp::map_header(o, 0, v))
+    } else if sub.eq_ignore_ascii_case(b"LIST") {
+        ready(|o| {
+            resp::array_header(o, COMMANDS.len());
+            for c in COMMANDS {
+                resp::bulk(o, c.0.as_bytes());
+            }
+        })
+    } else if sub.eq_ignore_ascii_case(b"INFO") {
+        let names: Vec<Vec<u8>> = (2..cmd.len())
+            .map(|i| cmd.arg(i).to_ascii_lowercase())
+            .collect();
+        ready(|o| {
+            resp::array_header(o, names.len());
+            for name in &names {
+                match COMMANDS.iter().find(|c| c.0.as_bytes() == &name[..]) {
+                    Some(c) => command_entry(o, c, v),
+                    None => resp::null_array(o, v),
+                }
+            }
+        })
+    } else {
+        err(&format!(
+            "ERR unknown subcommand '{}'. Try COMMAND HELP.",
+            String::from_utf8_lossy(sub)
+        ))
+    }
+}
+
+fn config(cmd: &Cmd<'_>, v: Version) -> Queued {
+    if cmd.len() >= 3 && cmd.arg(1).eq_ignore_ascii_case(b"GET") {
+        // Persistence and the other Redis settings don't apply: report none, as Redis
+        // does for parameters it doesn't know (redis-benchmark asks for `save`).
+        ready(|o| resp::map_header(o, 0, v))
+    } else if cmd.len() >= 2 && cmd.arg(1).eq_ignore_ascii_case(b"SET") {
+        err("ERR CONFIG SET is not supported; configure latticekv with its TOML file")
+    } else {
+        arity_error(cmd)
+    }
+}
+
+async fn info(ctx: &WorkerCtx) -> String {
+    let shared = &ctx.shared;
+    let stats = shared.mesh.stats().await;
+    let keys: u64 = stats.iter().map(|s| s.shard.primary_keys).sum();
+    let memory: u64 = stats.iter().map(|s| s.shard.bytes).sum();
+    let commands: u64 = stats.iter().map(|s| s.shard.requests).sum();
+    let clients: u64 = stats.iter().map(|s| s.connections).sum();
+    format!(
+        "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nlatticekv_version:{}\r\n\
+         redis_mode:standalone\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n\
+         workers:{}\r\n\r\n# Clients\r\nconnected_clients:{clients}\r\n\r\n\
+         # Memory\r\nused_memory:{memory}\r\nmaxmemory:{}\r\n\r\n\
+         # Persistence\r\nloading:0\r\naof_enabled:0\r\n\r\n\
+         # Stats\r\ntotal_commands_processed:{commands}\r\n\r\n\
+         # Replication\r\nrole:master\r\n\r\n\
+         # Keyspace\r\ndb0:keys={keys},expires=0,avg_ttl=0\r\n",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id(),
+        shared.resp_addr.port(),
+        shared.started.elapsed().as_secs(),
+        shared.mesh.len(),
+        shared.config.limits.memory_budget_bytes(),
+    )
+}
+
+fn write_error(out: &mut Vec<u8>, e: &NodeError) {
+    resp::error(out, &e.resp_message());
+}
+
+/// Encodes the results of a command's ops as its RESP reply.
+pub fn encode(out: &mut Vec<u8>, v: Version, shape: &Shape, results: Vec<OpResult>) {
+    // An error in any op is the command's reply (multi-key commands fail as a whole).
+    if let Some(e) = results.iter().find_map(|r| match r {
+        OpResult::Error(e) => Some(e),
+        _ => None,
+    }) {
+        write_error(out, e);
+        return;
+    }
+    let first = results.first();
+    match shape {
+        Shape::Get => match first {
+            Some(OpResult::Value(Some(value))) => match value {
+                Value::Lww(l) => resp::bulk(out, &l.value),
+                Value::Counter(c) => resp::bulk(out, c.value().to_string().as_bytes()),
+                other => write_error(out, &NodeError::wrong_type("lww", other.lattice_type())),
+            },
+            _ => resp::null(out, v),
+        },
+        Shape::Set => match first {
+            Some(OpResult::Int(0)) => resp::null(out, v),
+            _ => resp::simple(out, "OK"),
+        },
+        Shape::SetGet => match first {
+            Some(OpResult::Value(Some(Value::Lww(l)))) => resp::bulk(out, &l.value),
+            _ => resp::null(out, v),
+        },
+        Shape::Int => match first {
+            Some(OpResult::Int(n)) => resp::integer(out, *n),
+            _ => resp::integer(out, 0),
+        },
+        Shape::Sum => {
+            let sum = results
+                .iter()
+                .map(|r| match r {
+                    OpResult::Int(n) => *n,
+                    _ => 0,
+                })
+                .sum();
+            resp::integer(out, sum)
+        }
+        Shape::MultiGet => {
+            resp::array_header(out, results.len());
+            for r in &results {
+                match r {
+                    OpResult::Value(Some(Value::Lww(l))) => resp::bulk(out, &l.value),
+                    OpResult::Value(Some(Value::Counter(c))) => {
+                        resp::bulk(out, c.value().to_string().as_bytes())
+                    }
+                    _ => resp::null(out, v),
+                }
+            }
+        }
+        Shape::Ok => resp::simple(out, "OK"),
+        Shape::Members => match first {
+            Some(OpResult::Value(Some(value))) => match value {
+                Value::OrSet(s) => {
+                    resp::set_header(out, s.len(), v);
+                    for m in s.iter() {
+                        resp::bulk(out, m);
+                    }
+                }
+                Value::Set(s) => {
+                    resp::set_header(out, s.len(), v);
+                    for m in s.iter() {
+                        resp::bulk(out, m);
+                    }
+                }
+                Value::OrderedSet(s) => {
+                    resp::set_header(out, s.len(), v);
+                    for m in s.iter() {
+                        resp::bulk(out, m);
+                    }
+                }
+                other => write_error(out, &NodeError::wrong_type("a set", other.lattice_type())),
+            },
+            _ => resp::set_header(out, 0, v),
+        },
+        Shape::Type => match first {
+            Some(OpResult::Type(Some(t))) => resp::simple(out, redis_type_name(*t)),
+            _ => resp::simple(out, "none"),
+        },
+    }
+}
+
+/// The Redis type name of a lattice type (TYPE command): Redis's names where one fits.
+fn redis_type_name(t: LatticeType) -> &'static str {
+    match t {
+        LatticeType::Lww | LatticeType::Counter => "string",
+        LatticeType::OrSet | LatticeType::Set => "set",
+        LatticeType::OrderedSet => "zset",
+        LatticeType::Map => "hash",
+        other => other.name(),
+    }
+}

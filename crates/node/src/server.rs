@@ -1,0 +1,258 @@
+//! Starting and stopping a node.
+//!
+//! [`Node::start`] binds every port first (so a port in use is reported before anything
+//! runs), then starts one thread per worker. [`Node::shutdown`] asks every worker to stop:
+//! listeners close, connections finish the batch they are on, workers send their last
+//! gossip, and [`Node::join`] returns when all threads have exited.
+
+use std::fs::{File, OpenOptions};
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use placement::Ring;
+use tokio::sync::watch;
+
+use crate::config::NodeConfig;
+use crate::mesh::Mesh;
+use crate::shard::{Shard, ShardConfig};
+use crate::worker::{self, Shared, WorkerSetup};
+
+/// Most changeset keys before a worker gossips early.
+const MAX_CHANGESET_KEYS: usize = 65_536;
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A port could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The data directory could not be created or locked.
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Another process holds the data directory.
+    #[error("data directory {0} is in use by another latticekv process")]
+    DataDirLocked(PathBuf),
+    /// A worker thread could not be started.
+    #[error("cannot start a worker thread: {0}")]
+    Thread(std::io::Error),
+    /// The configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// The addresses a running node listens on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeAddresses {
+    /// Native front port (forwards to owners).
+    pub front: SocketAddr,
+    /// RESP port.
+    pub resp: SocketAddr,
+    /// Native port of each worker.
+    pub workers: Vec<SocketAddr>,
+}
+
+/// A running node.
+pub struct Node {
+    addresses: NodeAddresses,
+    stop: watch::Sender<bool>,
+    threads: Vec<JoinHandle<std::io::Result<()>>>,
+    /// Held (locked) for the node's lifetime.
+    _data_lock: Option<File>,
+}
+
+fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
+    let listener = TcpListener::bind(addr).map_err(|source| StartError::Bind { addr, source })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| StartError::Bind { addr, source })?;
+    Ok(listener)
+}
+
+fn local_addr(l: &TcpListener, addr: SocketAddr) -> Result<SocketAddr, StartError> {
+    l.local_addr()
+        .map_err(|source| StartError::Bind { addr, source })
+}
+
+fn lock_data_dir(path: &PathBuf) -> Result<File, StartError> {
+    let io = |source| StartError::DataDir {
+        path: path.clone(),
+        source,
+    };
+    std::fs::create_dir_all(path).map_err(io)?;
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path.join("LOCK"))
+        .map_err(io)?;
+    // SAFETY: flock on a file descriptor we own; failure is reported through the return value.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(StartError::DataDirLocked(path.clone()));
+    }
+    Ok(file)
+}
+
+/// Pins the calling thread to `cpu` (best effort).
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; sched_setaffinity reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            tracing::warn!(cpu, "could not pin worker thread");
+        }
+    }
+}
+
+impl Node {
+    /// Binds the node's ports and starts its workers.
+    pub fn start(config: NodeConfig) -> Result<Node, StartError> {
+        let workers = config.worker_count();
+        if workers > 1024 {
+            return Err(StartError::Config(format!(
+                "{workers} workers is more than the 1024 supported"
+            )));
+        }
+        if config.default_local_replication == 0 {
+            return Err(StartError::Config(
+                "default_local_replication must be at least 1".into(),
+            ));
+        }
+        let data_lock = config.data_dir.as_ref().map(lock_data_dir).transpose()?;
+
+        let front = bind(config.listen)?;
+        let front_addr = local_addr(&front, config.listen)?;
+        let resp = bind(config.resp)?;
+        let resp_addr = local_addr(&resp, config.resp)?;
+        let mut worker_listeners = Vec::with_capacity(workers);
+        let mut worker_addrs = Vec::with_capacity(workers);
+        for i in 0..workers {
+            let addr = match config.worker_listen {
+                Some(base) => offset(base, i as u16),
+                None if config.listen.port() == 0 => SocketAddr::new(config.listen.ip(), 0),
+                None => offset(front_addr, i as u16 + 1),
+            };
+            let l = bind(addr)?;
+            worker_addrs.push(local_addr(&l, addr)?);
+            worker_listeners.push(l);
+        }
+
+        let ring = Arc::new(Ring::<u32>::local(workers as u32, config.vnodes));
+        let (mesh, inboxes) = Mesh::new(workers);
+        let (stop, shutdown) = watch::channel(false);
+        let budget = (config.limits.memory_budget_bytes() / workers as u64) as usize;
+        let shared = Arc::new(Shared {
+            config: config.clone(),
+            mesh,
+            ring: ring.clone(),
+            worker_addrs: worker_addrs.clone(),
+            front_addr,
+            resp_addr,
+            started: Instant::now(),
+            connections: AtomicUsize::new(0),
+            shutdown,
+        });
+
+        let mut shared_listeners = Some((front, resp));
+        let mut threads = Vec::with_capacity(workers);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for (i, (inbox, listener)) in inboxes.into_iter().zip(worker_listeners).enumerate() {
+            let shard = Shard::new(
+                ShardConfig {
+                    worker: i as u32,
+                    default_local_replication: config.default_local_replication,
+                    limits: config.limits,
+                    memory_budget: budget,
+                    max_changeset_keys: MAX_CHANGESET_KEYS,
+                },
+                ring.clone(),
+            );
+            let setup = WorkerSetup {
+                shared: shared.clone(),
+                worker: i as u32,
+                shard,
+                inbox,
+                listener,
+                shared_listeners: shared_listeners.take(),
+            };
+            let pin = config.pin_workers.then_some(i % cores);
+            let thread = std::thread::Builder::new()
+                .name(format!("lkv-worker-{i}"))
+                .spawn(move || {
+                    if let Some(cpu) = pin {
+                        pin_to_cpu(cpu);
+                    }
+                    worker::run(setup)
+                })
+                .map_err(StartError::Thread)?;
+            threads.push(thread);
+        }
+        Ok(Node {
+            addresses: NodeAddresses {
+                front: front_addr,
+                resp: resp_addr,
+                workers: worker_addrs,
+            },
+            stop,
+            threads,
+            _data_lock: data_lock,
+        })
+    }
+
+    /// Where the node listens.
+    pub fn addresses(&self) -> &NodeAddresses {
+        &self.addresses
+    }
+
+    /// Asks every worker to stop (returns at once; see [`join`](Self::join)).
+    pub fn shutdown(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    /// Waits for every worker thread to exit. Returns the first worker error, if any.
+    pub fn join(self) -> std::io::Result<()> {
+        let mut result = Ok(());
+        for t in self.threads {
+            match t.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    if result.is_ok() {
+                        result = Err(e);
+                    }
+                }
+                Err(_) => {
+                    if result.is_ok() {
+                        result = Err(std::io::Error::other("a worker thread panicked"));
+                    }
+                }
+            }
+        }
+        result
+    }
+
+    /// Stops the node and waits for it.
+    pub fn stop(self) -> std::io::Result<()> {
+        self.shutdown();
+        self.join()
+    }
+}
+
+fn offset(addr: SocketAddr, by: u16) -> SocketAddr {
+    SocketAddr::new(addr.ip(), addr.port().saturating_add(by))
+}
