@@ -1,0 +1,507 @@
+//! The typed client API.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use lattice::{Blob, Value};
+use wire::convert::{value_from_pb, value_to_pb};
+use wire::pb::{self, request::Op as ReqOp, response::Result as RespResult};
+
+use crate::connection::Connection;
+use crate::error::ClientError;
+use crate::routing::Layout;
+
+/// Client settings.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// Time allowed for one request, including redirects. Default: 10 s.
+    pub timeout: Duration,
+    /// Most topology refreshes for one request before giving up. Default: 3.
+    pub max_redirects: usize,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            timeout: Duration::from_secs(10),
+            max_redirects: 3,
+        }
+    }
+}
+
+/// When an LWW assignment applies (as judged by the replica receiving it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Condition {
+    /// Always.
+    Always,
+    /// Only if the key does not exist (Redis `SET NX`).
+    IfAbsent,
+    /// Only if the key exists (Redis `SET XX`).
+    IfPresent,
+}
+
+struct Inner {
+    /// The node's front address (topology, status, fallback).
+    front: String,
+    options: ClientOptions,
+    layout: RwLock<Arc<Layout>>,
+    /// Open connections by address. The lock is never held across an `.await`.
+    connections: Mutex<HashMap<String, Connection>>,
+    next_id: AtomicU64,
+}
+
+/// A latticekv client. Cheap to clone; clones share connections and the layout.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+fn bytes_of(b: impl AsRef<[u8]>) -> Bytes {
+    Bytes::copy_from_slice(b.as_ref())
+}
+
+impl Client {
+    /// Connects to a node's front address (`host:port`) with default options.
+    pub async fn connect(addr: &str) -> Result<Client, ClientError> {
+        Self::connect_with(addr, ClientOptions::default()).await
+    }
+
+    /// Connects with explicit options.
+    pub async fn connect_with(addr: &str, options: ClientOptions) -> Result<Client, ClientError> {
+        let inner = Arc::new(Inner {
+            front: addr.to_string(),
+            options,
+            layout: RwLock::new(Arc::new(Layout::from_topology(&pb::Topology::default()))),
+            connections: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+        });
+        let client = Client { inner };
+        client.refresh_topology().await?;
+        Ok(client)
+    }
+
+    /// The node's layout as last fetched.
+    pub fn layout(&self) -> Arc<Layout> {
+        self.inner
+            .layout
+            .read()
+            .map(|l| l.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Fetches the node's topology again (after a redirect or a replication change).
+    pub async fn refresh_topology(&self) -> Result<pb::Topology, ClientError> {
+        let front = self.inner.front.clone();
+        let topology = match self
+            .call_at(&front, ReqOp::Topology(pb::GetTopology {}))
+            .await?
+        {
+            RespResult::Topology(t) => t,
+            other => return Err(unexpected(&other)),
+        };
+        let layout = Arc::new(Layout::from_topology(&topology));
+        match self.inner.layout.write() {
+            Ok(mut l) => *l = layout,
+            Err(p) => *p.into_inner() = layout,
+        }
+        Ok(topology)
+    }
+
+    async fn connection(&self, addr: &str) -> Result<Connection, ClientError> {
+        if let Ok(conns) = self.inner.connections.lock() {
+            if let Some(c) = conns.get(addr) {
+                if !c.is_broken() {
+                    return Ok(c.clone());
+                }
+            }
+        }
+        let c = Connection::open(addr).await?;
+        if let Ok(mut conns) = self.inner.connections.lock() {
+            // Another task may have connected meanwhile; keep one.
+            match conns.get(addr) {
+                Some(existing) if !existing.is_broken() => return Ok(existing.clone()),
+                _ => {
+                    conns.insert(addr.to_string(), c.clone());
+                }
+            }
+        }
+        Ok(c)
+    }
+
+    /// Sends one request to `addr` and returns its result (server errors as `Err`).
+    async fn call_at(&self, addr: &str, op: ReqOp) -> Result<RespResult, ClientError> {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let req = pb::Request { id, op: Some(op) };
+        let conn = self.connection(addr).await?;
+        let resp = tokio::time::timeout(self.inner.options.timeout, conn.call(req))
+            .await
+            .map_err(|_| ClientError::Timeout)??;
+        match resp.result {
+            Some(RespResult::Error(e)) => Err(ClientError::from_pb(e)),
+            Some(r) => Ok(r),
+            None => Err(ClientError::Protocol("response without a result".into())),
+        }
+    }
+
+    /// Sends a single-key request to a worker holding `key`, following redirects.
+    async fn call_key(&self, key: &[u8], op: ReqOp) -> Result<RespResult, ClientError> {
+        let mut redirects = 0;
+        let mut target: Option<String> = None;
+        loop {
+            let addr = match target.take() {
+                Some(a) => a,
+                None => self.addr_for(key),
+            };
+            match self.call_at(&addr, op.clone()).await {
+                Err(e) if e.is_redirect() && redirects < self.inner.options.max_redirects => {
+                    redirects += 1;
+                    if let ClientError::Server { redirect, .. } = &e {
+                        target = redirect.first().cloned();
+                    }
+                    // A failed refresh is not fatal: the redirect address is still good.
+                    let _ = self.refresh_topology().await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn addr_for(&self, key: &[u8]) -> String {
+        let layout = self.layout();
+        layout
+            .worker_for(key)
+            .and_then(|w| layout.addr(w))
+            .map(str::to_string)
+            .unwrap_or_else(|| self.inner.front.clone())
+    }
+
+    // ---- generic lattice operations --------------------------------------------------------
+
+    /// Reads `key`: its lattice value, or `None` if it does not exist.
+    pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>, ClientError> {
+        let key = key.as_ref();
+        let op = ReqOp::Get(pb::Get { key: bytes_of(key) });
+        match self.call_key(key, op).await? {
+            RespResult::Get(g) => decode_value(g),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Merges `value` into `key` (creating it). Writing another type than the key holds is
+    /// a `WRONG_TYPE` server error.
+    pub async fn put(&self, key: impl AsRef<[u8]>, value: Value) -> Result<(), ClientError> {
+        let key = key.as_ref();
+        let op = ReqOp::Put(pb::Put {
+            key: bytes_of(key),
+            value: Some(value_to_pb(&value)),
+        });
+        self.call_key(key, op).await.map(|_| ())
+    }
+
+    /// Deletes `key`; true if it existed.
+    pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<bool, ClientError> {
+        let key = key.as_ref();
+        let op = ReqOp::Delete(pb::Delete { key: bytes_of(key) });
+        Ok(ack(self.call_key(key, op).await?)? > 0)
+    }
+
+    /// Reads several keys with one request per worker involved; values in key order.
+    pub async fn get_many<K: AsRef<[u8]>>(
+        &self,
+        keys: &[K],
+    ) -> Result<Vec<Option<Value>>, ClientError> {
+        let groups = self.group(keys.iter().map(|k| k.as_ref()));
+        let mut out: Vec<Option<Value>> = vec![None; keys.len()];
+        let calls = groups.into_iter().map(|(addr, positions)| {
+            let op = ReqOp::GetMany(pb::GetMany {
+                keys: positions.iter().map(|&i| bytes_of(&keys[i])).collect(),
+            });
+            async move { (positions, self.call_at(&addr, op).await) }
+        });
+        for (positions, result) in join_all(calls).await {
+            let results = multi(result?, positions.len())?;
+            for (i, r) in positions.into_iter().zip(results) {
+                out[i] = match r {
+                    KeyOutcome::Get(g) => decode_value(g)?,
+                    KeyOutcome::Error(e) if e.is_redirect() => self.get(&keys[i]).await?,
+                    KeyOutcome::Error(e) => return Err(e),
+                    KeyOutcome::Ack => return Err(ClientError::Protocol("ack to a read".into())),
+                };
+            }
+        }
+        Ok(out)
+    }
+
+    /// Merges several values with one request per worker involved.
+    pub async fn put_many<K: AsRef<[u8]>>(&self, items: &[(K, Value)]) -> Result<(), ClientError> {
+        let groups = self.group(items.iter().map(|(k, _)| k.as_ref()));
+        let calls = groups.into_iter().map(|(addr, positions)| {
+            let op = ReqOp::PutMany(pb::PutMany {
+                puts: positions
+                    .iter()
+                    .map(|&i| pb::Put {
+                        key: bytes_of(&items[i].0),
+                        value: Some(value_to_pb(&items[i].1)),
+                    })
+                    .collect(),
+            });
+            async move { (positions, self.call_at(&addr, op).await) }
+        });
+        for (positions, result) in join_all(calls).await {
+            let results = multi(result?, positions.len())?;
+            for (i, r) in positions.into_iter().zip(results) {
+                match r {
+                    KeyOutcome::Error(e) if e.is_redirect() => {
+                        self.put(&items[i].0, items[i].1.clone()).await?
+                    }
+                    KeyOutcome::Error(e) => return Err(e),
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Groups key positions by the address of the worker holding each key.
+    fn group<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) -> Vec<(String, Vec<usize>)> {
+        let layout = self.layout();
+        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+        for (i, key) in keys.enumerate() {
+            let addr = layout
+                .worker_for(key)
+                .and_then(|w| layout.addr(w))
+                .unwrap_or(&self.inner.front);
+            match groups.iter_mut().find(|(a, _)| a == addr) {
+                Some((_, positions)) => positions.push(i),
+                None => groups.push((addr.to_string(), vec![i])),
+            }
+        }
+        groups
+    }
+
+    // ---- typed operations --------------------------------------------------------------
+
+    async fn update(&self, key: &[u8], op: pb::update::Op) -> Result<i64, ClientError> {
+        let req = ReqOp::Update(pb::Update {
+            key: bytes_of(key),
+            op: Some(op),
+        });
+        ack(self.call_key(key, req).await?)
+    }
+
+    /// Sets an LWW register, timestamped by the worker's clock.
+    pub async fn assign(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+    ) -> Result<(), ClientError> {
+        self.assign_if(key, value, Condition::Always)
+            .await
+            .map(|_| ())
+    }
+
+    /// Sets an LWW register under a condition; true if it was written.
+    pub async fn assign_if(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        condition: Condition,
+    ) -> Result<bool, ClientError> {
+        let condition = match condition {
+            Condition::Always => pb::update::Condition::Always,
+            Condition::IfAbsent => pb::update::Condition::IfAbsent,
+            Condition::IfPresent => pb::update::Condition::IfPresent,
+        };
+        let op = pb::update::Op::Assign(pb::update::Assign {
+            value: bytes_of(value),
+            condition: condition as i32,
+        });
+        Ok(self.update(key.as_ref(), op).await? > 0)
+    }
+
+    /// Reads an LWW register's bytes (`None` if absent).
+    pub async fn get_lww(&self, key: impl AsRef<[u8]>) -> Result<Option<Blob>, ClientError> {
+        match self.get(key).await? {
+            None => Ok(None),
+            Some(Value::Lww(l)) => Ok(Some(l.value)),
+            Some(v) => Err(type_error("lww", &v)),
+        }
+    }
+
+    /// Adds members to an OR-set; returns how many were new.
+    pub async fn set_add<I, M>(&self, key: impl AsRef<[u8]>, members: I) -> Result<u64, ClientError>
+    where
+        I: IntoIterator<Item = M>,
+        M: AsRef<[u8]>,
+    {
+        let op = pb::update::Op::SetAdd(pb::update::SetAdd {
+            members: members.into_iter().map(bytes_of).collect(),
+        });
+        Ok(self.update(key.as_ref(), op).await?.max(0) as u64)
+    }
+
+    /// Removes members from an OR-set (observed-remove); returns how many were present.
+    pub async fn set_remove<I, M>(
+        &self,
+        key: impl AsRef<[u8]>,
+        members: I,
+    ) -> Result<u64, ClientError>
+    where
+        I: IntoIterator<Item = M>,
+        M: AsRef<[u8]>,
+    {
+        let op = pb::update::Op::SetRemove(pb::update::SetRemove {
+            members: members.into_iter().map(bytes_of).collect(),
+        });
+        Ok(self.update(key.as_ref(), op).await?.max(0) as u64)
+    }
+
+    /// Members of a set (OR-set, grow-only set or ordered set), sorted.
+    pub async fn set_members(&self, key: impl AsRef<[u8]>) -> Result<Vec<Blob>, ClientError> {
+        match self.get(key).await? {
+            None => Ok(Vec::new()),
+            Some(Value::OrSet(s)) => Ok(s.iter().cloned().collect()),
+            Some(Value::Set(s)) => Ok(s.iter().cloned().collect()),
+            Some(Value::OrderedSet(s)) => Ok(s.iter().cloned().collect()),
+            Some(v) => Err(type_error("a set", &v)),
+        }
+    }
+
+    /// Adds `delta` to a PN-counter; returns its new value.
+    pub async fn counter_add(&self, key: impl AsRef<[u8]>, delta: i64) -> Result<i64, ClientError> {
+        let op = pb::update::Op::CounterAdd(pb::update::CounterAdd { delta });
+        self.update(key.as_ref(), op).await
+    }
+
+    /// A PN-counter's value (0 if absent).
+    pub async fn counter_get(&self, key: impl AsRef<[u8]>) -> Result<i64, ClientError> {
+        match self.get(key).await? {
+            None => Ok(0),
+            Some(Value::Counter(c)) => i64::try_from(c.value())
+                .map_err(|_| ClientError::Protocol("counter outside the i64 range".into())),
+            Some(v) => Err(type_error("counter", &v)),
+        }
+    }
+
+    /// Sets how many workers of the node hold `key` (its local replication).
+    pub async fn set_replication(
+        &self,
+        key: impl AsRef<[u8]>,
+        local: u32,
+    ) -> Result<(), ClientError> {
+        let op = ReqOp::SetReplication(pb::SetReplication {
+            key: bytes_of(key),
+            global: 1,
+            local,
+        });
+        let front = self.inner.front.clone();
+        self.call_at(&front, op).await?;
+        self.refresh_topology().await.map(|_| ())
+    }
+
+    /// The node's statistics.
+    pub async fn status(&self) -> Result<pb::Status, ClientError> {
+        let front = self.inner.front.clone();
+        match self
+            .call_at(&front, ReqOp::Status(pb::GetStatus {}))
+            .await?
+        {
+            RespResult::Status(s) => Ok(s),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Round trip to the front port.
+    pub async fn ping(&self) -> Result<(), ClientError> {
+        let front = self.inner.front.clone();
+        self.call_at(&front, ReqOp::Ping(pb::Ping {}))
+            .await
+            .map(|_| ())
+    }
+}
+
+fn type_error(expected: &'static str, v: &Value) -> ClientError {
+    ClientError::UnexpectedType {
+        expected,
+        found: v.lattice_type(),
+    }
+}
+
+fn unexpected(r: &RespResult) -> ClientError {
+    ClientError::Protocol(format!("unexpected response {r:?}"))
+}
+
+fn decode_value(g: pb::GetResult) -> Result<Option<Value>, ClientError> {
+    g.value
+        .as_ref()
+        .map(value_from_pb)
+        .transpose()
+        .map_err(|e| ClientError::Protocol(e.to_string()))
+}
+
+fn ack(r: RespResult) -> Result<i64, ClientError> {
+    match r {
+        RespResult::Ack(a) => Ok(a.count),
+        other => Err(unexpected(&other)),
+    }
+}
+
+enum KeyOutcome {
+    Get(pb::GetResult),
+    Ack,
+    Error(ClientError),
+}
+
+fn multi(r: RespResult, expected: usize) -> Result<Vec<KeyOutcome>, ClientError> {
+    let RespResult::Multi(m) = r else {
+        return Err(unexpected(&r));
+    };
+    if m.results.len() != expected {
+        return Err(ClientError::Protocol(format!(
+            "{} results for {expected} keys",
+            m.results.len()
+        )));
+    }
+    m.results
+        .into_iter()
+        .map(|k| match k.result {
+            Some(pb::key_result::Result::Get(g)) => Ok(KeyOutcome::Get(g)),
+            Some(pb::key_result::Result::Ack(_)) => Ok(KeyOutcome::Ack),
+            Some(pb::key_result::Result::Error(e)) => {
+                Ok(KeyOutcome::Error(ClientError::from_pb(e)))
+            }
+            None => Err(ClientError::Protocol("empty key result".into())),
+        })
+        .collect()
+}
+
+/// Runs futures concurrently on the current task and collects their outputs in order.
+async fn join_all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let futures: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    let mut futures: Vec<_> = futures.into_iter().map(Some).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (slot, out) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if let Some(f) = slot {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => {
+                        *out = Some(v);
+                        *slot = None;
+                    }
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}

@@ -1,0 +1,189 @@
+//! One pipelined connection to one address.
+//!
+//! Callers hand requests to a writer task through a bounded channel; the writer sends every
+//! request it has queued with one write and passes the reply slots, in order, to the reader
+//! task, which matches responses (the server answers in request order, and each response's
+//! id is checked). Any I/O error fails every request in flight on this connection; the next
+//! request opens a new connection.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use wire::frame::{self, HEADER_LEN};
+use wire::pb;
+
+use crate::error::ClientError;
+
+/// Requests queued for the writer (per connection).
+const QUEUE: usize = 1024;
+/// Requests written but not yet answered (per connection).
+const IN_FLIGHT: usize = 4096;
+/// Largest response frame accepted.
+const MAX_FRAME: usize = 64 * 1024 * 1024;
+
+type Reply = oneshot::Sender<Result<pb::Response, ClientError>>;
+
+/// A handle to a connection; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Connection {
+    addr: String,
+    calls: mpsc::Sender<(pb::Request, Reply)>,
+    broken: Arc<AtomicBool>,
+}
+
+impl Connection {
+    /// Connects to `addr` and starts the connection's tasks.
+    pub async fn open(addr: &str) -> Result<Connection, ClientError> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|source| ClientError::Connect {
+                addr: addr.to_string(),
+                source,
+            })?;
+        let _ = stream.set_nodelay(true);
+        let (read, write) = stream.into_split();
+        let (calls, calls_rx) = mpsc::channel(QUEUE);
+        let (order_tx, order_rx) = mpsc::channel(IN_FLIGHT);
+        let broken = Arc::new(AtomicBool::new(false));
+        tokio::spawn(writer(
+            write,
+            calls_rx,
+            order_tx,
+            broken.clone(),
+            addr.to_string(),
+        ));
+        tokio::spawn(reader(read, order_rx, broken.clone(), addr.to_string()));
+        Ok(Connection {
+            addr: addr.to_string(),
+            calls,
+            broken,
+        })
+    }
+
+    /// The address this connection talks to.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// True once the connection failed; it should be replaced.
+    pub fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::Relaxed) || self.calls.is_closed()
+    }
+
+    /// Sends `req` and waits for its response.
+    pub async fn call(&self, req: pb::Request) -> Result<pb::Response, ClientError> {
+        let (tx, rx) = oneshot::channel();
+        let lost = || ClientError::ConnectionLost {
+            addr: self.addr.clone(),
+            reason: "connection closed".into(),
+        };
+        self.calls.send((req, tx)).await.map_err(|_| lost())?;
+        rx.await.map_err(|_| lost())?
+    }
+}
+
+async fn writer(
+    mut stream: tokio::net::tcp::OwnedWriteHalf,
+    mut calls: mpsc::Receiver<(pb::Request, Reply)>,
+    order: mpsc::Sender<(u64, Reply)>,
+    broken: Arc<AtomicBool>,
+    addr: String,
+) {
+    let mut out = Vec::with_capacity(16 * 1024);
+    while let Some((req, reply)) = calls.recv().await {
+        let mut batch = vec![(req, reply)];
+        while batch.len() < 256 {
+            match calls.try_recv() {
+                Ok(call) => batch.push(call),
+                Err(_) => break,
+            }
+        }
+        out.clear();
+        let mut slots = Vec::with_capacity(batch.len());
+        for (req, reply) in batch {
+            frame::encode(&req, &mut out);
+            slots.push((req.id, reply));
+        }
+        for slot in slots {
+            if let Err(mpsc::error::SendError((_, reply))) = order.send(slot).await {
+                let _ = reply.send(Err(ClientError::ConnectionLost {
+                    addr: addr.clone(),
+                    reason: "reader stopped".into(),
+                }));
+            }
+        }
+        if stream.write_all(&out).await.is_err() {
+            // Callers waiting on this connection get an error from the reader when the
+            // connection closes, or time out.
+            broken.store(true, Ordering::Relaxed);
+            return;
+        }
+    }
+}
+
+async fn reader(
+    mut stream: tokio::net::tcp::OwnedReadHalf,
+    mut order: mpsc::Receiver<(u64, Reply)>,
+    broken: Arc<AtomicBool>,
+    addr: String,
+) {
+    let mut buf = BytesMut::with_capacity(16 * 1024);
+    let failure = 'read: loop {
+        // Deliver every complete response in the buffer.
+        loop {
+            match frame::frame_len(&buf, MAX_FRAME) {
+                Ok(None) => break,
+                Err(e) => {
+                    broken.store(true, Ordering::Relaxed);
+                    fail_all(&mut order, &addr, &e.to_string()).await;
+                    return;
+                }
+                Ok(Some(len)) => {
+                    let body = buf.split_to(HEADER_LEN + len).freeze().slice(HEADER_LEN..);
+                    let resp = match pb::Response::decode(body) {
+                        Ok(r) => r,
+                        Err(e) => break 'read format!("undecodable response: {e}"),
+                    };
+                    let Some((id, reply)) = order.recv().await else {
+                        return;
+                    };
+                    if resp.id != id {
+                        let msg = match resp.result {
+                            Some(pb::response::Result::Error(e)) => {
+                                format!("server error for an unknown request: {}", e.message)
+                            }
+                            _ => format!("response id {} does not match request {id}", resp.id),
+                        };
+                        let _ = reply.send(Err(ClientError::Protocol(msg.clone())));
+                        broken.store(true, Ordering::Relaxed);
+                        fail_all(&mut order, &addr, &msg).await;
+                        return;
+                    }
+                    let _ = reply.send(Ok(resp));
+                }
+            }
+        }
+        match stream.read_buf(&mut buf).await {
+            Ok(0) => break 'read "closed by the server".to_string(),
+            Ok(_) => {}
+            Err(e) => break 'read e.to_string(),
+        }
+    };
+    broken.store(true, Ordering::Relaxed);
+    fail_all(&mut order, &addr, &failure).await;
+}
+
+async fn fail_all(order: &mut mpsc::Receiver<(u64, Reply)>, addr: &str, reason: &str) {
+    order.close();
+    while let Some((_, reply)) = order.recv().await {
+        let _ = reply.send(Err(ClientError::ConnectionLost {
+            addr: addr.to_string(),
+            reason: reason.to_string(),
+        }));
+    }
+}
