@@ -1,0 +1,274 @@
+//! Client commands: `get`, `put`, `del`, `replicate`, `status`.
+
+use std::io::Write;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use client::{Client, Condition};
+use lattice::{
+    Bool, CausalWriter, LatticeType, Max, Min, OrderedSet, Priority, Set, SingleKeyCausal, Value,
+};
+
+/// Where client commands find the node.
+#[derive(Args, Debug)]
+pub struct Target {
+    /// Address of the node's native front port.
+    #[arg(long, env = "LATTICEKV_ADDR", default_value = "127.0.0.1:7700")]
+    addr: String,
+}
+
+/// `latticekv get KEY`
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The key.
+    key: String,
+}
+
+/// `latticekv put KEY VALUE… [--type T]`
+#[derive(Args, Debug)]
+pub struct PutArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The key.
+    key: String,
+    /// The value; several for set types (members).
+    #[arg(required = true, allow_negative_numbers = true)]
+    values: Vec<String>,
+    /// Lattice type: lww, set, orset, ordered-set, counter, max, min, bool, priority, causal.
+    #[arg(long = "type", short = 't', default_value = "lww")]
+    lattice: String,
+    /// Priority, for `--type priority` (the lowest wins).
+    #[arg(long)]
+    priority: Option<f64>,
+    /// For lww: only write if the key does not exist.
+    #[arg(long, conflicts_with = "xx")]
+    nx: bool,
+    /// For lww: only write if the key exists.
+    #[arg(long)]
+    xx: bool,
+}
+
+/// `latticekv del KEY…`
+#[derive(Args, Debug)]
+pub struct DelArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Keys to delete.
+    #[arg(required = true)]
+    keys: Vec<String>,
+}
+
+/// `latticekv replicate KEY --local N`
+#[derive(Args, Debug)]
+pub struct ReplicateArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The key.
+    key: String,
+    /// Number of workers of the node holding the key.
+    #[arg(long)]
+    local: u32,
+}
+
+/// `latticekv status`
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    target: Target,
+}
+
+/// Runs a client command on a small runtime; returns the process exit code.
+pub fn block_on(f: impl std::future::Future<Output = Result<i32>>) -> Result<i32> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(f)
+}
+
+async fn connect(t: &Target) -> Result<Client> {
+    Client::connect(&t.addr)
+        .await
+        .with_context(|| format!("connecting to {}", t.addr))
+}
+
+fn print_value(out: &mut impl Write, value: &Value) -> std::io::Result<()> {
+    match value {
+        Value::Lww(l) => {
+            out.write_all(&l.value)?;
+            writeln!(out)
+        }
+        Value::Counter(c) => writeln!(out, "{}", c.value()),
+        Value::Max(Max(n)) | Value::Min(Min(n)) => writeln!(out, "{n}"),
+        Value::Bool(Bool(b)) => writeln!(out, "{b}"),
+        Value::Priority(p) => {
+            out.write_all(&p.value)?;
+            writeln!(out, "\t(priority {})", p.priority)
+        }
+        Value::Set(s) => s.iter().try_for_each(|m| member(out, m)),
+        Value::OrderedSet(s) => s.iter().try_for_each(|m| member(out, m)),
+        Value::OrSet(s) => s.iter().try_for_each(|m| member(out, m)),
+        Value::SingleKeyCausal(c) => c.values().try_for_each(|v| member(out, v)),
+        Value::MultiKeyCausal(c) => c.values().try_for_each(|v| member(out, v)),
+        Value::Map(m) => m.iter().try_for_each(|(k, v)| {
+            out.write_all(k)?;
+            write!(out, " = ")?;
+            print_value(out, v)
+        }),
+    }
+}
+
+fn member(out: &mut impl Write, m: &[u8]) -> std::io::Result<()> {
+    out.write_all(m)?;
+    writeln!(out)
+}
+
+/// `get`: prints the value; exit code 1 if the key does not exist.
+pub async fn get(args: GetArgs) -> Result<i32> {
+    let c = connect(&args.target).await?;
+    match c.get(&args.key).await? {
+        Some(v) => {
+            let mut out = std::io::stdout().lock();
+            print_value(&mut out, &v)?;
+            Ok(0)
+        }
+        None => {
+            eprintln!("(not found)");
+            Ok(1)
+        }
+    }
+}
+
+fn parse_int(s: &str) -> Result<i64> {
+    s.parse()
+        .map_err(|_| anyhow!("{s:?} is not a 64-bit integer"))
+}
+
+/// `put`: writes according to `--type`; prints what the write returns, if anything.
+pub async fn put(args: PutArgs) -> Result<i32> {
+    let ty = LatticeType::from_name(&args.lattice).ok_or_else(|| {
+        let names: Vec<_> = LatticeType::ALL.iter().map(|t| t.name()).collect();
+        anyhow!(
+            "unknown type {:?}; one of {}",
+            args.lattice,
+            names.join(", ")
+        )
+    })?;
+    let single = || -> Result<&String> {
+        match args.values.as_slice() {
+            [v] => Ok(v),
+            _ => bail!("--type {} takes exactly one value", ty.name()),
+        }
+    };
+    let c = connect(&args.target).await?;
+    let key = &args.key;
+    match ty {
+        LatticeType::Lww => {
+            let condition = if args.nx {
+                Condition::IfAbsent
+            } else if args.xx {
+                Condition::IfPresent
+            } else {
+                Condition::Always
+            };
+            if !c.assign_if(key, single()?, condition).await? {
+                eprintln!("not written (condition not met)");
+                return Ok(1);
+            }
+        }
+        LatticeType::OrSet => {
+            let added = c.set_add(key, &args.values).await?;
+            println!("{added}");
+        }
+        LatticeType::Set => {
+            let set: Set<_> = args.values.iter().map(|v| v.as_bytes().into()).collect();
+            c.put(key, Value::Set(set)).await?;
+        }
+        LatticeType::OrderedSet => {
+            let set: OrderedSet<_> = args.values.iter().map(|v| v.as_bytes().into()).collect();
+            c.put(key, Value::OrderedSet(set)).await?;
+        }
+        LatticeType::Counter => {
+            let n = c.counter_add(key, parse_int(single()?)?).await?;
+            println!("{n}");
+        }
+        LatticeType::Max => c.put(key, Value::Max(Max(parse_int(single()?)?))).await?,
+        LatticeType::Min => c.put(key, Value::Min(Min(parse_int(single()?)?))).await?,
+        LatticeType::Bool => {
+            let b: bool = single()?
+                .parse()
+                .map_err(|_| anyhow!("a bool is `true` or `false`"))?;
+            c.put(key, Value::Bool(Bool(b))).await?
+        }
+        LatticeType::Priority => {
+            let priority = args
+                .priority
+                .ok_or_else(|| anyhow!("--type priority needs --priority"))?;
+            let value = single()?.as_bytes().into();
+            c.put(key, Value::Priority(Priority { priority, value }))
+                .await?
+        }
+        LatticeType::SingleKeyCausal => {
+            // Read-modify-write: the new version dominates what this client read.
+            let read = match c.get(key).await? {
+                Some(Value::SingleKeyCausal(v)) => v.clock(),
+                Some(other) => bail!("key holds a {} value", other.lattice_type()),
+                None => Default::default(),
+            };
+            let mut writer = CausalWriter::new(fastrand::u64(..));
+            let clock = writer.next_clock(&read);
+            let value = SingleKeyCausal::new(clock, single()?.as_bytes().into());
+            c.put(key, Value::SingleKeyCausal(value)).await?
+        }
+        LatticeType::Map | LatticeType::MultiKeyCausal => {
+            bail!(
+                "--type {} is not writable from the CLI; use a client library",
+                ty.name()
+            )
+        }
+    }
+    Ok(0)
+}
+
+/// `del`: prints the number of keys that existed.
+pub async fn del(args: DelArgs) -> Result<i32> {
+    let c = connect(&args.target).await?;
+    let mut n = 0;
+    for key in &args.keys {
+        n += c.delete(key).await? as u64;
+    }
+    println!("{n}");
+    Ok(0)
+}
+
+/// `replicate`: sets a key's local replication.
+pub async fn replicate(args: ReplicateArgs) -> Result<i32> {
+    let c = connect(&args.target).await?;
+    c.set_replication(&args.key, args.local).await?;
+    println!("OK");
+    Ok(0)
+}
+
+/// `status`: one line per worker and totals.
+pub async fn status(args: StatusArgs) -> Result<i32> {
+    let c = connect(&args.target).await?;
+    let s = c.status().await?;
+    println!("node      {} (latticekv {})", s.node_id, s.version);
+    println!("uptime    {} s", s.uptime_seconds);
+    println!("native    {}", s.front_address);
+    println!("resp      {}", s.resp_address);
+    println!(
+        "memory    {} of {} bytes budget",
+        s.workers.iter().map(|w| w.memory_bytes).sum::<u64>(),
+        s.memory_budget_bytes
+    );
+    println!("worker  address               keys       memory       requests  connections");
+    for w in &s.workers {
+        println!(
+            "{:<7} {:<21} {:<10} {:<12} {:<9} {}",
+            w.worker, w.address, w.keys, w.memory_bytes, w.requests, w.connections
+        );
+    }
+    Ok(0)
+}

@@ -1,0 +1,54 @@
+//! `latticekv`: run a node (`local`), or talk to one (`get`, `put`, `del`, `status`, …).
+//!
+//! Configuration of `local` comes from, in increasing precedence: defaults, a TOML file
+//! (`--config`), `LATTICEKV_*` environment variables, flags (see `docs/configuration.md`).
+//! Client commands find the node at `--addr`, else `LATTICEKV_ADDR`, else `127.0.0.1:7700`.
+
+mod commands;
+mod config;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+/// latticekv: a coordination-free key-value store of lattices.
+#[derive(Parser, Debug)]
+#[command(name = "latticekv", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the embedded default: one node with all its ports, in the foreground.
+    Local(config::LocalArgs),
+    /// Read a key and print its value.
+    Get(commands::GetArgs),
+    /// Write a value (merged into the key's lattice).
+    Put(commands::PutArgs),
+    /// Delete keys.
+    Del(commands::DelArgs),
+    /// Set how many workers of the node hold a key (its local replication).
+    Replicate(commands::ReplicateArgs),
+    /// Show the node's workers, keys and memory.
+    Status(commands::StatusArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result: Result<i32> = match cli.command {
+        Command::Local(args) => config::run_local(args).map(|()| 0),
+        Command::Get(args) => commands::block_on(commands::get(args)),
+        Command::Put(args) => commands::block_on(commands::put(args)),
+        Command::Del(args) => commands::block_on(commands::del(args)),
+        Command::Replicate(args) => commands::block_on(commands::replicate(args)),
+        Command::Status(args) => commands::block_on(commands::status(args)),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}

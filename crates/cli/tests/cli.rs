@@ -1,0 +1,118 @@
+//! The CLI against a real `latticekv local`: put/get of every CLI-writable type, delete,
+//! wrong types, status, and clean shutdown on SIGINT/SIGTERM.
+
+mod common;
+
+use common::{NodeProc, SIGINT, SIGTERM};
+
+#[test]
+fn put_get_del_with_the_cli() {
+    let node = NodeProc::start(&["--workers", "2"]);
+
+    node.cli_ok(&["put", "greeting", "hello"]);
+    assert_eq!(node.cli_ok(&["get", "greeting"]), "hello\n");
+
+    assert_eq!(
+        node.cli_ok(&["put", "visits", "5", "--type", "counter"]),
+        "5\n"
+    );
+    assert_eq!(
+        node.cli_ok(&["put", "visits", "-2", "-t", "counter"]),
+        "3\n"
+    );
+    assert_eq!(node.cli_ok(&["get", "visits"]), "3\n");
+
+    assert_eq!(
+        node.cli_ok(&["put", "tags", "b", "a", "b", "--type", "orset"]),
+        "2\n"
+    );
+    assert_eq!(node.cli_ok(&["get", "tags"]), "a\nb\n");
+
+    node.cli_ok(&["put", "high", "7", "-t", "max"]);
+    node.cli_ok(&["put", "high", "3", "-t", "max"]);
+    assert_eq!(node.cli_ok(&["get", "high"]), "7\n");
+
+    node.cli_ok(&["put", "low", "7", "-t", "min"]);
+    node.cli_ok(&["put", "low", "3", "-t", "min"]);
+    assert_eq!(node.cli_ok(&["get", "low"]), "3\n");
+
+    node.cli_ok(&["put", "flag", "false", "-t", "bool"]);
+    node.cli_ok(&["put", "flag", "true", "-t", "bool"]);
+    node.cli_ok(&["put", "flag", "false", "-t", "bool"]);
+    assert_eq!(node.cli_ok(&["get", "flag"]), "true\n");
+
+    node.cli_ok(&["put", "grow", "x", "y", "-t", "set"]);
+    node.cli_ok(&["put", "grow", "z", "-t", "set"]);
+    assert_eq!(node.cli_ok(&["get", "grow"]), "x\ny\nz\n");
+
+    node.cli_ok(&["put", "job", "later", "-t", "priority", "--priority", "5"]);
+    node.cli_ok(&["put", "job", "first", "-t", "priority", "--priority", "1"]);
+    assert_eq!(node.cli_ok(&["get", "job"]), "first\t(priority 1)\n");
+
+    node.cli_ok(&["put", "doc", "v1", "-t", "causal"]);
+    node.cli_ok(&["put", "doc", "v2", "-t", "causal"]);
+    assert_eq!(
+        node.cli_ok(&["get", "doc"]),
+        "v2\n",
+        "a read-modify-write overwrites"
+    );
+
+    // NX only writes absent keys.
+    let out = node.cli(&["put", "greeting", "again", "--nx"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(node.cli_ok(&["get", "greeting"]), "hello\n");
+
+    // A write of another type is a clear error, and the value is untouched.
+    let out = node.cli(&["put", "greeting", "1", "--type", "counter"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("WrongType") && err.contains("lww"), "{err}");
+    assert_eq!(node.cli_ok(&["get", "greeting"]), "hello\n");
+
+    assert_eq!(node.cli_ok(&["del", "greeting", "nothing-here"]), "1\n");
+    let out = node.cli(&["get", "greeting"]);
+    assert_eq!(out.status.code(), Some(1), "a missing key exits with 1");
+
+    let status = node.cli_ok(&["status"]);
+    assert!(status.contains("node      local"), "{status}");
+    assert_eq!(
+        status.lines().filter(|l| l.starts_with(['0', '1'])).count(),
+        2,
+        "{status}"
+    );
+}
+
+#[test]
+fn unknown_type_and_bad_numbers_are_clear_errors() {
+    let node = NodeProc::start(&["--workers", "1"]);
+    let out = node.cli(&["put", "k", "v", "--type", "nonsense"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown type"));
+    let out = node.cli(&["put", "k", "12x", "--type", "counter"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a 64-bit integer"));
+}
+
+#[test]
+fn client_commands_report_an_unreachable_node() {
+    let out = std::process::Command::new(common::bin())
+        .args(["get", "k", "--addr", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("connecting to 127.0.0.1:1"));
+}
+
+#[test]
+fn sigterm_and_sigint_stop_the_node_cleanly() {
+    for signal in [SIGTERM, SIGINT] {
+        let mut node = NodeProc::start(&["--workers", "2"]);
+        node.cli_ok(&["put", "k", "v"]);
+        // An idle client connection must not keep the node from stopping.
+        let _idle = std::net::TcpStream::connect(node.resp).unwrap();
+        assert_eq!(
+            node.stop_with(signal),
+            Some(0),
+            "exit code after signal {signal}"
+        );
+    }
+}

@@ -1,0 +1,67 @@
+"""Starts a real `latticekv local` for the Python suites.
+
+The binary comes from $LATTICEKV_BIN (set by `make python-test`), else target/debug.
+"""
+import os
+import pathlib
+import signal
+import subprocess
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def binary() -> str:
+    path = os.environ.get("LATTICEKV_BIN") or str(ROOT / "target" / "debug" / "latticekv")
+    if not os.path.exists(path):
+        raise RuntimeError(f"{path} does not exist: build it first (cargo build)")
+    return path
+
+
+class Node:
+    """A running node: its process and addresses."""
+
+    def __init__(self, *extra: str):
+        self.proc = subprocess.Popen(
+            [binary(), "local", "--listen", "127.0.0.1:0", "--resp", "127.0.0.1:0", *extra],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "LATTICEKV_LOG": "warn"},
+        )
+        self.native = self.resp = None
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            parts = line.split()
+            if parts[:1] == ["native"]:
+                self.native = parts[1]
+            elif parts[:1] == ["resp"]:
+                self.resp = parts[1]
+            elif parts[:1] == ["press"]:
+                break
+        if not (self.native and self.resp):
+            self.stop()
+            raise RuntimeError("latticekv did not print its addresses")
+        host, port = self.resp.rsplit(":", 1)
+        self.resp_host, self.resp_port = host, int(port)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                return self.proc.wait()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def node():
+    n = Node("--workers", "2")
+    yield n
+    assert n.stop() == 0, "node did not stop cleanly on SIGTERM"
