@@ -126,6 +126,33 @@ impl<T: Ord + Clone> OrSet<T> {
     }
 }
 
+impl<T: Ord + Clone> OrSet<T> {
+    /// Adds `member` as `actor`'s next event in place and returns the delta to ship to the
+    /// other replicas. Same result as `self.merge(self.add_delta(actor, member))`, in
+    /// O(log n) instead of a merge's O(n).
+    #[must_use = "the delta must reach the other replicas"]
+    pub fn add(&mut self, actor: u64, member: T) -> OrSet<T> {
+        let delta = self.add_delta(actor, member.clone());
+        let dot = self.context.next_dot(actor);
+        self.context.insert(dot);
+        self.entries.insert(member, BTreeSet::from([dot]));
+        delta
+    }
+
+    /// Removes `member` in place (observed-remove) and returns the delta to ship. Same
+    /// result as `self.merge(self.remove_delta(member))`, in O(log n).
+    #[must_use = "the delta must reach the other replicas"]
+    pub fn remove<Q>(&mut self, member: &Q) -> OrSet<T>
+    where
+        T: Borrow<Q>,
+        Q: Ord + ?Sized,
+    {
+        let delta = self.remove_delta(member);
+        self.entries.remove(member);
+        delta
+    }
+}
+
 impl<T: Ord + Clone> Default for OrSet<T> {
     fn default() -> Self {
         OrSet::new()
@@ -242,5 +269,34 @@ mod tests {
         ]);
         let s = OrSet::from_parts(entries, CausalContext::new());
         assert_eq!(s.iter().copied().collect::<Vec<_>>(), vec!["b"]);
+    }
+
+    /// In-place `add`/`remove` reach exactly the state merging their deltas reaches, and
+    /// return those deltas.
+    #[test]
+    fn in_place_ops_equal_delta_merges() {
+        let mut fast: OrSet<&'static str> = OrSet::new();
+        let mut slow: OrSet<&'static str> = OrSet::new();
+        let ops: &[(bool, u64, &'static str)] = &[
+            (true, 1, "a"),
+            (true, 2, "b"),
+            (true, 1, "a"),
+            (false, 0, "a"),
+            (true, 3, "c"),
+            (false, 0, "zz"),
+            (true, 2, "a"),
+            (false, 0, "b"),
+        ];
+        for &(add, actor, m) in ops {
+            let (delta, expected) = if add {
+                (fast.add(actor, m), slow.add_delta(actor, m))
+            } else {
+                (fast.remove(m), slow.remove_delta(m))
+            };
+            assert_eq!(delta, expected);
+            slow.merge(expected);
+            assert_eq!(fast, slow);
+        }
+        assert_eq!(fast.iter().copied().collect::<Vec<_>>(), vec!["a", "c"]);
     }
 }

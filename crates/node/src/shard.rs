@@ -339,7 +339,7 @@ impl Shard {
         let total = if replaces {
             incoming
         } else {
-            incoming + self.live(key).map_or(0, Value::approx_size)
+            incoming + self.store.size_of(key)
         };
         if total > max {
             return Err(NodeError::ValueTooLarge { len: total, max });
@@ -396,11 +396,40 @@ impl Shard {
         Ok(OpResult::Int(1))
     }
 
-    fn orset(&self, key: &[u8]) -> Option<&OrSet<Blob>> {
-        match self.store.get(key).and_then(|r| r.value.as_ref()) {
-            Some(Value::OrSet(s)) => Some(s),
-            _ => None,
+    /// True if `key` holds an OR-set at `epoch` (which in-place updates may then modify).
+    fn holds_orset_at(&self, key: &[u8], epoch: Timestamp) -> bool {
+        matches!(
+            self.store.get(key),
+            Some(Record { epoch: e, value: Some(Value::OrSet(_)) }) if *e == epoch
+        )
+    }
+
+    /// Applies an OR-set operation in place on the stored set (O(log n), no merge of a
+    /// delta into the whole set) and returns its delta, which joins the changeset if the
+    /// key is replicated here. `None` if the key holds no OR-set at `epoch`.
+    fn update_orset(
+        &mut self,
+        key: &[u8],
+        epoch: Timestamp,
+        grown: usize,
+        op: impl FnOnce(&mut OrSet<Blob>) -> OrSet<Blob>,
+    ) -> Option<OrSet<Blob>> {
+        if !self.holds_orset_at(key, epoch) {
+            return None;
         }
+        let (delta, outcome) = self
+            .store
+            .update(key, grown, |record| match &mut record.value {
+                Some(Value::OrSet(set)) => Some(op(set)),
+                _ => None,
+            })?;
+        self.track_liveness(key, outcome);
+        let delta = delta?;
+        if self.local_replication(key) > 1 {
+            let record = Record::new(epoch, Some(Value::OrSet(Box::new(delta.clone()))));
+            self.add_to_changeset(key, record);
+        }
+        Some(delta)
     }
 
     fn set_add<B: AsRef<[u8]>>(
@@ -410,10 +439,10 @@ impl Shard {
     ) -> Result<OpResult, NodeError> {
         self.check_type(key, LatticeType::OrSet)?;
         let incoming: usize = members.iter().map(|m| m.as_ref().len()).sum();
-        let current = self.live(key).map_or(0, Value::approx_size);
-        if incoming + current > self.config.limits.max_value_size {
+        let total = incoming + self.store.size_of(key);
+        if total > self.config.limits.max_value_size {
             return Err(NodeError::ValueTooLarge {
-                len: incoming + current,
+                len: total,
                 max: self.config.limits.max_value_size,
             });
         }
@@ -421,21 +450,18 @@ impl Shard {
         let mut added = 0;
         for member in members {
             let member = member.as_ref();
-            // Each add gets the next dot of this worker, computed against the state that
-            // already includes the previous adds of this command.
-            let delta = match self.orset(key) {
-                Some(set) if self.store.get(key).is_some_and(|r| r.epoch == epoch) => {
-                    if !set.contains(member) {
-                        added += 1;
-                    }
-                    set.add_delta(self.actor, Box::from(member))
-                }
-                _ => {
-                    added += 1;
-                    OrSet::new().add_delta(self.actor, Box::from(member))
-                }
-            };
-            self.apply(key, Record::new(epoch, Some(Value::OrSet(Box::new(delta)))));
+            let present = matches!(self.live(key), Some(Value::OrSet(s)) if s.contains(member));
+            added += i64::from(!present);
+            let actor = self.actor;
+            // Per member: its bytes, its dot and the tree entry, as the size estimate grows.
+            let grown = member.len() + 64;
+            let updated =
+                self.update_orset(key, epoch, grown, |set| set.add(actor, Box::from(member)));
+            if updated.is_none() {
+                // First member of a new set (or of a new incarnation): a small merge.
+                let delta = OrSet::new().add_delta(actor, Box::from(member));
+                self.apply(key, Record::new(epoch, Some(Value::OrSet(Box::new(delta)))));
+            }
         }
         Ok(OpResult::Int(added))
     }
@@ -453,13 +479,11 @@ impl Shard {
         let mut removed = 0;
         for member in members {
             let member = member.as_ref();
-            let Some(set) = self.orset(key) else { break };
-            if !set.contains(member) {
-                continue;
+            let present = matches!(self.live(key), Some(Value::OrSet(s)) if s.contains(member));
+            if present {
+                removed += 1;
+                self.update_orset(key, epoch, 0, |set| set.remove(member));
             }
-            let delta = set.remove_delta(&Box::from(member));
-            removed += 1;
-            self.apply(key, Record::new(epoch, Some(Value::OrSet(Box::new(delta)))));
         }
         Ok(OpResult::Int(removed))
     }
@@ -493,20 +517,30 @@ impl Shard {
     fn apply(&mut self, key: &[u8], delta: Record) {
         self.hlc.observe(delta.epoch);
         if self.local_replication(key) > 1 {
-            match self.changeset.get_mut(key) {
-                Some(pending) => {
-                    pending.merge_ref(&delta);
-                }
-                None => {
-                    self.changeset.insert(Box::from(key), delta.clone());
-                }
-            }
+            self.add_to_changeset(key, delta.clone());
         }
         self.merge_into_store(key, delta);
     }
 
+    /// Merges a delta of `key` into the changeset ("merge at sender").
+    fn add_to_changeset(&mut self, key: &[u8], delta: Record) {
+        match self.changeset.get_mut(key) {
+            Some(pending) => {
+                pending.merge(delta);
+            }
+            None => {
+                self.changeset.insert(Box::from(key), delta);
+            }
+        }
+    }
+
     fn merge_into_store(&mut self, key: &[u8], record: Record) {
         let outcome = self.store.merge(key, record);
+        self.track_liveness(key, outcome);
+    }
+
+    /// Keeps the primary and metadata key counts in step with a write's outcome.
+    fn track_liveness(&mut self, key: &[u8], outcome: store::MergeOutcome) {
         if outcome.was_live == outcome.is_live {
             return;
         }
