@@ -116,3 +116,61 @@ fn sigterm_and_sigint_stop_the_node_cleanly() {
         );
     }
 }
+
+#[test]
+fn config_file_environment_and_flags_layer() {
+    let dir = std::env::temp_dir().join(format!("lkv-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("node.toml");
+    std::fs::write(
+        &file,
+        "node_id = \"from-file\"\nworkers = 3\ngossip_period_ms = 20\n[limits]\nmax_key_size = 8\n",
+    )
+    .unwrap();
+    // The file sets 3 workers; the flag overrides it with 2. The file's key limit applies.
+    let node = NodeProc::start(&["--config", file.to_str().unwrap(), "--workers", "2"]);
+    assert_eq!(node.workers.len(), 2);
+    let status = node.cli_ok(&["status"]);
+    assert!(status.contains("node      from-file"), "{status}");
+    let out = node.cli(&["put", "a-long-key", "v"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exceeds the 8-byte limit"));
+    drop(node);
+
+    // An unknown key in the file is an error, not silently ignored.
+    std::fs::write(&file, "wrokers = 2\n").unwrap();
+    let out = std::process::Command::new(common::bin())
+        .args(["local", "--config", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown field `wrokers`"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_data_dir_serves_one_node_at_a_time() {
+    let dir = std::env::temp_dir().join(format!("lkv-data-{}", std::process::id()));
+    let node = NodeProc::start(&["--data-dir", dir.to_str().unwrap()]);
+    let out = std::process::Command::new(common::bin())
+        .args(["local", "--listen", "127.0.0.1:0", "--resp", "127.0.0.1:0"])
+        .args(["--data-dir", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("in use by another latticekv process"));
+    drop(node);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_port_in_use_is_reported() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = std::process::Command::new(common::bin())
+        .args(["local", "--listen", &addr, "--resp", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+}
