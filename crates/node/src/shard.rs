@@ -23,7 +23,7 @@ use bytes::Bytes;
 use hashbrown::{HashMap, HashSet};
 use lattice::{Blob, Counter, Hlc, Lattice, LatticeType, Lww, OrSet, Record, Timestamp, Value};
 use placement::{key_hash, replication, Replication, ReplicationVector, Ring};
-use store::{is_live, MemStore};
+use store::{MemStore, RecordRef};
 
 use crate::config::Limits;
 use crate::error::NodeError;
@@ -245,31 +245,35 @@ impl Shard {
         Ok(())
     }
 
-    /// The live value of `key`.
-    fn live(&self, key: &[u8]) -> Option<&Value> {
-        self.store.get_live(key).and_then(|r| r.value.as_ref())
+    /// The live record of `key`.
+    fn live(&self, key: &[u8]) -> Option<RecordRef<'_>> {
+        self.store.get_live(key)
+    }
+
+    /// The value of `key`'s live full record (collections, counters, …); `None` for absent
+    /// keys and LWW registers.
+    fn live_full(&self, key: &[u8]) -> Option<&Value> {
+        self.live(key).and_then(|r| r.full_value())
     }
 
     /// The epoch a write of type `ty` to `key` carries (see the module docs).
     fn write_epoch(&mut self, key: &[u8], ty: LatticeType) -> Timestamp {
         match self.store.get(key) {
             None => Timestamp::ZERO,
-            Some(Record { epoch, value: None }) => *epoch,
-            Some(Record {
-                epoch,
-                value: Some(v),
-            }) if v.lattice_type() == ty => *epoch,
-            // A non-live value of another type (an emptied OR-set): start a new incarnation.
-            Some(_) => self.hlc.tick((self.now_ms)()),
+            Some(r) => match r.lattice_type() {
+                // A tombstone, or a value of the same type: the key's current incarnation.
+                None => r.epoch(),
+                Some(t) if t == ty => r.epoch(),
+                // A non-live value of another type (an emptied OR-set): a new incarnation.
+                Some(_) => self.hlc.tick((self.now_ms)()),
+            },
         }
     }
 
     /// Fails with WRONGTYPE if `key` holds a live value of another type than `expected`.
     fn check_type(&self, key: &[u8], expected: LatticeType) -> Result<(), NodeError> {
-        match self.live(key) {
-            Some(v) if v.lattice_type() != expected => {
-                Err(NodeError::wrong_type(expected.name(), v.lattice_type()))
-            }
+        match self.live(key).and_then(|r| r.lattice_type()) {
+            Some(found) if found != expected => Err(NodeError::wrong_type(expected.name(), found)),
             _ => Ok(()),
         }
     }
@@ -286,9 +290,11 @@ impl Shard {
             }
         }
         match op {
-            Op::Get { key } => OpResult::Value(self.live(key.as_ref()).cloned()),
+            Op::Get { key } => OpResult::Value(self.live(key.as_ref()).and_then(|r| r.to_value())),
             Op::Exists { key } => OpResult::Int(self.live(key.as_ref()).is_some() as i64),
-            Op::TypeOf { key } => OpResult::Type(self.live(key.as_ref()).map(Value::lattice_type)),
+            Op::TypeOf { key } => {
+                OpResult::Type(self.live(key.as_ref()).and_then(|r| r.lattice_type()))
+            }
             Op::SetContains { key, member } => self.set_contains(key.as_ref(), member.as_ref()),
             Op::SetLen { key } => self.set_len(key.as_ref()),
             Op::Put { key, value } => self.put(key.as_ref(), value).into(),
@@ -304,23 +310,36 @@ impl Shard {
         }
     }
 
+    /// WRONGTYPE for a read needing a set on a key holding something else.
+    fn not_a_set(&self, key: &[u8]) -> OpResult {
+        let found = self.live(key).and_then(|r| r.lattice_type());
+        OpResult::Error(NodeError::wrong_type(
+            "a set",
+            found.unwrap_or(LatticeType::Lww),
+        ))
+    }
+
     fn set_contains(&self, key: &[u8], member: &[u8]) -> OpResult {
-        match self.live(key) {
-            None => OpResult::Int(0),
+        if self.live(key).is_none() {
+            return OpResult::Int(0);
+        }
+        match self.live_full(key) {
             Some(Value::OrSet(s)) => OpResult::Int(s.contains(member) as i64),
             Some(Value::Set(s)) => OpResult::Int(s.contains(member) as i64),
             Some(Value::OrderedSet(s)) => OpResult::Int(s.contains(member) as i64),
-            Some(v) => OpResult::Error(NodeError::wrong_type("a set", v.lattice_type())),
+            _ => self.not_a_set(key),
         }
     }
 
     fn set_len(&self, key: &[u8]) -> OpResult {
-        match self.live(key) {
-            None => OpResult::Int(0),
+        if self.live(key).is_none() {
+            return OpResult::Int(0);
+        }
+        match self.live_full(key) {
             Some(Value::OrSet(s)) => OpResult::Int(s.len() as i64),
             Some(Value::Set(s)) => OpResult::Int(s.len() as i64),
             Some(Value::OrderedSet(s)) => OpResult::Int(s.len() as i64),
-            Some(v) => OpResult::Error(NodeError::wrong_type("a set", v.lattice_type())),
+            _ => self.not_a_set(key),
         }
     }
 
@@ -398,10 +417,12 @@ impl Shard {
 
     /// True if `key` holds an OR-set at `epoch` (which in-place updates may then modify).
     fn holds_orset_at(&self, key: &[u8], epoch: Timestamp) -> bool {
-        matches!(
-            self.store.get(key),
-            Some(Record { epoch: e, value: Some(Value::OrSet(_)) }) if *e == epoch
-        )
+        match self.store.get(key) {
+            Some(RecordRef::Full(r)) => {
+                r.epoch == epoch && matches!(r.value, Some(Value::OrSet(_)))
+            }
+            _ => false,
+        }
     }
 
     /// Applies an OR-set operation in place on the stored set (O(log n), no merge of a
@@ -450,7 +471,8 @@ impl Shard {
         let mut added = 0;
         for member in members {
             let member = member.as_ref();
-            let present = matches!(self.live(key), Some(Value::OrSet(s)) if s.contains(member));
+            let present =
+                matches!(self.live_full(key), Some(Value::OrSet(s)) if s.contains(member));
             added += i64::from(!present);
             let actor = self.actor;
             // Per member: its bytes, its dot and the tree entry, as the size estimate grows.
@@ -479,7 +501,8 @@ impl Shard {
         let mut removed = 0;
         for member in members {
             let member = member.as_ref();
-            let present = matches!(self.live(key), Some(Value::OrSet(s)) if s.contains(member));
+            let present =
+                matches!(self.live_full(key), Some(Value::OrSet(s)) if s.contains(member));
             if present {
                 removed += 1;
                 self.update_orset(key, epoch, 0, |set| set.remove(member));
@@ -492,10 +515,10 @@ impl Shard {
         self.check_type(key, LatticeType::Counter)?;
         let epoch = self.write_epoch(key, LatticeType::Counter);
         let current = match self.store.get(key) {
-            Some(Record {
+            Some(RecordRef::Full(Record {
                 epoch: e,
                 value: Some(Value::Counter(c)),
-            }) if *e == epoch => Some(c),
+            })) if *e == epoch => Some(c),
             _ => None,
         };
         let value = current.map_or(0, Counter::value);
@@ -622,7 +645,7 @@ impl Shard {
     pub fn queue_handoff(&mut self, key: &[u8]) {
         if let Some(record) = self.store.get(key) {
             // The full state supersedes any pending delta of the key.
-            self.changeset.insert(Box::from(key), record.clone());
+            self.changeset.insert(Box::from(key), record.to_record());
             self.handoff.insert(Box::from(key));
         }
     }
@@ -733,7 +756,7 @@ impl Shard {
 
     /// True if `key` holds a live value here (tests).
     pub fn holds(&self, key: &[u8]) -> bool {
-        self.store.get(key).is_some_and(is_live)
+        self.store.get(key).is_some_and(|r| r.is_live())
     }
 }
 

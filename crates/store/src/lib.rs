@@ -6,7 +6,8 @@
 //! (the property the write-ahead log and the disk tier will rely on).
 //!
 //! # Layout
-//! - [`memory`]: the in-memory engine, a hash map of key → [`Record`] with byte accounting.
+//! - [`memory`]: the in-memory engine: packed LWW registers and full records, with byte
+//!   accounting.
 //!
 //! Depends on `lattice`; used by `node`.
 #![warn(missing_docs)]
@@ -14,4 +15,4 @@
 pub mod memory;
 
 pub use lattice::Record;
-pub use memory::{is_live, MemStore, MergeOutcome};
+pub use memory::{is_live, MemStore, MergeOutcome, RecordRef};

@@ -1,20 +1,41 @@
-//! The in-memory engine: key → [`Record`] with approximate byte accounting.
+//! The in-memory engine: key → [`Record`], with approximate byte accounting.
 //!
-//! Sizes are estimates, kept per entry so a write never walks a whole collection: a merge or
-//! in-place update adds the size of what it brought in (an upper bound of the growth), and
-//! the exact size is recomputed only when the estimate has doubled since the last exact
-//! count — amortised O(size of the write). Registers (LWW, max, priority, …) are always
-//! counted exactly, which is O(1) for them.
+//! # Layout
+//! Most keys of a key-value store hold a plain LWW register, so those are stored *packed*:
+//! one heap block holding the key, the timestamp and the value
+//! (`[key_len u16 LE][key][time u64 LE][writer u64 LE][value]`), referenced from a hash table
+//! of 16-byte slots. A live LWW record's epoch is its timestamp (the node's convention), so
+//! nothing else is needed. Every other record (collections, counters, causal values,
+//! tombstones) is a *full* entry: the key, the [`Record`] and its size estimate, inline in a
+//! second table. A key is in at most one of the two tables, and moves between them when its
+//! record changes form. Both tables are probed with one hash of the key.
+//!
+//! # Sizes
+//! Packed entries are sized exactly (O(1)). Full entries keep an estimate so a write never
+//! walks a whole collection: a merge or in-place update adds the size of what it brought in
+//! (an upper bound of the growth), and the exact size is recounted only when the estimate
+//! has doubled since the last count — amortised O(size of the write).
 
-use hashbrown::HashMap;
-use lattice::{Lattice, Record, Value};
+use std::hash::BuildHasher;
 
-/// Fixed per-entry cost counted on top of key and value bytes: the hash-table slot, the key
-/// allocation header and the record header. An estimate, used for memory budgets.
+use hashbrown::{DefaultHashBuilder, HashTable};
+use lattice::{Lattice, LatticeType, Lww, Record, Timestamp, Value};
+
+/// Fixed per-entry cost counted on top of key and value bytes for full entries: the table
+/// slot, the key allocation and the record header. An estimate, used for memory budgets.
 pub const ENTRY_OVERHEAD: usize = 64;
 
-/// Below this size an entry is always recounted exactly (cheap for small collections).
+/// Per-entry cost of a packed entry beyond its block: the 16-byte table slot at about half
+/// load, control bytes and the allocator's header.
+pub const PACKED_OVERHEAD: usize = 40;
+
+/// Below this size a full entry is always recounted exactly (cheap for small collections).
 const EXACT_BELOW: usize = 4096;
+
+/// Bytes of a packed block before the key.
+const KEY_LEN_BYTES: usize = 2;
+/// Bytes of a packed block's timestamp.
+const TS_BYTES: usize = 16;
 
 /// What a write did to the stored record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +60,133 @@ pub fn is_live(record: &Record) -> bool {
     }
 }
 
+/// A borrowed view of a stored record.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RecordRef<'a> {
+    /// A live LWW register whose epoch is its timestamp (stored packed).
+    Lww {
+        /// The write's timestamp (also the record's epoch).
+        ts: Timestamp,
+        /// The value.
+        value: &'a [u8],
+    },
+    /// Any other record, tombstones included.
+    Full(&'a Record),
+}
+
+impl<'a> RecordRef<'a> {
+    /// The record's epoch.
+    pub fn epoch(&self) -> Timestamp {
+        match self {
+            RecordRef::Lww { ts, .. } => *ts,
+            RecordRef::Full(r) => r.epoch,
+        }
+    }
+
+    /// The lattice type of the value; `None` for a tombstone.
+    pub fn lattice_type(&self) -> Option<LatticeType> {
+        match self {
+            RecordRef::Lww { .. } => Some(LatticeType::Lww),
+            RecordRef::Full(r) => r.value.as_ref().map(Value::lattice_type),
+        }
+    }
+
+    /// True if a user can see the value (see [`is_live`]).
+    pub fn is_live(&self) -> bool {
+        match self {
+            RecordRef::Lww { .. } => true,
+            RecordRef::Full(r) => is_live(r),
+        }
+    }
+
+    /// The value of a full record (`None` for packed LWW registers and tombstones).
+    pub fn full_value(&self) -> Option<&'a Value> {
+        match self {
+            RecordRef::Lww { .. } => None,
+            RecordRef::Full(r) => r.value.as_ref(),
+        }
+    }
+
+    /// An owned copy of the value (`None` for a tombstone).
+    pub fn to_value(&self) -> Option<Value> {
+        match self {
+            RecordRef::Lww { ts, value } => Some(Value::Lww(Lww::new(*ts, Box::from(*value)))),
+            RecordRef::Full(r) => r.value.clone(),
+        }
+    }
+
+    /// An owned copy of the record.
+    pub fn to_record(&self) -> Record {
+        match self {
+            RecordRef::Lww { ts, .. } => Record::new(*ts, self.to_value()),
+            RecordRef::Full(r) => (*r).clone(),
+        }
+    }
+}
+
+// ---- packed blocks ---------------------------------------------------------------------------
+
+/// If `record` can be stored packed under `key`: the LWW timestamp and value.
+fn packable<'r>(key: &[u8], record: &'r Record) -> Option<(Timestamp, &'r [u8])> {
+    match &record.value {
+        Some(Value::Lww(l)) if l.ts == record.epoch && key.len() <= usize::from(u16::MAX) => {
+            Some((l.ts, &l.value))
+        }
+        _ => None,
+    }
+}
+
+fn pack(key: &[u8], ts: Timestamp, value: &[u8]) -> Box<[u8]> {
+    let mut block = Vec::with_capacity(KEY_LEN_BYTES + key.len() + TS_BYTES + value.len());
+    // `packable` guarantees the key length fits in a u16.
+    block.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    block.extend_from_slice(key);
+    block.extend_from_slice(&ts.time.to_le_bytes());
+    block.extend_from_slice(&ts.writer.to_le_bytes());
+    block.extend_from_slice(value);
+    block.into_boxed_slice()
+}
+
+/// The parts of a packed block. Blocks are only built by [`pack`], so the layout holds.
+struct Packed<'a> {
+    key: &'a [u8],
+    ts: Timestamp,
+    value: &'a [u8],
+}
+
+fn unpack(block: &[u8]) -> Packed<'_> {
+    let key_len = usize::from(u16::from_le_bytes([block[0], block[1]]));
+    let (key, rest) = block[KEY_LEN_BYTES..].split_at(key_len);
+    let (ts, value) = rest.split_at(TS_BYTES);
+    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+    Packed {
+        key,
+        ts: Timestamp::new(word(&ts[..8]), word(&ts[8..])),
+        value,
+    }
+}
+
+fn packed_key(block: &[u8]) -> &[u8] {
+    unpack(block).key
+}
+
+fn packed_size(block: &[u8]) -> usize {
+    block.len() + PACKED_OVERHEAD
+}
+
+// ---- full entries ----------------------------------------------------------------------------
+
+/// A record stored in full, with its size estimate.
+#[derive(Debug)]
+struct FullEntry {
+    key: Box<[u8]>,
+    record: Record,
+    /// Estimated bytes of key + record + overhead (an upper bound between recounts).
+    size: usize,
+    /// The exact size at the last recount.
+    counted: usize,
+}
+
 /// True if the record's size is O(1) to compute.
 fn cheap_to_size(record: &Record) -> bool {
     matches!(
@@ -49,20 +197,15 @@ fn cheap_to_size(record: &Record) -> bool {
     )
 }
 
-/// A stored record and its size estimate.
-#[derive(Debug)]
-struct Entry {
-    record: Record,
-    /// Estimated bytes of key + record + overhead (an upper bound between recounts).
-    size: usize,
-    /// The exact size at the last recount.
-    counted: usize,
+fn exact_size(key: &[u8], record: &Record) -> usize {
+    key.len() + record.approx_size() + ENTRY_OVERHEAD
 }
 
-impl Entry {
-    fn new(key: &[u8], record: Record) -> Entry {
+impl FullEntry {
+    fn new(key: &[u8], record: Record) -> FullEntry {
         let size = exact_size(key, &record);
-        Entry {
+        FullEntry {
+            key: Box::from(key),
             record,
             size,
             counted: size,
@@ -71,12 +214,12 @@ impl Entry {
 
     /// Updates the estimate after the record grew by at most `grown` bytes; recounts when
     /// the estimate is no longer trustworthy. Returns the new estimate.
-    fn resize(&mut self, key: &[u8], grown: usize) -> usize {
+    fn resize(&mut self, grown: usize) -> usize {
         let estimate = self.size + grown;
         self.size =
             if cheap_to_size(&self.record) || estimate < EXACT_BELOW || estimate > 2 * self.counted
             {
-                let exact = exact_size(key, &self.record);
+                let exact = exact_size(&self.key, &self.record);
                 self.counted = exact;
                 exact
             } else {
@@ -86,19 +229,32 @@ impl Entry {
     }
 }
 
-fn exact_size(key: &[u8], record: &Record) -> usize {
-    key.len() + record.approx_size() + ENTRY_OVERHEAD
-}
+// ---- the store -------------------------------------------------------------------------------
 
 /// One shard's keys in RAM.
-#[derive(Default, Debug)]
+#[derive(Default)]
 pub struct MemStore {
-    /// The records, tombstones included (until collected).
-    map: HashMap<Box<[u8]>, Entry>,
-    /// Sum of the entries' size estimates.
+    /// Live LWW registers, packed.
+    packed: HashTable<Box<[u8]>>,
+    /// Every other record, tombstones included (until collected).
+    full: HashTable<FullEntry>,
+    /// Hashes keys for both tables.
+    hasher: DefaultHashBuilder,
+    /// Sum of the entries' sizes (exact for packed, estimates for full entries).
     bytes: usize,
     /// Number of keys holding a live value.
     live: usize,
+}
+
+impl std::fmt::Debug for MemStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemStore")
+            .field("packed", &self.packed.len())
+            .field("full", &self.full.len())
+            .field("bytes", &self.bytes)
+            .field("live", &self.live)
+            .finish()
+    }
 }
 
 impl MemStore {
@@ -107,77 +263,152 @@ impl MemStore {
         Self::default()
     }
 
+    #[inline]
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
     /// The record of `key`, tombstones included.
     #[inline]
-    pub fn get(&self, key: &[u8]) -> Option<&Record> {
-        self.map.get(key).map(|e| &e.record)
+    pub fn get(&self, key: &[u8]) -> Option<RecordRef<'_>> {
+        let hash = self.hash(key);
+        if let Some(block) = self.packed.find(hash, |b| packed_key(b) == key) {
+            let p = unpack(block);
+            return Some(RecordRef::Lww {
+                ts: p.ts,
+                value: p.value,
+            });
+        }
+        self.full
+            .find(hash, |e| &*e.key == key)
+            .map(|e| RecordRef::Full(&e.record))
     }
 
     /// The record of `key` if it is live (see [`is_live`]).
     #[inline]
-    pub fn get_live(&self, key: &[u8]) -> Option<&Record> {
-        self.get(key).filter(|r| is_live(r))
+    pub fn get_live(&self, key: &[u8]) -> Option<RecordRef<'_>> {
+        self.get(key).filter(RecordRef::is_live)
     }
 
     /// Estimated bytes used by `key` (0 if absent).
     pub fn size_of(&self, key: &[u8]) -> usize {
-        self.map.get(key).map_or(0, |e| e.size)
+        let hash = self.hash(key);
+        if let Some(block) = self.packed.find(hash, |b| packed_key(b) == key) {
+            return packed_size(block);
+        }
+        self.full
+            .find(hash, |e| &*e.key == key)
+            .map_or(0, |e| e.size)
     }
 
     /// Merges `record` into the record of `key` (inserting it if absent).
     pub fn merge(&mut self, key: &[u8], record: Record) -> MergeOutcome {
-        match self.map.get_mut(key) {
-            Some(entry) => {
-                let was_live = is_live(&entry.record);
-                let grown = if cheap_to_size(&record) {
-                    0
-                } else {
-                    record.approx_size()
-                };
-                let changed = entry.record.merge(record);
-                let now_live = is_live(&entry.record);
+        let hash = self.hash(key);
+        // Fast path: an LWW write onto a packed LWW register.
+        if let Ok(mut entry) = self.packed.find_entry(hash, |b| packed_key(b) == key) {
+            if let Some((ts, value)) = packable(key, &record) {
+                let block = entry.get_mut();
+                let current = unpack(block);
+                let changed = (ts, value) > (current.ts, current.value);
                 if changed {
-                    let before = entry.size;
-                    let after = entry.resize(key, grown);
-                    self.bytes = (self.bytes + after).saturating_sub(before);
-                    self.adjust_live(was_live, now_live);
+                    let before = packed_size(block);
+                    *block = pack(key, ts, value);
+                    self.bytes = (self.bytes + packed_size(block)).saturating_sub(before);
                 }
-                MergeOutcome {
+                return MergeOutcome {
                     changed,
-                    was_live,
-                    is_live: now_live,
-                }
+                    was_live: true,
+                    is_live: true,
+                };
             }
-            None => {
-                let now_live = is_live(&record);
-                let entry = Entry::new(key, record);
-                self.bytes += entry.size;
-                self.map.insert(Box::from(key), entry);
-                self.adjust_live(false, now_live);
-                MergeOutcome {
-                    changed: true,
-                    was_live: false,
-                    is_live: now_live,
+            // Another form: unpack and merge in full.
+            let (block, _) = entry.remove();
+            self.bytes = self.bytes.saturating_sub(packed_size(&block));
+            let p = unpack(&block);
+            let lww = Lww::new(p.ts, Box::from(p.value));
+            let mut current = Record::new(p.ts, Some(Value::Lww(lww)));
+            let changed = current.merge(record);
+            let now_live = is_live(&current);
+            self.insert_new(hash, key, current);
+            self.adjust_live(true, now_live);
+            return MergeOutcome {
+                changed,
+                was_live: true,
+                is_live: now_live,
+            };
+        }
+        if let Ok(mut entry) = self.full.find_entry(hash, |e| &*e.key == key) {
+            let e = entry.get_mut();
+            let was_live = is_live(&e.record);
+            let grown = if cheap_to_size(&record) {
+                0
+            } else {
+                record.approx_size()
+            };
+            let changed = e.record.merge(record);
+            let now_live = is_live(&e.record);
+            if changed {
+                if packable(key, &e.record).is_some() {
+                    // Now a plain LWW register (e.g. a write newer than a tombstone): pack it.
+                    let (e, _) = entry.remove();
+                    self.bytes = self.bytes.saturating_sub(e.size);
+                    self.insert_new(hash, key, e.record);
+                } else {
+                    let before = e.size;
+                    let after = e.resize(grown);
+                    self.bytes = (self.bytes + after).saturating_sub(before);
                 }
+                self.adjust_live(was_live, now_live);
             }
+            return MergeOutcome {
+                changed,
+                was_live,
+                is_live: now_live,
+            };
+        }
+        let now_live = is_live(&record);
+        self.insert_new(hash, key, record);
+        self.adjust_live(false, now_live);
+        MergeOutcome {
+            changed: true,
+            was_live: false,
+            is_live: now_live,
         }
     }
 
-    /// Updates the record of `key` in place with `f`, which must only move it up the
+    /// Inserts a record for a key in neither table, packed if it can be.
+    fn insert_new(&mut self, hash: u64, key: &[u8], record: Record) {
+        let hasher = &self.hasher;
+        if let Some((ts, value)) = packable(key, &record) {
+            let block = pack(key, ts, value);
+            self.bytes += packed_size(&block);
+            self.packed
+                .insert_unique(hash, block, |b| hasher.hash_one(packed_key(b)));
+        } else {
+            let entry = FullEntry::new(key, record);
+            self.bytes += entry.size;
+            self.full
+                .insert_unique(hash, entry, |e| hasher.hash_one(&*e.key));
+        }
+    }
+
+    /// Updates a full record of `key` in place with `f`, which must only move it up the
     /// lattice (e.g. an OR-set add applied directly instead of merging its delta) and add at
-    /// most `grown` bytes. Returns `None` if the key is absent.
+    /// most `grown` bytes. Returns `None` if the key has no full record (absent or a packed
+    /// LWW register).
     pub fn update<R>(
         &mut self,
         key: &[u8],
         grown: usize,
         f: impl FnOnce(&mut Record) -> R,
     ) -> Option<(R, MergeOutcome)> {
-        let entry = self.map.get_mut(key)?;
+        let hash = self.hash(key);
+        let entry = self.full.find_mut(hash, |e| &*e.key == key)?;
         let was_live = is_live(&entry.record);
         let result = f(&mut entry.record);
         let now_live = is_live(&entry.record);
         let before = entry.size;
-        let after = entry.resize(key, grown);
+        let after = entry.resize(grown);
         self.bytes = (self.bytes + after).saturating_sub(before);
         self.adjust_live(was_live, now_live);
         Some((
@@ -201,10 +432,22 @@ impl MemStore {
     /// Removes `key` entirely (tombstone collection, hand-off of keys this shard no longer
     /// replicates). Returns the record it held.
     pub fn remove(&mut self, key: &[u8]) -> Option<Record> {
-        let entry = self.map.remove(key)?;
-        self.bytes = self.bytes.saturating_sub(entry.size);
-        self.adjust_live(is_live(&entry.record), false);
-        Some(entry.record)
+        let hash = self.hash(key);
+        if let Ok(entry) = self.packed.find_entry(hash, |b| packed_key(b) == key) {
+            let (block, _) = entry.remove();
+            self.bytes = self.bytes.saturating_sub(packed_size(&block));
+            self.adjust_live(true, false);
+            let p = unpack(&block);
+            return Some(Record::new(
+                p.ts,
+                Some(Value::Lww(Lww::new(p.ts, Box::from(p.value)))),
+            ));
+        }
+        let entry = self.full.find_entry(hash, |e| &*e.key == key).ok()?;
+        let (e, _) = entry.remove();
+        self.bytes = self.bytes.saturating_sub(e.size);
+        self.adjust_live(is_live(&e.record), false);
+        Some(e.record)
     }
 
     /// Removes every tombstone whose epoch is older than `before_ms` (physical ms). Returns
@@ -212,11 +455,10 @@ impl MemStore {
     pub fn collect_tombstones(&mut self, before_ms: u64) -> usize {
         let mut freed = 0;
         let mut removed = 0;
-        self.map.retain(|_, entry| {
-            let record = &entry.record;
-            let drop = record.value.is_none() && record.epoch.physical_ms() < before_ms;
+        self.full.retain(|e| {
+            let drop = e.record.value.is_none() && e.record.epoch.physical_ms() < before_ms;
             if drop {
-                freed += entry.size;
+                freed += e.size;
                 removed += 1;
             }
             !drop
@@ -232,12 +474,12 @@ impl MemStore {
 
     /// Number of entries, tombstones included.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.packed.len() + self.full.len()
     }
 
     /// True if the store holds no entries at all.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len() == 0
     }
 
     /// Approximate bytes used.
@@ -246,19 +488,40 @@ impl MemStore {
     }
 
     /// All entries, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Record)> {
-        self.map.iter().map(|(k, e)| (&**k, &e.record))
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], RecordRef<'_>)> {
+        let packed = self.packed.iter().map(|b| {
+            let p = unpack(b);
+            (
+                p.key,
+                RecordRef::Lww {
+                    ts: p.ts,
+                    value: p.value,
+                },
+            )
+        });
+        let full = self
+            .full
+            .iter()
+            .map(|e| (&*e.key, RecordRef::Full(&e.record)));
+        packed.chain(full)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lattice::{Lww, OrSet, Timestamp, Value};
+    use lattice::{Counter, OrSet, Timestamp, Value};
+
+    fn ts(time: u64) -> Timestamp {
+        Timestamp::new(time << 16, 1)
+    }
 
     fn lww(time: u64, v: &[u8]) -> Record {
-        let ts = Timestamp::new(time << 16, 1);
-        Record::new(ts, Some(Value::Lww(Lww::new(ts, Box::from(v)))))
+        Record::new(ts(time), Some(Value::Lww(Lww::new(ts(time), Box::from(v)))))
+    }
+
+    fn value(s: &MemStore, key: &[u8]) -> Option<Value> {
+        s.get(key).and_then(|r| r.to_value())
     }
 
     #[test]
@@ -268,7 +531,7 @@ mod tests {
         assert!(o.changed && !o.was_live && o.is_live);
         assert_eq!(s.live_keys(), 1);
         let b1 = s.bytes();
-        assert!(b1 >= 1 + 1 + ENTRY_OVERHEAD);
+        assert!(b1 >= 1 + 1 + TS_BYTES);
         // An older write changes nothing.
         let o = s.merge(b"k", lww(0, b"zzzz"));
         assert!(!o.changed);
@@ -276,30 +539,84 @@ mod tests {
         // A bigger newer value grows the accounting.
         s.merge(b"k", lww(2, &[7u8; 100]));
         assert!(s.bytes() >= b1 + 99);
+        assert_eq!(value(&s, b"k"), lww(2, &[7u8; 100]).value);
         // A tombstone kills the key but keeps the entry.
-        let o = s.merge(b"k", Record::tombstone(Timestamp::new(3 << 16, 1)));
+        let o = s.merge(b"k", Record::tombstone(ts(3)));
         assert!(o.changed && o.was_live && !o.is_live);
         assert_eq!(s.live_keys(), 0);
         assert_eq!(s.len(), 1);
         assert!(s.get_live(b"k").is_none());
+        assert_eq!(s.get(b"k").map(|r| r.epoch()), Some(ts(3)));
+        // An older write does not resurrect it; a newer one does (and is packed again).
+        assert!(!s.merge(b"k", lww(2, b"zz")).changed);
+        let o = s.merge(b"k", lww(4, b"back"));
+        assert!(o.changed && o.is_live);
+        assert!(matches!(
+            s.get(b"k"),
+            Some(RecordRef::Lww { value: b"back", .. })
+        ));
+        s.merge(b"k", Record::tombstone(ts(5)));
         assert_eq!(s.collect_tombstones(2), 0);
-        assert_eq!(s.collect_tombstones(4), 1);
+        assert_eq!(s.collect_tombstones(6), 1);
         assert!(s.is_empty());
         assert_eq!(s.bytes(), 0);
     }
 
     #[test]
-    fn remove_returns_the_record() {
-        let mut s = MemStore::new();
-        s.merge(b"k", lww(1, b"a"));
-        assert!(s.remove(b"k").is_some());
-        assert_eq!(s.live_keys(), 0);
-        assert_eq!(s.bytes(), 0);
-        assert!(s.remove(b"k").is_none());
+    fn equal_timestamps_keep_the_larger_value_in_any_order() {
+        let mut a = MemStore::new();
+        let mut b = MemStore::new();
+        a.merge(b"k", lww(1, b"x"));
+        a.merge(b"k", lww(1, b"y"));
+        b.merge(b"k", lww(1, b"y"));
+        b.merge(b"k", lww(1, b"x"));
+        assert_eq!(value(&a, b"k"), value(&b, b"k"));
+        assert_eq!(value(&a, b"k"), lww(1, b"y").value);
     }
 
-    /// The size estimate of a growing collection stays within a factor of two of the exact
-    /// size (and never below it), while the exact count runs only now and then.
+    #[test]
+    fn records_move_between_packed_and_full() {
+        let mut s = MemStore::new();
+        s.merge(b"k", lww(1, b"v"));
+        // A counter at a newer epoch replaces the register (a new incarnation).
+        let c = Counter::new().add_delta(1, 5).unwrap();
+        let o = s.merge(b"k", Record::new(ts(2), Some(Value::Counter(c.clone()))));
+        assert!(o.changed && o.was_live && o.is_live);
+        assert_eq!(value(&s, b"k"), Some(Value::Counter(c)));
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.live_keys(), 1);
+        // And back.
+        s.merge(b"k", lww(3, b"w"));
+        assert!(matches!(
+            s.get(b"k"),
+            Some(RecordRef::Lww { value: b"w", .. })
+        ));
+        assert_eq!(s.len(), 1);
+        let removed = s.remove(b"k").unwrap();
+        assert_eq!(removed, lww(3, b"w"));
+        assert_eq!((s.bytes(), s.live_keys()), (0, 0));
+        // A register whose epoch is not its timestamp stays full, and reads the same.
+        let odd = Record::new(
+            ts(9),
+            Some(Value::Lww(Lww::new(ts(1), Box::from(&b"x"[..])))),
+        );
+        s.merge(b"o", odd.clone());
+        assert!(matches!(s.get(b"o"), Some(RecordRef::Full(_))));
+        assert_eq!(s.get(b"o").map(|r| r.to_record()), Some(odd));
+    }
+
+    #[test]
+    fn iter_sees_both_tables() {
+        let mut s = MemStore::new();
+        s.merge(b"a", lww(1, b"1"));
+        s.merge(b"b", Record::tombstone(ts(1)));
+        let mut keys: Vec<&[u8]> = s.iter().map(|(k, _)| k).collect();
+        keys.sort();
+        assert_eq!(keys, vec![&b"a"[..], &b"b"[..]]);
+    }
+
+    /// The size estimate of a growing collection stays within a small factor of the exact
+    /// size, while the exact count runs only now and then.
     #[test]
     fn collection_estimates_stay_close() {
         let mut s = MemStore::new();
@@ -320,7 +637,10 @@ mod tests {
             if i % 250 != 0 {
                 continue;
             }
-            let exact = exact_size(b"s", s.get(b"s").unwrap());
+            let Some(RecordRef::Full(record)) = s.get(b"s") else {
+                panic!("full record expected")
+            };
+            let exact = exact_size(b"s", record);
             let estimate = s.size_of(b"s");
             assert!(
                 estimate >= exact / 2 && estimate <= 3 * exact,
