@@ -49,6 +49,7 @@ pub enum Shape {
 }
 
 /// A command with its arguments, borrowed from the connection's read buffer.
+#[derive(Clone, Copy)]
 struct Cmd<'a> {
     buf: &'a [u8],
     args: &'a Args,
@@ -107,53 +108,115 @@ fn upper(name: &[u8]) -> Option<([u8; 16], usize)> {
     Some((buf, name.len()))
 }
 
-/// Runs one command. Replies that need no other worker are encoded at once.
-pub async fn run(ctx: &Rc<WorkerCtx>, state: &mut ConnState, buf: &[u8], args: &Args) -> Queued {
+/// What a command needs done.
+enum Plan<'a> {
+    /// Run ops on the workers holding their keys; encode the results with the shape.
+    Ops(Shape, Vec<Op<&'a [u8]>>),
+    /// The reply is already known.
+    Reply(Queued),
+    /// INFO: collect every worker's counters.
+    Info,
+    /// DBSIZE: count keys on every worker.
+    DbSize,
+}
+
+/// Runs one command. With `direct` (no earlier reply is still pending on this connection),
+/// a reply that needs no other worker is encoded straight into `out` and `None` returned;
+/// otherwise the reply is returned to be queued.
+pub async fn run(
+    ctx: &Rc<WorkerCtx>,
+    state: &mut ConnState,
+    buf: &[u8],
+    args: &Args,
+    out: &mut Vec<u8>,
+    direct: bool,
+) -> Option<Queued> {
     let cmd = Cmd { buf, args };
+    let v = state.version;
+    match plan(&cmd, state) {
+        Plan::Ops(shape, list) => {
+            let pending = ctx.dispatch(list, false).await;
+            if !pending.is_ready() {
+                return Some(Queued::Ops {
+                    shape,
+                    pending,
+                    version: v,
+                });
+            }
+            if direct {
+                encode(out, v, &shape, pending.into_ready());
+                return None;
+            }
+            let mut bytes = Vec::new();
+            encode(&mut bytes, v, &shape, pending.into_ready());
+            Some(Queued::Ready(bytes))
+        }
+        Plan::Reply(q) => Some(q),
+        Plan::Info => {
+            let text = info(ctx).await;
+            Some(ready(|o| resp::verbatim(o, text.as_bytes(), v)))
+        }
+        Plan::DbSize => {
+            let keys: u64 = ctx
+                .shared
+                .mesh
+                .stats()
+                .await
+                .iter()
+                .map(|s| s.shard.primary_keys)
+                .sum();
+            Some(ready(|o| resp::integer(o, keys as i64)))
+        }
+    }
+}
+
+/// Decides what a command needs (no I/O, no waiting).
+fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
+    use Plan::{Ops, Reply};
     let Some((name, n)) = upper(cmd.arg(0)) else {
-        return unknown(&cmd);
+        return Reply(unknown(cmd));
     };
     let v = state.version;
     let argc = cmd.len();
-    let op = |shape, list| encode_ops(ctx, v, shape, list);
+    let cmd = *cmd;
     match &name[..n] {
         b"GET" => {
             if argc != 2 {
-                return arity_error(&cmd);
+                return Reply(arity_error(&cmd));
             }
-            op(Shape::Get, vec![Op::Get { key: cmd.arg(1) }]).await
+            Ops(Shape::Get, vec![Op::Get { key: cmd.arg(1) }])
         }
-        b"SET" => set(&cmd, ctx, v).await,
+        b"SET" => set(&cmd),
         b"DEL" | b"UNLINK" => {
             if argc < 2 {
-                return arity_error(&cmd);
+                return Reply(arity_error(&cmd));
             }
             let list = (1..argc).map(|i| Op::Delete { key: cmd.arg(i) }).collect();
-            op(Shape::Sum, list).await
+            Ops(Shape::Sum, list)
         }
         b"EXISTS" => {
             if argc < 2 {
-                return arity_error(&cmd);
+                return Reply(arity_error(&cmd));
             }
             let list = (1..argc).map(|i| Op::Exists { key: cmd.arg(i) }).collect();
-            op(Shape::Sum, list).await
+            Ops(Shape::Sum, list)
         }
         b"TYPE" => {
             if argc != 2 {
-                return arity_error(&cmd);
+                return Reply(arity_error(&cmd));
             }
-            op(Shape::Type, vec![Op::TypeOf { key: cmd.arg(1) }]).await
+            Ops(Shape::Type, vec![Op::TypeOf { key: cmd.arg(1) }])
         }
         b"MGET" => {
             if argc < 2 {
-                return arity_error(&cmd);
+                return Reply(arity_error(&cmd));
             }
             let list = (1..argc).map(|i| Op::Get { key: cmd.arg(i) }).collect();
-            op(Shape::MultiGet, list).await
+            Ops(Shape::MultiGet, list)
         }
         b"MSET" => {
             if argc < 3 || argc % 2 == 0 {
-                return arity_error(&cmd);
+                return Reply(arity_error(&cmd));
             }
             let list = (1..argc)
                 .step_by(2)
@@ -163,28 +226,27 @@ pub async fn run(ctx: &Rc<WorkerCtx>, state: &mut ConnState, buf: &[u8], args: &
                     condition: Condition::Always,
                 })
                 .collect();
-            op(Shape::Ok, list).await
+            Ops(Shape::Ok, list)
         }
         b"INCR" | b"DECR" => {
             if argc != 2 {
-                return arity_error(&cmd);
+                return Reply(arity_error(&cmd));
             }
             let delta = if &name[..n] == b"INCR" { 1 } else { -1 };
-            op(
+            Ops(
                 Shape::Int,
                 vec![Op::CounterAdd {
                     key: cmd.arg(1),
                     delta,
                 }],
             )
-            .await
         }
         b"INCRBY" | b"DECRBY" => {
             if argc != 3 {
-                return arity_error(&cmd);
+                return Reply(arity_error(&cmd));
             }
             let Some(by) = parse_i64(cmd.arg(2)) else {
-                return err("ERR value is not an integer or out of range");
+                return Reply(err("ERR value is not an integer or out of range"));
             };
             let delta = if &name[..n] == b"INCRBY" {
                 Some(by)
@@ -192,20 +254,19 @@ pub async fn run(ctx: &Rc<WorkerCtx>, state: &mut ConnState, buf: &[u8], args: &
                 by.checked_neg()
             };
             let Some(delta) = delta else {
-                return err("ERR decrement would overflow");
+                return Reply(err("ERR decrement would overflow"));
             };
-            op(
+            Ops(
                 Shape::Int,
                 vec![Op::CounterAdd {
                     key: cmd.arg(1),
                     delta,
                 }],
             )
-            .await
         }
         b"SADD" | b"SREM" => {
             if argc < 3 {
-                return arity_error(&cmd);
+                return Reply(arity_error(&cmd));
             }
             let key = cmd.arg(1);
             let members = (2..argc).map(|i| cmd.arg(i)).collect();
@@ -214,97 +275,71 @@ pub async fn run(ctx: &Rc<WorkerCtx>, state: &mut ConnState, buf: &[u8], args: &
             } else {
                 Op::SetRemove { key, members }
             };
-            op(Shape::Int, vec![o]).await
+            Ops(Shape::Int, vec![o])
         }
         b"SMEMBERS" => {
             if argc != 2 {
-                return arity_error(&cmd);
+                return Reply(arity_error(&cmd));
             }
-            op(Shape::Members, vec![Op::Get { key: cmd.arg(1) }]).await
+            Ops(Shape::Members, vec![Op::Get { key: cmd.arg(1) }])
         }
         b"SISMEMBER" => {
             if argc != 3 {
-                return arity_error(&cmd);
+                return Reply(arity_error(&cmd));
             }
             let o = Op::SetContains {
                 key: cmd.arg(1),
                 member: cmd.arg(2),
             };
-            op(Shape::Int, vec![o]).await
+            Ops(Shape::Int, vec![o])
         }
         b"SCARD" => {
             if argc != 2 {
-                return arity_error(&cmd);
+                return Reply(arity_error(&cmd));
             }
-            op(Shape::Int, vec![Op::SetLen { key: cmd.arg(1) }]).await
+            Ops(Shape::Int, vec![Op::SetLen { key: cmd.arg(1) }])
         }
-        b"PING" => match argc {
+        b"PING" => Reply(match argc {
             1 => ready(|o| resp::simple(o, "PONG")),
             2 => ready(|o| resp::bulk(o, cmd.arg(1))),
             _ => arity_error(&cmd),
-        },
+        }),
         b"ECHO" => {
             if argc != 2 {
-                return arity_error(&cmd);
+                return Reply(arity_error(&cmd));
             }
-            ready(|o| resp::bulk(o, cmd.arg(1)))
+            Reply(ready(|o| resp::bulk(o, cmd.arg(1))))
         }
-        b"HELLO" => hello(&cmd, state),
+        b"HELLO" => Reply(hello(&cmd, state)),
         b"SELECT" => {
             if argc != 2 {
-                return arity_error(&cmd);
+                return Reply(arity_error(&cmd));
             }
-            match parse_i64(cmd.arg(1)) {
+            Reply(match parse_i64(cmd.arg(1)) {
                 Some(0) => ready(|o| resp::simple(o, "OK")),
                 Some(_) => err("ERR DB index is out of range"),
                 None => err("ERR value is not an integer or out of range"),
-            }
+            })
         }
         b"QUIT" => {
             state.quit = true;
-            ready(|o| resp::simple(o, "OK"))
+            Reply(ready(|o| resp::simple(o, "OK")))
         }
-        b"AUTH" => err(
+        b"AUTH" => Reply(err(
             "ERR AUTH <password> called without any password configured for the default user. \
              Are you sure your configuration is correct?",
-        ),
-        b"CLIENT" => client(&cmd, state),
-        b"COMMAND" => command(&cmd, v),
-        b"CONFIG" => config(&cmd, v),
-        b"INFO" => {
-            let text = info(ctx).await;
-            ready(|o| resp::verbatim(o, text.as_bytes(), v))
-        }
+        )),
+        b"CLIENT" => Reply(client(&cmd, state)),
+        b"COMMAND" => Reply(command(&cmd, v)),
+        b"CONFIG" => Reply(config(&cmd, v)),
+        b"INFO" => Plan::Info,
         b"DBSIZE" => {
             if argc != 1 {
-                return arity_error(&cmd);
+                return Reply(arity_error(&cmd));
             }
-            let keys: u64 = ctx
-                .shared
-                .mesh
-                .stats()
-                .await
-                .iter()
-                .map(|s| s.shard.primary_keys)
-                .sum();
-            ready(|o| resp::integer(o, keys as i64))
+            Plan::DbSize
         }
-        _ => unknown(&cmd),
-    }
-}
-
-async fn encode_ops(ctx: &WorkerCtx, v: Version, shape: Shape, list: Vec<Op<&[u8]>>) -> Queued {
-    let pending = ctx.dispatch(list, false).await;
-    if pending.is_ready() {
-        let mut out = Vec::new();
-        encode(&mut out, v, &shape, pending.into_ready());
-        Queued::Ready(out)
-    } else {
-        Queued::Ops {
-            shape,
-            pending,
-            version: v,
-        }
+        _ => Reply(unknown(&cmd)),
     }
 }
 
@@ -321,9 +356,9 @@ fn unknown(cmd: &Cmd<'_>) -> Queued {
     err(&msg)
 }
 
-async fn set(cmd: &Cmd<'_>, ctx: &WorkerCtx, v: Version) -> Queued {
+fn set<'a>(cmd: &Cmd<'a>) -> Plan<'a> {
     if cmd.len() < 3 {
-        return arity_error(cmd);
+        return Plan::Reply(arity_error(cmd));
     }
     let mut condition = Condition::Always;
     let mut get = false;
@@ -339,9 +374,11 @@ async fn set(cmd: &Cmd<'_>, ctx: &WorkerCtx, v: Version) -> Queued {
             .iter()
             .any(|o| opt.eq_ignore_ascii_case(o))
         {
-            return err("ERR expiry options (EX, PX, EXAT, PXAT, KEEPTTL) are not supported");
+            return Plan::Reply(err(
+                "ERR expiry options (EX, PX, EXAT, PXAT, KEEPTTL) are not supported",
+            ));
         } else {
-            return syntax_error();
+            return Plan::Reply(syntax_error());
         }
     }
     let key = cmd.arg(1);
@@ -352,9 +389,9 @@ async fn set(cmd: &Cmd<'_>, ctx: &WorkerCtx, v: Version) -> Queued {
     };
     if get {
         // Read and write run back to back on the same worker, so nothing interleaves.
-        encode_ops(ctx, v, Shape::SetGet, vec![Op::Get { key }, assign]).await
+        Plan::Ops(Shape::SetGet, vec![Op::Get { key }, assign])
     } else {
-        encode_ops(ctx, v, Shape::Set, vec![assign]).await
+        Plan::Ops(Shape::Set, vec![assign])
     }
 }
 

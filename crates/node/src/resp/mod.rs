@@ -102,12 +102,15 @@ pub async fn serve(ctx: Rc<WorkerCtx>, mut stream: TcpStream, permit: Option<Con
                 Ok(Some(consumed)) => {
                     commands += 1;
                     if !args.is_empty() {
-                        let queued = commands::run(&ctx, &mut state, &inbuf, &args).await;
+                        let direct = queue.is_empty();
+                        let queued =
+                            commands::run(&ctx, &mut state, &inbuf, &args, &mut out, direct).await;
                         match queued {
-                            Queued::Ready(bytes) if queue.is_empty() => {
+                            None => {}
+                            Some(Queued::Ready(bytes)) if queue.is_empty() => {
                                 out.extend_from_slice(&bytes)
                             }
-                            q => queue.push_back(q),
+                            Some(q) => queue.push_back(q),
                         }
                     }
                     inbuf.advance(consumed);
