@@ -1,4 +1,5 @@
-//! `latticekv`: run a node (`local`), or talk to one (`get`, `put`, `del`, `status`, …).
+//! `latticekv`: run a node (`local`), talk to one (`get`, `put`, `del`, `status`, …), or load
+//! it (`bench`).
 //!
 //! Configuration of `local` comes from, in increasing precedence: defaults, a TOML file
 //! (`--config`), `LATTICEKV_*` environment variables, flags (see `docs/configuration.md`).
@@ -9,6 +10,12 @@ mod config;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+
+/// mimalloc instead of glibc's allocator: the request path allocates and frees small
+/// blocks from one thread at a time, where glibc's free-list consolidation showed up as a
+/// top entry in profiles (see docs/performance.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// latticekv: a coordination-free key-value store of lattices.
 #[derive(Parser, Debug)]
@@ -32,6 +39,9 @@ enum Command {
     Replicate(commands::ReplicateArgs),
     /// Show the node's workers, keys and memory.
     Status(commands::StatusArgs),
+    /// Generate load (YCSB-style or redis-benchmark-style) over RESP or the native protocol,
+    /// against latticekv or Redis, and report throughput and latency.
+    Bench(bench::BenchArgs),
 }
 
 fn main() {
@@ -43,6 +53,10 @@ fn main() {
         Command::Del(args) => commands::block_on(commands::del(args)),
         Command::Replicate(args) => commands::block_on(commands::replicate(args)),
         Command::Status(args) => commands::block_on(commands::status(args)),
+        Command::Bench(args) => commands::block_on(async move {
+            bench::run_and_print(args).await?;
+            Ok(0)
+        }),
     };
     match result {
         Ok(code) => std::process::exit(code),

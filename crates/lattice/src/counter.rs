@@ -60,6 +60,18 @@ impl Counter {
         Some(out)
     }
 
+    /// Adds `delta` as `actor` in place and returns the delta to ship to the other replicas
+    /// (the same as merging [`add_delta`](Self::add_delta), without building a second
+    /// counter to merge). `None`, and no change, if the actor's cumulative would overflow.
+    #[must_use = "the delta must reach the other replicas"]
+    pub fn add(&mut self, actor: u64, delta: i64) -> Option<Counter> {
+        let delta = self.add_delta(actor, delta)?;
+        for (&actor, &pair) in &delta.0 {
+            self.0.insert(actor, pair);
+        }
+        Some(delta)
+    }
+
     /// The entries `(actor, (increments, decrements))`, ordered by actor.
     pub fn entries(&self) -> impl Iterator<Item = (u64, (u64, u64))> + '_ {
         self.0.iter().map(|(&actor, &pair)| (actor, pair))
@@ -132,5 +144,25 @@ mod tests {
         assert!(c.add_delta(1, i64::MIN).is_some());
         assert_eq!(c.value(), i128::from(u64::MAX - 1));
         assert_eq!(Counter::new().add_delta(3, 0), Some(Counter::new()));
+    }
+
+    #[test]
+    fn add_in_place_equals_merging_the_delta() {
+        let mut fast = Counter::new();
+        let mut slow = Counter::new();
+        for (actor, d) in [(1, 5), (2, -3), (1, -2), (3, 0), (2, 7)] {
+            let delta = fast.add(actor, d).unwrap();
+            let expected = slow.add_delta(actor, d).unwrap();
+            assert_eq!(delta, expected);
+            slow.merge(expected);
+            assert_eq!(fast, slow);
+        }
+        assert_eq!(fast.value(), 7);
+        let mut full = Counter::new();
+        let _ = full.add(1, i64::MAX).unwrap();
+        let _ = full.add(1, i64::MAX).unwrap();
+        let before = full.clone();
+        assert!(full.add(1, i64::MAX).is_none(), "u64 cumulative overflow");
+        assert_eq!(full, before);
     }
 }

@@ -1,0 +1,421 @@
+//! The native driver: a "smart client" sending each operation straight to the worker that
+//! owns its key.
+//!
+//! A logical connection opens one TCP connection per worker it needs (lazily). Each round it
+//! groups its operations by worker and writes them, then reads the responses of every worker
+//! connection in turn (they come back in request order, and every id is checked). Reading
+//! the worker connections one after the other means an operation's latency may include
+//! waiting for another worker's responses of the same round: like the round itself, it ends
+//! no earlier than the slowest worker's reply (with `--pipeline 1 --batch 1` a round has
+//! one request, so this never applies).
+//!
+//! With `--batch 1` each operation is one request: `Get`, or `Update` (`assign`,
+//! `counter_add` or `set_add`), timestamped by the worker. With `--batch B > 1` the round's
+//! operations for a worker are packed into `GetMany` / `PutMany` requests of up to `B`
+//! operations, and writes carry lattice values built here: an LWW value stamped by the
+//! thread's [`lattice::Hlc`], a PN-counter entry with the thread's cumulative increments
+//! for the key, or an OR-set delta adding the member with a fresh dot.
+
+use std::time::Instant;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use wire::frame::{frame_len, DEFAULT_MAX_FRAME, HEADER_LEN};
+
+use crate::args::WriteType;
+use crate::error::BenchError;
+use crate::keys::member;
+use crate::proto::{self, PutValue};
+use crate::runner::{micros, physical_ms, ClientLattice, ConnCtx, Setup};
+use crate::stats::Phase;
+use crate::workload::{Action, OpKind, Slot};
+
+/// One request written in this phase.
+#[derive(Clone, Copy, Debug)]
+struct Req {
+    id: u64,
+    /// Its first slot in `Sock::order`.
+    first: usize,
+    /// Number of operations (slots).
+    n: usize,
+    /// A `GetMany` / `PutMany` (answered with a `MultiResult`).
+    multi: bool,
+}
+
+/// A TCP connection to one worker.
+struct Sock {
+    stream: TcpStream,
+    addr: String,
+    out: Vec<u8>,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    reqs: Vec<Req>,
+    /// Slot indices of the requests' operations, in request order.
+    order: Vec<usize>,
+    /// When this phase's requests were written.
+    sent: Instant,
+}
+
+impl Sock {
+    async fn connect(addr: &str) -> Result<Sock, BenchError> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|source| BenchError::Connect {
+                addr: addr.to_string(),
+                source,
+            })?;
+        let _ = stream.set_nodelay(true);
+        Ok(Sock {
+            stream,
+            addr: addr.to_string(),
+            out: Vec::with_capacity(16 * 1024),
+            buf: vec![0; 64 * 1024],
+            start: 0,
+            end: 0,
+            reqs: Vec::new(),
+            order: Vec::new(),
+            sent: Instant::now(),
+        })
+    }
+
+    fn failed(&self, reason: impl ToString) -> BenchError {
+        BenchError::Connection {
+            addr: self.addr.clone(),
+            reason: reason.to_string(),
+        }
+    }
+
+    fn protocol(&self, reason: impl ToString) -> BenchError {
+        BenchError::Protocol {
+            addr: self.addr.clone(),
+            reason: reason.to_string(),
+        }
+    }
+
+    async fn fill(&mut self) -> Result<(), BenchError> {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        } else if self.end == self.buf.len() {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            } else {
+                let len = self.buf.len() * 2;
+                self.buf.resize(len, 0);
+            }
+        }
+        match self.stream.read(&mut self.buf[self.end..]).await {
+            Ok(0) => Err(self.failed("closed by the server")),
+            Ok(n) => {
+                self.end += n;
+                Ok(())
+            }
+            Err(e) => Err(self.failed(e)),
+        }
+    }
+
+    /// Reads the responses to this phase's requests, accounting each to its slots.
+    async fn read_responses(
+        &mut self,
+        slots: &mut [Slot],
+        first_error: &mut Option<String>,
+    ) -> Result<(), BenchError> {
+        let mut arrived = self.sent;
+        for r in 0..self.reqs.len() {
+            let req = self.reqs[r];
+            let len = loop {
+                match frame_len(&self.buf[self.start..self.end], DEFAULT_MAX_FRAME) {
+                    Ok(Some(len)) => break len,
+                    Ok(None) => {
+                        self.fill().await?;
+                        arrived = Instant::now();
+                    }
+                    Err(e) => return Err(self.protocol(e)),
+                }
+            };
+            let latency = micros(arrived - self.sent);
+            let body = &self.buf[self.start + HEADER_LEN..self.start + HEADER_LEN + len];
+            let Some(scanned) = proto::scan_response(body) else {
+                return Err(self.protocol("undecodable response"));
+            };
+            if scanned.id != req.id {
+                let what = scanned.error.map(proto::error_text).unwrap_or_default();
+                return Err(self.protocol(format!(
+                    "response id {} to request {} {what}",
+                    scanned.id, req.id
+                )));
+            }
+            let order = &self.order[req.first..req.first + req.n];
+            let mut account = |i: usize, error: Option<&[u8]>| {
+                if let Some(slot) = order.get(i).and_then(|&s| slots.get_mut(s)) {
+                    slot.latency_us += latency;
+                    slot.error |= error.is_some();
+                }
+                if let Some(e) = error {
+                    if first_error.is_none() {
+                        *first_error = Some(proto::error_text(e));
+                    }
+                }
+            };
+            match (req.multi, scanned.multi, scanned.error) {
+                (true, Some(multi), _) => {
+                    let mut i = 0;
+                    let n = proto::key_results(multi, |e| {
+                        account(i, e);
+                        i += 1;
+                    });
+                    if n != Some(req.n) {
+                        return Err(
+                            self.protocol(format!("{n:?} results for a request of {} keys", req.n))
+                        );
+                    }
+                }
+                (true, None, None) => {
+                    return Err(self.protocol("expected a MultiResult for a multi-key request"));
+                }
+                // A whole-request error, or a single-key request.
+                (_, _, error) => {
+                    for i in 0..req.n {
+                        account(i, error);
+                    }
+                }
+            }
+            self.start += HEADER_LEN + len;
+        }
+        Ok(())
+    }
+}
+
+/// Per worker, the slots of this phase to send in batches: reads and writes.
+#[derive(Default)]
+struct Group {
+    reads: Vec<usize>,
+    writes: Vec<usize>,
+}
+
+/// One logical connection: a socket per worker, opened on first use.
+struct Conn {
+    socks: Vec<Option<Sock>>,
+    groups: Vec<Group>,
+    /// Worker of each slot of the round.
+    worker_of: Vec<usize>,
+    /// Workers that have requests this phase.
+    active: Vec<usize>,
+    /// Numbers of the lattice values of a `PutMany` (see [`ClientLattice::next_write`]).
+    nums: Vec<(u64, u64)>,
+    next_id: u64,
+}
+
+impl Conn {
+    fn new(workers: usize) -> Conn {
+        Conn {
+            socks: (0..workers).map(|_| None).collect(),
+            groups: (0..workers).map(|_| Group::default()).collect(),
+            worker_of: Vec::new(),
+            active: Vec::new(),
+            nums: Vec::new(),
+            next_id: 1,
+        }
+    }
+
+    /// Computes the worker of every slot and opens the sockets the round needs.
+    async fn route(&mut self, setup: &Setup, slots: &[Slot]) -> Result<(), BenchError> {
+        let Some(route) = &setup.route else {
+            return Err(BenchError::Config("native run without a topology".into()));
+        };
+        self.worker_of.clear();
+        for slot in slots {
+            let w = route.worker(slot.key, setup.keys.get(slot.key));
+            self.worker_of.push(w);
+            if self.socks[w].is_none() {
+                self.socks[w] = Some(Sock::connect(route.addr(w)).await?);
+            }
+        }
+        Ok(())
+    }
+
+    fn id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// Encodes this phase's requests into the sockets' buffers.
+    fn encode(
+        &mut self,
+        setup: &Setup,
+        ctx_lattice: &mut ClientLattice,
+        slots: &[Slot],
+        phase: usize,
+    ) {
+        self.active.clear();
+        for sock in self.socks.iter_mut().flatten() {
+            sock.out.clear();
+            sock.reqs.clear();
+            sock.order.clear();
+        }
+        let batch = setup.batch;
+        for (i, slot) in slots.iter().enumerate() {
+            let Some(action) = slot.kind.action(phase) else {
+                continue;
+            };
+            let w = self.worker_of[i];
+            if batch > 1 {
+                let g = &mut self.groups[w];
+                if g.reads.is_empty() && g.writes.is_empty() {
+                    self.active.push(w);
+                }
+                match action {
+                    Action::Read => g.reads.push(i),
+                    Action::Write => g.writes.push(i),
+                }
+                continue;
+            }
+            let id = self.id();
+            let Some(sock) = self.socks[w].as_mut() else {
+                continue;
+            };
+            if sock.reqs.is_empty() {
+                self.active.push(w);
+            }
+            let key = setup.keys.get(slot.key);
+            match (action, setup.write_type) {
+                (Action::Read, _) => proto::get(&mut sock.out, id, key),
+                (Action::Write, WriteType::Lww) => {
+                    let value = setup.values.get(usize::from(slot.variant));
+                    proto::update_assign(&mut sock.out, id, key, value);
+                }
+                (Action::Write, WriteType::Counter) => {
+                    proto::update_counter_add(&mut sock.out, id, key, 1)
+                }
+                (Action::Write, WriteType::Orset) => {
+                    let m = member(usize::from(slot.variant));
+                    proto::update_set_add(&mut sock.out, id, key, m);
+                }
+            }
+            sock.reqs.push(Req {
+                id,
+                first: sock.order.len(),
+                n: 1,
+                multi: false,
+            });
+            sock.order.push(i);
+        }
+        if batch <= 1 {
+            return;
+        }
+        let now_ms = physical_ms();
+        for a in 0..self.active.len() {
+            let w = self.active[a];
+            let mut group = std::mem::take(&mut self.groups[w]);
+            for chunk in group.reads.chunks(batch) {
+                let id = self.id();
+                let Some(sock) = self.socks[w].as_mut() else {
+                    continue;
+                };
+                proto::get_many(&mut sock.out, id, chunk.len(), |j| {
+                    setup.keys.get(slots[chunk[j]].key)
+                });
+                push_req(sock, id, chunk);
+            }
+            for chunk in group.writes.chunks(batch) {
+                let id = self.id();
+                self.nums.clear();
+                for &s in chunk {
+                    let nums = ctx_lattice.next_write(setup.write_type, slots[s].key, now_ms);
+                    self.nums.push(nums);
+                }
+                let Some(sock) = self.socks[w].as_mut() else {
+                    continue;
+                };
+                let nums = &self.nums;
+                proto::put_many(&mut sock.out, id, chunk.len(), |j| {
+                    let slot = &slots[chunk[j]];
+                    let (a, b) = nums[j];
+                    let value = match setup.write_type {
+                        WriteType::Lww => PutValue::Lww {
+                            time: a,
+                            writer: b,
+                            value: setup.values.get(usize::from(slot.variant)),
+                        },
+                        WriteType::Counter => PutValue::Counter {
+                            actor: a,
+                            increments: b,
+                        },
+                        WriteType::Orset => PutValue::OrSet {
+                            member: member(usize::from(slot.variant)),
+                            actor: a,
+                            counter: b,
+                        },
+                    };
+                    (setup.keys.get(slot.key), value)
+                });
+                push_req(sock, id, chunk);
+            }
+            group.reads.clear();
+            group.writes.clear();
+            self.groups[w] = group;
+        }
+    }
+
+    /// Sends this phase's requests and reads all responses.
+    async fn exec(
+        &mut self,
+        ctx: &ConnCtx,
+        slots: &mut [Slot],
+        phase: usize,
+        first_error: &mut Option<String>,
+    ) -> Result<(), BenchError> {
+        {
+            let mut lattice = ctx.lattice.borrow_mut();
+            self.encode(&ctx.setup, &mut lattice, slots, phase);
+        }
+        for &w in &self.active {
+            let Some(sock) = self.socks[w].as_mut() else {
+                continue;
+            };
+            sock.sent = Instant::now();
+            if let Err(e) = sock.stream.write_all(&sock.out).await {
+                return Err(sock.failed(e));
+            }
+        }
+        for &w in &self.active {
+            if let Some(sock) = self.socks[w].as_mut() {
+                sock.read_responses(slots, first_error).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn push_req(sock: &mut Sock, id: u64, chunk: &[usize]) {
+    sock.reqs.push(Req {
+        id,
+        first: sock.order.len(),
+        n: chunk.len(),
+        multi: true,
+    });
+    sock.order.extend_from_slice(chunk);
+}
+
+/// Runs one logical connection until its source is exhausted or the run stops.
+pub(crate) async fn run(ctx: &mut ConnCtx) -> Result<(), BenchError> {
+    let setup = ctx.setup.clone();
+    let workers = setup.route.as_ref().map_or(1, |r| r.workers());
+    let mut conn = Conn::new(workers);
+    let mut slots = Vec::new();
+    let mut first_error = None;
+    while ctx.control.phase() != Phase::Stop && ctx.source.fill(&setup, &mut slots) {
+        conn.route(&setup, &slots).await?;
+        conn.exec(ctx, &mut slots, 0, &mut first_error).await?;
+        if slots.iter().any(|s| s.kind == OpKind::Rmw) {
+            conn.exec(ctx, &mut slots, 1, &mut first_error).await?;
+        }
+        ctx.control
+            .finish_round(&slots, &mut ctx.stats.borrow_mut(), &mut first_error);
+    }
+    Ok(())
+}

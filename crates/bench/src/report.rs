@@ -1,0 +1,232 @@
+//! The result of a run: [`Report`], printable as a table or as JSON.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use crate::args::{Distribution, Protocol, Workload};
+use crate::runner::group_digits;
+
+/// Per-operation latency, in microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Latency {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// Largest.
+    pub max: f64,
+    /// Mean.
+    pub mean: f64,
+}
+
+/// The load phase's result.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct LoadReport {
+    /// Keys written.
+    pub keys: u64,
+    /// Seconds it took.
+    pub secs: f64,
+    /// Writes per second.
+    pub ops_per_sec: f64,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    /// Protocol spoken.
+    pub protocol: Protocol,
+    /// Operation mix.
+    pub workload: Workload,
+    /// Key distribution.
+    pub distribution: Distribution,
+    /// Zipf exponent (0 for the uniform distribution).
+    pub zipf_theta: f64,
+    /// Distinct keys.
+    pub keys: u64,
+    /// Value size in bytes.
+    pub value_size: usize,
+    /// Connections.
+    pub connections: usize,
+    /// Requests in flight per connection.
+    pub pipeline: usize,
+    /// Operations per request (native `GetMany`/`PutMany`; 1 otherwise).
+    pub batch: usize,
+    /// Load-generator threads.
+    pub threads: usize,
+    /// Length of the measured window, in seconds.
+    pub duration_secs: f64,
+    /// Operations completed in the measured window.
+    pub ops: u64,
+    /// `ops / duration_secs`.
+    pub ops_per_sec: f64,
+    /// Measured operations that got an error reply.
+    pub errors: u64,
+    /// Per-operation latency (a read-modify-write counts both round trips).
+    pub latency_us: Latency,
+    /// The load phase, if there was one.
+    pub load: Option<LoadReport>,
+}
+
+fn name<T: Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+impl Report {
+    /// The report as one JSON object (one line).
+    pub fn to_json(&self) -> String {
+        // Serialising plain numbers, strings and options cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Prints a compact human-readable table.
+    ///
+    /// # Errors
+    /// Errors writing to `out`.
+    pub fn print_table(&self, out: &mut impl Write) -> io::Result<()> {
+        let dist = match self.distribution {
+            Distribution::Uniform => "uniform".to_string(),
+            Distribution::Zipf => format!("zipf θ={}", self.zipf_theta),
+        };
+        writeln!(
+            out,
+            "{} workload {}  keys {}  value {} B  {}",
+            name(&self.protocol),
+            name(&self.workload),
+            group_digits(self.keys),
+            self.value_size,
+            dist
+        )?;
+        writeln!(
+            out,
+            "connections {}  pipeline {}  batch {}  threads {}",
+            self.connections, self.pipeline, self.batch, self.threads
+        )?;
+        if let Some(l) = &self.load {
+            writeln!(
+                out,
+                "load        {} keys in {:.2} s = {} ops/s",
+                group_digits(l.keys),
+                l.secs,
+                group_digits(l.ops_per_sec.round() as u64)
+            )?;
+        }
+        writeln!(
+            out,
+            "throughput  {} ops/s  ({} ops in {:.2} s, {} errors)",
+            group_digits(self.ops_per_sec.round() as u64),
+            group_digits(self.ops),
+            self.duration_secs,
+            self.errors
+        )?;
+        let l = &self.latency_us;
+        writeln!(
+            out,
+            "latency µs  p50 {:.0}  p99 {:.0}  p99.9 {:.0}  max {:.0}  mean {:.1}",
+            l.p50, l.p99, l.p999, l.max, l.mean
+        )
+    }
+
+    /// Prints the report as JSON (`json`) or as the table.
+    ///
+    /// # Errors
+    /// Errors writing to `out`.
+    pub fn print(&self, out: &mut impl Write, json: bool) -> io::Result<()> {
+        if json {
+            writeln!(out, "{}", self.to_json())
+        } else {
+            self.print_table(out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Report {
+        Report {
+            protocol: Protocol::Resp,
+            workload: Workload::A,
+            distribution: Distribution::Zipf,
+            zipf_theta: 0.99,
+            keys: 100_000,
+            value_size: 100,
+            connections: 50,
+            pipeline: 16,
+            batch: 1,
+            threads: 1,
+            duration_secs: 10.0,
+            ops: 9_000_000,
+            ops_per_sec: 900_000.0,
+            errors: 0,
+            latency_us: Latency {
+                p50: 700.0,
+                p99: 1200.0,
+                p999: 2000.0,
+                max: 5000.0,
+                mean: 710.5,
+            },
+            load: Some(LoadReport {
+                keys: 100_000,
+                secs: 0.5,
+                ops_per_sec: 200_000.0,
+            }),
+        }
+    }
+
+    #[test]
+    fn json_field_names() {
+        let v: serde_json::Value = serde_json::from_str(&sample().to_json()).unwrap();
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "batch",
+                "connections",
+                "distribution",
+                "duration_secs",
+                "errors",
+                "keys",
+                "latency_us",
+                "load",
+                "ops",
+                "ops_per_sec",
+                "pipeline",
+                "protocol",
+                "threads",
+                "value_size",
+                "workload",
+                "zipf_theta"
+            ]
+        );
+        assert_eq!(v["protocol"], "resp");
+        assert_eq!(v["workload"], "a");
+        assert_eq!(v["distribution"], "zipf");
+        assert_eq!(v["latency_us"]["p999"], 2000.0);
+        assert_eq!(v["load"]["ops_per_sec"], 200_000.0);
+        let none = Report {
+            load: None,
+            ..sample()
+        };
+        let v: serde_json::Value = serde_json::from_str(&none.to_json()).unwrap();
+        assert!(v["load"].is_null());
+    }
+
+    #[test]
+    fn table() {
+        let mut out = Vec::new();
+        sample().print_table(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("resp workload a"), "{text}");
+        assert!(text.contains("900,000 ops/s"), "{text}");
+        assert!(text.contains("p99 1200"), "{text}");
+        assert!(text.contains("load        100,000 keys"), "{text}");
+    }
+}

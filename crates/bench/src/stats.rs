@@ -1,0 +1,268 @@
+//! Run control shared by all threads ([`Control`]) and what each thread measures
+//! ([`ThreadStats`]).
+//!
+//! Accounting is per *round* (the operations a connection writes together, then waits for):
+//! a round's operations count if the round completes while the run is in its measured
+//! phase. Throughput is therefore the operations of the rounds completed inside the measured
+//! window divided by the window's length, and no round is counted twice or half.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+use crate::error::BenchError;
+use crate::workload::Slot;
+
+/// The run's phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    /// Load runs but is not measured.
+    Warmup = 0,
+    /// Completed rounds are measured.
+    Measure = 1,
+    /// Connections finish their current round and stop.
+    Stop = 2,
+}
+
+/// State shared by the coordinator and every connection of a run.
+#[derive(Debug)]
+pub struct Control {
+    epoch: Instant,
+    phase: AtomicU8,
+    /// Operations completed in any phase (for the progress line).
+    completed: AtomicU64,
+    /// Operations completed in the measured phase.
+    measured: AtomicU64,
+    /// Error replies in the measured phase.
+    errors: AtomicU64,
+    /// Stop after this many measured operations.
+    target: Option<u64>,
+    /// Nanoseconds after `epoch` when the target was reached (0: not reached).
+    end_nanos: AtomicU64,
+    /// A connection failed: the run stops.
+    failed: AtomicBool,
+}
+
+impl Control {
+    /// A run starting in `phase`, stopping after `target` measured operations if given.
+    pub fn new(phase: Phase, target: Option<u64>) -> Control {
+        Control {
+            epoch: Instant::now(),
+            phase: AtomicU8::new(phase as u8),
+            completed: AtomicU64::new(0),
+            measured: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            target,
+            end_nanos: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// The current phase.
+    #[inline]
+    pub fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::Acquire) {
+            0 => Phase::Warmup,
+            1 => Phase::Measure,
+            _ => Phase::Stop,
+        }
+    }
+
+    /// Enters `phase`.
+    pub fn set_phase(&self, phase: Phase) {
+        self.phase.store(phase as u8, Ordering::Release);
+    }
+
+    /// Leaves the warm-up (unless the run already stopped).
+    pub fn start_measuring(&self) {
+        let _ = self.phase.compare_exchange(
+            Phase::Warmup as u8,
+            Phase::Measure as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// Operations completed so far (all phases).
+    pub fn completed(&self) -> u64 {
+        self.completed.load(Ordering::Relaxed)
+    }
+
+    /// Measured operations so far.
+    pub fn measured(&self) -> u64 {
+        self.measured.load(Ordering::Relaxed)
+    }
+
+    /// Measured error replies so far.
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    /// When the `--ops` target was reached, if it was.
+    pub fn target_reached_at(&self) -> Option<Instant> {
+        match self.end_nanos.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(self.epoch + Duration::from_nanos(n)),
+        }
+    }
+
+    /// Records that a connection failed; the coordinator stops the run.
+    pub fn fail(&self) {
+        self.failed.store(true, Ordering::Release);
+        self.set_phase(Phase::Stop);
+    }
+
+    /// True once a connection failed.
+    pub fn has_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Accounts a completed round: its operations count (into `stats`) if the run is
+    /// measuring. `first_error` is the text of an error reply seen in the round, if any.
+    pub fn finish_round(
+        &self,
+        slots: &[Slot],
+        stats: &mut ThreadStats,
+        first_error: &mut Option<String>,
+    ) {
+        let n = slots.len() as u64;
+        self.completed.fetch_add(n, Ordering::Relaxed);
+        if stats.first_error.is_none() {
+            stats.first_error = first_error.take();
+        }
+        if self.phase() != Phase::Measure {
+            return;
+        }
+        let mut errors = 0;
+        for s in slots {
+            stats.histogram.saturating_record(s.latency_us);
+            errors += u64::from(s.error);
+        }
+        stats.ops += n;
+        stats.errors += errors;
+        if errors > 0 {
+            self.errors.fetch_add(errors, Ordering::Relaxed);
+        }
+        let total = self.measured.fetch_add(n, Ordering::Relaxed) + n;
+        if let Some(target) = self.target {
+            if total >= target
+                && self
+                    .phase
+                    .compare_exchange(
+                        Phase::Measure as u8,
+                        Phase::Stop as u8,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok()
+            {
+                let nanos = self.epoch.elapsed().as_nanos().max(1) as u64;
+                self.end_nanos.store(nanos, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// Largest latency the histograms hold (one hour, in microseconds); longer ones count as this.
+pub const MAX_LATENCY_US: u64 = 3_600_000_000;
+
+/// What one load-generator thread measured.
+#[derive(Debug)]
+pub struct ThreadStats {
+    /// Per-operation latency in microseconds.
+    pub histogram: Histogram<u64>,
+    /// Measured operations.
+    pub ops: u64,
+    /// Measured operations that got an error reply.
+    pub errors: u64,
+    /// The text of the first error reply seen (any phase).
+    pub first_error: Option<String>,
+    /// The first connection failure.
+    pub failure: Option<BenchError>,
+}
+
+impl Default for ThreadStats {
+    fn default() -> Self {
+        ThreadStats {
+            // 1 µs to 1 hour at three significant digits; `saturating_record` clamps above.
+            histogram: Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)
+                .unwrap_or_else(|e| panic!("histogram: {e}")),
+            ops: 0,
+            errors: 0,
+            first_error: None,
+            failure: None,
+        }
+    }
+}
+
+impl ThreadStats {
+    /// Adds another thread's measurements.
+    pub fn merge(&mut self, other: ThreadStats) {
+        // Both histograms have the same bounds, so adding cannot fail.
+        let _ = self.histogram.add(&other.histogram);
+        self.ops += other.ops;
+        self.errors += other.errors;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+        if self.failure.is_none() {
+            self.failure = other.failure;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::OpKind;
+
+    fn slot(lat: u64, error: bool) -> Slot {
+        let mut s = Slot::new(0, OpKind::Read, 0);
+        s.latency_us = lat;
+        s.error = error;
+        s
+    }
+
+    #[test]
+    fn rounds_count_only_while_measuring() {
+        let c = Control::new(Phase::Warmup, Some(5));
+        let mut stats = ThreadStats::default();
+        let mut err = Some("ERR x".to_string());
+        c.finish_round(&[slot(10, false), slot(20, true)], &mut stats, &mut err);
+        assert_eq!((stats.ops, stats.errors, c.completed()), (0, 0, 2));
+        assert_eq!(stats.first_error.as_deref(), Some("ERR x"));
+        c.set_phase(Phase::Measure);
+        c.finish_round(&[slot(10, false), slot(20, true)], &mut stats, &mut None);
+        assert_eq!(
+            (stats.ops, stats.errors, c.measured(), c.errors()),
+            (2, 1, 2, 1)
+        );
+        assert_eq!(c.phase(), Phase::Measure);
+        assert!(c.target_reached_at().is_none());
+        c.finish_round(&[slot(30, false); 3], &mut stats, &mut None);
+        assert_eq!(c.phase(), Phase::Stop);
+        assert!(c.target_reached_at().is_some());
+        c.finish_round(&[slot(30, false); 3], &mut stats, &mut None);
+        assert_eq!(stats.ops, 5);
+        assert_eq!(stats.histogram.len(), 5);
+        assert_eq!(stats.histogram.max(), 30);
+        // Large latencies are kept (to three significant digits), not clamped.
+        let c = Control::new(Phase::Measure, None);
+        c.finish_round(
+            &[slot(2, false), slot(5_000, false), slot(12_345_678, false)],
+            &mut stats,
+            &mut None,
+        );
+        assert!(stats.histogram.max() >= 12_340_000);
+        assert_eq!(stats.histogram.value_at_quantile(0.0), 2);
+        let mut merged = ThreadStats::default();
+        merged.merge(stats);
+        assert_eq!(merged.ops, 8);
+        assert!(merged.histogram.max() >= 12_340_000);
+        assert!(merged
+            .histogram
+            .equivalent(merged.histogram.value_at_quantile(0.8), 5_000));
+    }
+}
