@@ -512,27 +512,34 @@ impl Shard {
     }
 
     fn counter_add(&mut self, key: &[u8], delta: i64) -> Result<OpResult, NodeError> {
+        // Hot path of counter workloads: one lookup finds the counter, checks the bound and
+        // adds in place.
+        let actor = self.actor;
+        let in_place = self.store.update(key, 0, |record| match &mut record.value {
+            Some(Value::Counter(c)) => {
+                let new_value = i64::try_from(c.value() + i128::from(delta));
+                let added = new_value.ok().and_then(|v| Some((v, c.add(actor, delta)?)));
+                Some((record.epoch, added))
+            }
+            _ => None,
+        });
+        if let Some((Some((epoch, added)), outcome)) = in_place {
+            self.track_liveness(key, outcome);
+            let (new_value, counter_delta) = added.ok_or(NodeError::Overflow)?;
+            if self.local_replication(key) > 1 {
+                let record = Record::new(epoch, Some(Value::Counter(counter_delta)));
+                self.add_to_changeset(key, record);
+            }
+            return Ok(OpResult::Int(new_value));
+        }
+        // First write of the counter (absent, deleted, or a new incarnation).
         self.check_type(key, LatticeType::Counter)?;
         let epoch = self.write_epoch(key, LatticeType::Counter);
-        let current = match self.store.get(key) {
-            Some(RecordRef::Full(Record {
-                epoch: e,
-                value: Some(Value::Counter(c)),
-            })) if *e == epoch => Some(c),
-            _ => None,
-        };
-        let value = current.map_or(0, Counter::value);
-        let new_value = value + i128::from(delta);
-        if i64::try_from(new_value).is_err() {
-            return Err(NodeError::Overflow);
-        }
-        let counter_delta = match current {
-            Some(c) => c.add_delta(self.actor, delta),
-            None => Counter::new().add_delta(self.actor, delta),
-        }
-        .ok_or(NodeError::Overflow)?;
+        let counter_delta = Counter::new()
+            .add_delta(actor, delta)
+            .ok_or(NodeError::Overflow)?;
         self.apply(key, Record::new(epoch, Some(Value::Counter(counter_delta))));
-        Ok(OpResult::Int(new_value as i64))
+        Ok(OpResult::Int(delta))
     }
 
     /// Merges a write's delta into the store and, for keys replicated on this node, into
@@ -590,23 +597,32 @@ impl Shard {
         self.changeset.len() >= self.config.max_changeset_keys
     }
 
-    /// Drains the changeset into one batch per destination worker (indexed by worker).
+    /// Drains the changeset into one batch per destination worker (indexed by worker). The
+    /// changeset keeps its capacity: the same hot keys come back every period.
     pub fn take_gossip(&mut self) -> Vec<GossipBatch> {
         let mut batches: Vec<GossipBatch> = vec![Vec::new(); self.ring.len()];
         if self.changeset.is_empty() {
             return batches;
         }
-        let changeset = std::mem::take(&mut self.changeset);
-        for (key, record) in changeset {
+        let me = self.config.worker;
+        let (ring, replication, default) = (
+            &self.ring,
+            &self.replication,
+            self.config.default_local_replication,
+        );
+        for (key, record) in self.changeset.drain() {
+            let local = replication
+                .get(&key)
+                .map_or(default, |(_, v)| v.memory.local);
             let key = Bytes::from(key.into_vec());
-            for worker in self.replicas(&key) {
-                if worker != self.config.worker {
+            ring.for_each_replica(key_hash(&key), local.max(1) as usize, |&worker| {
+                if worker != me {
                     if let Some(batch) = batches.get_mut(worker as usize) {
                         batch.push((key.clone(), record.clone()));
                         self.gossip_sent += 1;
                     }
                 }
-            }
+            });
         }
         batches
     }
