@@ -78,3 +78,16 @@ def test_many_clients(node):
         assert c.set(f"c{i}", str(i))
     for i, c in enumerate(clients):
         assert c.get(f"c{i}") == str(i).encode()
+
+
+def test_large_values_and_the_value_limit(node):
+    import os
+
+    r = client(node)
+    big = os.urandom(5 * 1024 * 1024)
+    assert r.set("big", big) is True
+    assert r.get("big") == big
+    with pytest.raises(redis.exceptions.ResponseError, match="exceeds the 16777216-byte limit"):
+        r.set("huge", b"x" * (17 * 1024 * 1024))
+    assert r.get("huge") is None
+    assert r.get("big") == big

@@ -130,6 +130,10 @@ pub async fn serve(
     let mut need_read = true;
     loop {
         if need_read {
+            // Read in large chunks: BytesMut only grows by 64 bytes when full.
+            if inbuf.capacity() - inbuf.len() < 4096 {
+                inbuf.reserve(16 * 1024);
+            }
             let read = tokio::select! {
                 r = stream.read_buf(&mut inbuf) => r,
                 _ = shutdown.wait_for(|s| *s) => return,

@@ -173,6 +173,34 @@ impl Pending {
 }
 
 impl WorkerCtx {
+    /// Runs `op` on this worker's shard if it holds the key; gives the op back otherwise.
+    /// The single-key fast path: no allocation beyond what the op itself needs.
+    pub fn run_local<B: AsRef<[u8]>>(&self, op: Op<B>) -> Result<OpResult, Op<B>> {
+        let mut shard = self.shard.borrow_mut();
+        if shard.route(op.key()) != Route::Local {
+            return Err(op);
+        }
+        let result = shard.execute(op);
+        if shard.changeset_full() {
+            self.gossip_now.notify_one();
+        }
+        Ok(result)
+    }
+
+    /// Reads `key` on this worker's shard without copying its value, if this worker holds
+    /// the key; `None` otherwise.
+    pub fn read_local<R>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Result<Option<store::RecordRef<'_>>, NodeError>) -> R,
+    ) -> Option<R> {
+        let mut shard = self.shard.borrow_mut();
+        if shard.route(key) != Route::Local {
+            return None;
+        }
+        Some(f(shard.read(key)))
+    }
+
     /// Native addresses of the workers holding `key`.
     pub fn replica_addrs(&self, key: &[u8]) -> Vec<String> {
         self.shard

@@ -14,6 +14,7 @@
 use std::rc::Rc;
 
 use lattice::{LatticeType, Value};
+use store::RecordRef;
 use wire::resp::{self, Args, Version};
 
 use super::{ConnState, Queued};
@@ -110,6 +111,10 @@ fn upper(name: &[u8]) -> Option<([u8; 16], usize)> {
 
 /// What a command needs done.
 enum Plan<'a> {
+    /// GET: read one key (without copying the value when this worker holds it).
+    Get(&'a [u8]),
+    /// Run one op on the worker holding its key; encode the result with the shape.
+    One(Shape, Op<&'a [u8]>),
     /// Run ops on the workers holding their keys; encode the results with the shape.
     Ops(Shape, Vec<Op<&'a [u8]>>),
     /// The reply is already known.
@@ -134,23 +139,23 @@ pub async fn run(
     let cmd = Cmd { buf, args };
     let v = state.version;
     match plan(&cmd, state) {
-        Plan::Ops(shape, list) => {
-            let pending = ctx.dispatch(list, false).await;
-            if !pending.is_ready() {
-                return Some(Queued::Ops {
-                    shape,
-                    pending,
-                    version: v,
-                });
+        Plan::Get(key) => {
+            let mut reply = None;
+            let local = ctx.read_local(key, |record| {
+                reply = emit(out, direct, |o| encode_get(o, v, record));
+            });
+            match local {
+                Some(()) => reply,
+                None => dispatch(ctx, v, Shape::Get, vec![Op::Get { key }], out, direct).await,
             }
-            if direct {
-                encode(out, v, &shape, pending.into_ready());
-                return None;
-            }
-            let mut bytes = Vec::new();
-            encode(&mut bytes, v, &shape, pending.into_ready());
-            Some(Queued::Ready(bytes))
         }
+        Plan::One(shape, op) => match ctx.run_local(op) {
+            Ok(result) => emit(out, direct, |o| {
+                encode(o, v, &shape, std::slice::from_ref(&result))
+            }),
+            Err(op) => dispatch(ctx, v, shape, vec![op], out, direct).await,
+        },
+        Plan::Ops(shape, list) => dispatch(ctx, v, shape, list, out, direct).await,
         Plan::Reply(q) => Some(q),
         Plan::Info => {
             let text = info(ctx).await;
@@ -170,6 +175,55 @@ pub async fn run(
     }
 }
 
+/// Appends a reply made by `f` to `out` if replies go there directly, else returns it to be
+/// queued.
+fn emit(out: &mut Vec<u8>, direct: bool, f: impl FnOnce(&mut Vec<u8>)) -> Option<Queued> {
+    if direct {
+        f(out);
+        None
+    } else {
+        let mut bytes = Vec::new();
+        f(&mut bytes);
+        Some(Queued::Ready(bytes))
+    }
+}
+
+/// Runs ops wherever their keys live; the reply is encoded now if every result is local.
+async fn dispatch(
+    ctx: &WorkerCtx,
+    v: Version,
+    shape: Shape,
+    list: Vec<Op<&[u8]>>,
+    out: &mut Vec<u8>,
+    direct: bool,
+) -> Option<Queued> {
+    let pending = ctx.dispatch(list, false).await;
+    if !pending.is_ready() {
+        return Some(Queued::Ops {
+            shape,
+            pending,
+            version: v,
+        });
+    }
+    let results = pending.into_ready();
+    emit(out, direct, |o| encode(o, v, &shape, &results))
+}
+
+/// Encodes a GET reply straight from the stored record.
+fn encode_get(out: &mut Vec<u8>, v: Version, record: Result<Option<RecordRef<'_>>, NodeError>) {
+    match record {
+        Err(e) => write_error(out, &e),
+        Ok(None) => resp::null(out, v),
+        Ok(Some(RecordRef::Lww { value, .. })) => resp::bulk(out, value),
+        Ok(Some(RecordRef::Full(r))) => match &r.value {
+            Some(Value::Lww(l)) => resp::bulk(out, &l.value),
+            Some(Value::Counter(c)) => resp::bulk(out, c.value().to_string().as_bytes()),
+            Some(other) => write_error(out, &NodeError::wrong_type("lww", other.lattice_type())),
+            None => resp::null(out, v),
+        },
+    }
+}
+
 /// Decides what a command needs (no I/O, no waiting).
 fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
     use Plan::{Ops, Reply};
@@ -184,12 +238,15 @@ fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
             if argc != 2 {
                 return Reply(arity_error(&cmd));
             }
-            Ops(Shape::Get, vec![Op::Get { key: cmd.arg(1) }])
+            Plan::Get(cmd.arg(1))
         }
         b"SET" => set(&cmd),
         b"DEL" | b"UNLINK" => {
             if argc < 2 {
                 return Reply(arity_error(&cmd));
+            }
+            if argc == 2 {
+                return Plan::One(Shape::Sum, Op::Delete { key: cmd.arg(1) });
             }
             let list = (1..argc).map(|i| Op::Delete { key: cmd.arg(i) }).collect();
             Ops(Shape::Sum, list)
@@ -198,6 +255,9 @@ fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
             if argc < 2 {
                 return Reply(arity_error(&cmd));
             }
+            if argc == 2 {
+                return Plan::One(Shape::Sum, Op::Exists { key: cmd.arg(1) });
+            }
             let list = (1..argc).map(|i| Op::Exists { key: cmd.arg(i) }).collect();
             Ops(Shape::Sum, list)
         }
@@ -205,7 +265,7 @@ fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
             if argc != 2 {
                 return Reply(arity_error(&cmd));
             }
-            Ops(Shape::Type, vec![Op::TypeOf { key: cmd.arg(1) }])
+            Plan::One(Shape::Type, Op::TypeOf { key: cmd.arg(1) })
         }
         b"MGET" => {
             if argc < 2 {
@@ -233,12 +293,12 @@ fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
                 return Reply(arity_error(&cmd));
             }
             let delta = if &name[..n] == b"INCR" { 1 } else { -1 };
-            Ops(
+            Plan::One(
                 Shape::Int,
-                vec![Op::CounterAdd {
+                Op::CounterAdd {
                     key: cmd.arg(1),
                     delta,
-                }],
+                },
             )
         }
         b"INCRBY" | b"DECRBY" => {
@@ -256,12 +316,12 @@ fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
             let Some(delta) = delta else {
                 return Reply(err("ERR decrement would overflow"));
             };
-            Ops(
+            Plan::One(
                 Shape::Int,
-                vec![Op::CounterAdd {
+                Op::CounterAdd {
                     key: cmd.arg(1),
                     delta,
-                }],
+                },
             )
         }
         b"SADD" | b"SREM" => {
@@ -275,13 +335,13 @@ fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
             } else {
                 Op::SetRemove { key, members }
             };
-            Ops(Shape::Int, vec![o])
+            Plan::One(Shape::Int, o)
         }
         b"SMEMBERS" => {
             if argc != 2 {
                 return Reply(arity_error(&cmd));
             }
-            Ops(Shape::Members, vec![Op::Get { key: cmd.arg(1) }])
+            Plan::One(Shape::Members, Op::Get { key: cmd.arg(1) })
         }
         b"SISMEMBER" => {
             if argc != 3 {
@@ -291,13 +351,13 @@ fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
                 key: cmd.arg(1),
                 member: cmd.arg(2),
             };
-            Ops(Shape::Int, vec![o])
+            Plan::One(Shape::Int, o)
         }
         b"SCARD" => {
             if argc != 2 {
                 return Reply(arity_error(&cmd));
             }
-            Ops(Shape::Int, vec![Op::SetLen { key: cmd.arg(1) }])
+            Plan::One(Shape::Int, Op::SetLen { key: cmd.arg(1) })
         }
         b"PING" => Reply(match argc {
             1 => ready(|o| resp::simple(o, "PONG")),
@@ -391,7 +451,7 @@ fn set<'a>(cmd: &Cmd<'a>) -> Plan<'a> {
         // Read and write run back to back on the same worker, so nothing interleaves.
         Plan::Ops(Shape::SetGet, vec![Op::Get { key }, assign])
     } else {
-        Plan::Ops(Shape::Set, vec![assign])
+        Plan::One(Shape::Set, assign)
     }
 }
 
@@ -633,7 +693,7 @@ fn write_error(out: &mut Vec<u8>, e: &NodeError) {
 }
 
 /// Encodes the results of a command's ops as its RESP reply.
-pub fn encode(out: &mut Vec<u8>, v: Version, shape: &Shape, results: Vec<OpResult>) {
+pub fn encode(out: &mut Vec<u8>, v: Version, shape: &Shape, results: &[OpResult]) {
     // An error in any op is the command's reply (multi-key commands fail as a whole).
     if let Some(e) = results.iter().find_map(|r| match r {
         OpResult::Error(e) => Some(e),
@@ -676,7 +736,7 @@ pub fn encode(out: &mut Vec<u8>, v: Version, shape: &Shape, results: Vec<OpResul
         }
         Shape::MultiGet => {
             resp::array_header(out, results.len());
-            for r in &results {
+            for r in results {
                 match r {
                     OpResult::Value(Some(Value::Lww(l))) => resp::bulk(out, &l.value),
                     OpResult::Value(Some(Value::Counter(c))) => {

@@ -85,6 +85,10 @@ pub async fn serve(ctx: Rc<WorkerCtx>, mut stream: TcpStream, permit: Option<Con
     let mut need_read = true;
     loop {
         if need_read {
+            // Read in large chunks: BytesMut only grows by 64 bytes when full.
+            if inbuf.capacity() - inbuf.len() < 4096 {
+                inbuf.reserve(16 * 1024);
+            }
             let read = tokio::select! {
                 r = stream.read_buf(&mut inbuf) => r,
                 _ = shutdown.wait_for(|s| *s) => return,
@@ -136,7 +140,7 @@ pub async fn serve(ctx: Rc<WorkerCtx>, mut stream: TcpStream, permit: Option<Con
                     version,
                 } => {
                     let results = pending.resolve().await;
-                    commands::encode(&mut out, version, &shape, results);
+                    commands::encode(&mut out, version, &shape, &results);
                 }
             }
         }
