@@ -2,18 +2,19 @@
 
 CARGO ?= cargo
 PYTHON ?= python3
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test deps build lint unit python-test release run clean
+.PHONY: test deps build lint unit python-test bench-smoke bench release run clean
 
 ## Everything CI checks: dependencies, formatting, lints, unit/property/integration tests,
-## and the redis-py suite against a real node.
-test: deps lint build unit python-test
+## the redis-py suite against a real node, and the benchmarks in smoke mode (no thresholds).
+test: deps lint build unit python-test bench-smoke
 
 ## Tools the tests drive: redis-cli (and redis-server for benchmarks), the redis and pytest
 ## Python packages. Installed only when missing.
 deps:
-	@command -v redis-cli >/dev/null 2>&1 || { \
+	@(command -v redis-cli && command -v redis-server && command -v redis-benchmark) >/dev/null 2>&1 || { \
 	  echo "installing redis-tools"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-tools redis-server) \
 	    || { echo "cannot install redis-tools (need root and apt)"; exit 1; }; }
@@ -31,10 +32,21 @@ unit:
 	$(CARGO) test --workspace
 
 python-test: build
-	LATTICEKV_BIN=$(CURDIR)/target/debug/latticekv $(PYTHON) -m pytest -q tests/python
+	LATTICEKV_BIN=$(TARGET_DIR)/debug/latticekv $(PYTHON) -m pytest -q tests/python
+
+## Every benchmark runs, briefly: criterion benches in test mode (each once, small tables)
+## and the Redis comparison for a fraction of a second per case. Performance is reported
+## in docs/benchmarks.md from full runs, never asserted here.
+bench-smoke: build
+	LKV_BENCH_KEYS=10000 LKV_BENCH_UPDATES=2000 $(CARGO) test --benches -p lattice -p node
+	bench/compare-redis --smoke --bin $(TARGET_DIR)/debug/latticekv > /dev/null
 
 release:
 	$(CARGO) build --release
+
+## Full side-by-side comparison with Redis; rewrites the results in docs/benchmarks.md.
+bench:
+	bench/compare-redis
 
 ## The embedded default, as the README says.
 run:

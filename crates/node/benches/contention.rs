@@ -28,7 +28,8 @@
 //! At the end it prints `locked / shard-per-core` (ratio of the median wall times of all the
 //! runs the bench made, warm-up included) for each θ.
 //!
-//! Environment: `LKV_BENCH_THREADS` (default 2), `LKV_BENCH_UPDATES` (updates per thread,
+//! Environment: `LKV_BENCH_KEYS` (default 1,000,000), `LKV_BENCH_THREADS` (default 2),
+//! `LKV_BENCH_UPDATES` (updates per thread,
 //! default 200,000).
 //!
 //! Run: `cargo bench -p node --bench contention`.
@@ -52,8 +53,10 @@ use node::Limits;
 use placement::key_hash;
 use placement::ring::{Ring, DEFAULT_VNODES};
 
-/// Keys in the table (the paper's 1M).
-const KEYS: usize = 1_000_000;
+/// Keys in the table (the paper's 1M); `LKV_BENCH_KEYS` overrides it (CI smoke runs).
+fn keys() -> usize {
+    env_usize("LKV_BENCH_KEYS", 1_000_000)
+}
 /// Stripes (locks) of the locked baseline.
 const STRIPES: usize = 64;
 /// Updates between two gossip exchanges of a shard-per-core thread.
@@ -121,8 +124,8 @@ struct Workload {
 
 impl Workload {
     fn new(theta: f64, threads: usize, per_thread: usize) -> Self {
-        let zipf = Zipf::new(KEYS, theta);
-        let keys: Vec<Key> = (0..KEYS).map(key).collect();
+        let zipf = Zipf::new(keys(), theta);
+        let keys: Vec<Key> = (0..keys()).map(key).collect();
         let updates = (0..threads)
             .map(|t| {
                 let seed = 0x5eed_0000 + (theta * 100.0) as u64 * 1_000 + t as u64;
@@ -257,7 +260,7 @@ impl ShardSystem {
             }
             total += first;
         }
-        let expected = KEYS as i128 + i128::from(self.applied);
+        let expected = keys() as i128 + i128::from(self.applied);
         assert_eq!(total, expected, "shard-per-core lost updates");
     }
 }
@@ -417,11 +420,11 @@ impl Locked {
 
     /// Every key is there and the counters add up to the pre-load plus every update.
     fn check(&self) {
-        let mut keys = 0;
+        let mut stored = 0;
         let mut total: i128 = 0;
         for stripe in &self.stripes {
             let map = stripe.lock().expect("stripe poisoned");
-            keys += map.len();
+            stored += map.len();
             for record in map.values() {
                 match &record.value {
                     Some(Value::Counter(c)) => total += c.value(),
@@ -429,8 +432,8 @@ impl Locked {
                 }
             }
         }
-        assert_eq!(keys, KEYS);
-        let expected = KEYS as i128 + i128::from(self.applied);
+        assert_eq!(stored, keys());
+        let expected = keys() as i128 + i128::from(self.applied);
         assert_eq!(total, expected, "locked baseline lost updates");
     }
 }
@@ -448,8 +451,9 @@ fn contention(c: &mut Criterion, theta: f64, threads: usize, per_thread: usize) 
     let work = Workload::new(theta, threads, per_thread);
     eprintln!(
         "contention zipf {theta}: {threads} threads x {per_thread} updates, {} distinct keys \
-         updated of {KEYS}",
-        work.distinct_keys()
+         updated of {}",
+        work.distinct_keys(),
+        keys()
     );
     let mut group = c.benchmark_group("contention");
     group
