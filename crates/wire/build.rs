@@ -6,6 +6,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptors = protox::compile(["proto/latticekv.proto"], ["proto"])?;
     prost_build::Config::new()
         .bytes(["."])
+        // Ordered maps: encodings of equal values are equal bytes (anti-entropy digests).
+        .btree_map(["."])
         .compile_fds(descriptors)?;
     Ok(())
 }

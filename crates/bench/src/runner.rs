@@ -60,8 +60,11 @@ const DYNAMIC: u32 = u32::MAX;
 /// Where each key's requests go (native protocol).
 #[derive(Debug)]
 pub(crate) struct Route {
+    /// Every worker address of the cluster (indexes below point into it).
     addrs: Vec<String>,
-    /// Worker of each key id, or [`DYNAMIC`].
+    /// Index of each address in `addrs`.
+    index: std::collections::HashMap<String, u32>,
+    /// Worker (address index) of each key id, or [`DYNAMIC`].
     key_worker: Vec<u32>,
     layout: Layout,
 }
@@ -72,22 +75,40 @@ impl Route {
         let client = client::Client::connect(front).await?;
         let layout = Layout::clone(&client.layout());
         drop(client);
-        if layout.workers.is_empty() {
-            // A node without worker ports: everything goes to the front port.
-            return Ok(Route {
-                addrs: vec![front.to_string()],
-                key_worker: vec![0; keys.len()],
-                layout,
-            });
+        let mut addrs: Vec<String> = Vec::new();
+        let mut index = std::collections::HashMap::new();
+        let mut key_worker = Vec::with_capacity(keys.len());
+        for id in 0..keys.len() as u32 {
+            let replicas = layout.replicas(keys.get(id));
+            let w = match replicas.as_slice() {
+                [r] => match layout.addr(*r) {
+                    Some(addr) => *index.entry(addr.to_string()).or_insert_with(|| {
+                        addrs.push(addr.to_string());
+                        addrs.len() as u32 - 1
+                    }),
+                    None => DYNAMIC,
+                },
+                _ => {
+                    for r in &replicas {
+                        if let Some(addr) = layout.addr(*r) {
+                            index.entry(addr.to_string()).or_insert_with(|| {
+                                addrs.push(addr.to_string());
+                                addrs.len() as u32 - 1
+                            });
+                        }
+                    }
+                    DYNAMIC
+                }
+            };
+            key_worker.push(w);
         }
-        let key_worker = (0..keys.len() as u32)
-            .map(|id| match layout.replicas(keys.get(id)).as_slice() {
-                [w] => *w,
-                _ => DYNAMIC,
-            })
-            .collect();
+        if addrs.is_empty() {
+            // A node without worker ports: everything goes to the front port.
+            addrs.push(front.to_string());
+        }
         Ok(Route {
-            addrs: layout.workers.clone(),
+            addrs,
+            index,
             key_worker,
             layout,
         })
@@ -104,12 +125,16 @@ impl Route {
     }
 
     /// The worker for key `id` (bytes `key`): its only replica, or (for a key replicated on
-    /// several workers) one chosen by [`Layout::worker_for`].
+    /// several workers) one chosen by [`Layout::addr_for`].
     #[inline]
     pub(crate) fn worker(&self, id: u32, key: &[u8]) -> usize {
         let w = match self.key_worker.get(id as usize) {
             Some(&w) if w != DYNAMIC => w,
-            _ => self.layout.worker_for(key).unwrap_or(0),
+            _ => self
+                .layout
+                .addr_for(key)
+                .and_then(|a| self.index.get(a).copied())
+                .unwrap_or(0),
         };
         (w as usize).min(self.addrs.len() - 1)
     }

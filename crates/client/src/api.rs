@@ -170,10 +170,8 @@ impl Client {
     }
 
     fn addr_for(&self, key: &[u8]) -> String {
-        let layout = self.layout();
-        layout
-            .worker_for(key)
-            .and_then(|w| layout.addr(w))
+        self.layout()
+            .addr_for(key)
             .map(str::to_string)
             .unwrap_or_else(|| self.inner.front.clone())
     }
@@ -270,10 +268,7 @@ impl Client {
         let layout = self.layout();
         let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
         for (i, key) in keys.enumerate() {
-            let addr = layout
-                .worker_for(key)
-                .and_then(|w| layout.addr(w))
-                .unwrap_or(&self.inner.front);
+            let addr = layout.addr_for(key).unwrap_or(&self.inner.front);
             match groups.iter_mut().find(|(a, _)| a == addr) {
                 Some((_, positions)) => positions.push(i),
                 None => groups.push((addr.to_string(), vec![i])),

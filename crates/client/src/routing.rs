@@ -1,91 +1,165 @@
-//! The client's copy of a node's layout: the same local ring the workers use, so the client
-//! computes the worker of a key exactly as the node does (see `docs/protocol.md`).
+//! The client's copy of the cluster layout: the same rings the nodes route by, so the client
+//! sends each key straight to a worker holding it (see `docs/protocol.md`).
 
 use std::collections::HashMap;
 
-use placement::{key_hash, Ring};
+use placement::{ClusterView, NodeInfo, Replica, Replication, ReplicationVector, Tier};
 use wire::pb;
 
-/// A node's workers and how keys map to them.
+/// The cluster's storage workers and how keys map to them.
 #[derive(Clone, Debug)]
 pub struct Layout {
-    /// Native address of each worker.
+    /// Native address of each worker of the node the topology came from (for status).
     pub workers: Vec<String>,
-    /// The local ring.
-    ring: Ring<u32>,
-    /// Local replication of keys without an explicit vector.
-    default_local: u32,
-    /// Explicit local replication per key.
-    replication: HashMap<Vec<u8>, u32>,
+    /// The rings of the memory tier's nodes.
+    view: ClusterView,
+    /// Replication of keys without an explicit vector.
+    default: ReplicationVector,
+    /// Explicit vectors.
+    replication: HashMap<Vec<u8>, ReplicationVector>,
+}
+
+fn vector(global: u32, local: u32) -> ReplicationVector {
+    ReplicationVector {
+        memory: Replication {
+            global: global.max(1),
+            local: local.max(1),
+        },
+        disk: Replication::default(),
+    }
 }
 
 impl Layout {
-    /// Builds the layout from a node's `Topology` answer.
+    /// Builds the layout from a node's `Topology` answer. Members in the rings (alive or
+    /// suspect storage nodes) are used; a topology without members (an older node) is the
+    /// answering node alone.
     pub fn from_topology(t: &pb::Topology) -> Layout {
+        let mut nodes: Vec<NodeInfo> = t
+            .members
+            .iter()
+            .filter(|m| {
+                matches!(
+                    pb::NodeStatus::try_from(m.status),
+                    Ok(pb::NodeStatus::Alive | pb::NodeStatus::Suspect)
+                ) && m.role == "memory"
+            })
+            .map(|m| NodeInfo {
+                id: m.node_id.clone(),
+                tier: Tier::Memory,
+                workers: m.workers.clone(),
+                front: m.front.clone(),
+                resp: m.resp.clone(),
+                vnodes: m.vnodes.max(1),
+            })
+            .collect();
+        if nodes.is_empty() && !t.workers.is_empty() {
+            nodes.push(NodeInfo {
+                id: t.node_id.clone(),
+                tier: Tier::Memory,
+                workers: t.workers.clone(),
+                front: String::new(),
+                resp: String::new(),
+                vnodes: t.vnodes.max(1),
+            });
+        }
         Layout {
             workers: t.workers.clone(),
-            ring: Ring::<u32>::local(t.workers.len() as u32, t.vnodes),
-            default_local: t.default_local_replication.max(1),
+            view: ClusterView::new(nodes),
+            default: vector(t.default_global_replication, t.default_local_replication),
             replication: t
                 .replication
                 .iter()
-                .map(|r| (r.key.to_vec(), r.local.max(1)))
+                .map(|r| (r.key.to_vec(), vector(r.global, r.local)))
                 .collect(),
         }
     }
 
-    /// The workers holding `key`, primary first.
-    pub fn replicas(&self, key: &[u8]) -> Vec<u32> {
-        let n = self
-            .replication
-            .get(key)
-            .copied()
-            .unwrap_or(self.default_local);
-        self.ring.replicas(key_hash(key), n as usize)
+    /// The replicas holding `key`, primary first.
+    pub fn replicas(&self, key: &[u8]) -> Vec<Replica> {
+        let v = self.replication.get(key).unwrap_or(&self.default);
+        self.view.replicas(key, v)
     }
 
-    /// The worker a request for `key` goes to: its primary, or a random replica for keys
-    /// replicated on several workers (spreading hot keys).
-    pub fn worker_for(&self, key: &[u8]) -> Option<u32> {
+    /// The address of the worker a request for `key` goes to: its primary, or a random
+    /// replica for keys with several (spreading hot keys).
+    pub fn addr_for(&self, key: &[u8]) -> Option<&str> {
         let replicas = self.replicas(key);
-        match replicas.len() {
-            0 => None,
-            1 => Some(replicas[0]),
-            n => Some(replicas[fastrand::usize(..n)]),
-        }
+        let pick = match replicas.len() {
+            0 => return None,
+            1 => replicas[0],
+            n => replicas[fastrand::usize(..n)],
+        };
+        self.view.addr(pick)
     }
 
-    /// The address of worker `w`.
-    pub fn addr(&self, w: u32) -> Option<&str> {
-        self.workers.get(w as usize).map(String::as_str)
+    /// The address of a replica.
+    pub fn addr(&self, replica: Replica) -> Option<&str> {
+        self.view.addr(replica)
+    }
+
+    /// Number of storage nodes in the memory tier.
+    pub fn nodes(&self) -> usize {
+        self.view.tier_size(Tier::Memory)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use placement::{key_hash, Ring};
+
+    fn member(id: &str, workers: &[&str]) -> pb::Member {
+        pb::Member {
+            node_id: id.into(),
+            incarnation: 1,
+            status: pb::NodeStatus::Alive as i32,
+            heartbeat: 1,
+            role: "memory".into(),
+            front: format!("{id}:front"),
+            resp: format!("{id}:resp"),
+            workers: workers.iter().map(|w| w.to_string()).collect(),
+            vnodes: 64,
+        }
+    }
 
     #[test]
-    fn matches_the_nodes_ring() {
+    fn a_single_node_matches_its_local_ring() {
         let t = pb::Topology {
             protocol_version: 1,
             node_id: "n".into(),
             workers: vec!["a:1".into(), "b:2".into(), "c:3".into()],
             vnodes: 64,
             default_local_replication: 1,
+            default_global_replication: 1,
             replication: vec![pb::SetReplication {
                 key: bytes::Bytes::from_static(b"hot"),
                 global: 1,
                 local: 3,
             }],
+            members: vec![member("n", &["a:1", "b:2", "c:3"])],
         };
         let layout = Layout::from_topology(&t);
         let ring = Ring::<u32>::local(3, 64);
         for i in 0..100 {
             let key = format!("k{i}");
-            let h = key_hash(key.as_bytes());
-            assert_eq!(layout.worker_for(key.as_bytes()), ring.primary(h).copied());
+            let w = *ring.primary(key_hash(key.as_bytes())).unwrap() as usize;
+            assert_eq!(layout.addr_for(key.as_bytes()), Some(t.workers[w].as_str()));
         }
         assert_eq!(layout.replicas(b"hot").len(), 3);
+    }
+
+    #[test]
+    fn dead_members_are_not_in_the_rings() {
+        let mut dead = member("d", &["d:1"]);
+        dead.status = pb::NodeStatus::Dead as i32;
+        let t = pb::Topology {
+            members: vec![member("a", &["a:1"]), member("b", &["b:1"]), dead],
+            default_global_replication: 3,
+            default_local_replication: 1,
+            ..Default::default()
+        };
+        let layout = Layout::from_topology(&t);
+        assert_eq!(layout.nodes(), 2);
+        assert_eq!(layout.replicas(b"k").len(), 2);
     }
 }

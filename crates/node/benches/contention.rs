@@ -47,11 +47,13 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, SamplingMode, Throughput};
 use hashbrown::HashMap;
 use lattice::{Counter, Lattice, Record, Value};
+use node::cluster::{default_vector, ViewState};
 use node::op::{Op, OpResult};
 use node::shard::{system_now_ms, GossipBatch, Shard, ShardConfig};
 use node::Limits;
 use placement::key_hash;
-use placement::ring::{Ring, DEFAULT_VNODES};
+use placement::ring::DEFAULT_VNODES;
+use placement::{node_key, Replica};
 
 /// Keys in the table (the paper's 1M); `LKV_BENCH_KEYS` overrides it (CI smoke runs).
 fn keys() -> usize {
@@ -186,27 +188,32 @@ impl ShardSystem {
     /// T shards; shard 0 loads every key (a counter at 1) and gossips it to the others.
     fn new(work: &Workload) -> Self {
         let threads = work.threads();
-        let ring = Arc::new(Ring::<u32>::local(threads as u32, DEFAULT_VNODES));
+        let view = Arc::new(ViewState::single_node(
+            "bench",
+            threads,
+            DEFAULT_VNODES,
+            default_vector(1, threads as u32),
+        ));
         let mut shards: Vec<Shard> = (0..threads)
             .map(|w| {
                 let config = ShardConfig {
-                    worker: w as u32,
-                    default_local_replication: threads as u32,
+                    me: Replica {
+                        node: node_key("bench"),
+                        worker: w as u32,
+                    },
                     limits: Limits::default(),
                     memory_budget: 64 << 30,
                     max_changeset_keys: GOSSIP_EVERY,
+                    settle_ms: 0,
                 };
-                Shard::with_clock(config, ring.clone(), FIRST_ACTOR + w as u64, system_now_ms)
+                Shard::with_clock(config, view.clone(), FIRST_ACTOR + w as u64, system_now_ms)
             })
             .collect();
         for k in &work.keys {
             counter_add(&mut shards[0], k);
         }
-        let batches = shards[0].take_gossip();
-        for (w, batch) in batches.into_iter().enumerate() {
-            if w != 0 {
-                shards[w].merge_gossip(batch);
-            }
+        for out in shards[0].take_gossip() {
+            shards[out.to.worker as usize].merge_gossip(out.entries);
         }
         ShardSystem {
             shards,
@@ -284,9 +291,10 @@ fn counter_value(shard: &mut Shard, k: &Key) -> i128 {
 
 /// Sends this shard's changeset to the peers, one batch per destination.
 fn send_gossip(shard: &mut Shard, me: usize, peers: &[Sender<Msg>]) {
-    for (w, batch) in shard.take_gossip().into_iter().enumerate() {
-        if w != me && !batch.is_empty() {
-            peers[w].send(Msg::Gossip(batch)).expect("peer alive");
+    for out in shard.take_gossip() {
+        let w = out.to.worker as usize;
+        if w != me && !out.entries.is_empty() {
+            peers[w].send(Msg::Gossip(out.entries)).expect("peer alive");
         }
     }
 }

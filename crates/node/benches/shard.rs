@@ -25,10 +25,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use node::cluster::{default_vector, ViewState};
 use node::op::{Condition, Op, OpResult};
 use node::shard::{system_now_ms, Shard, ShardConfig};
 use node::Limits;
-use placement::ring::{Ring, DEFAULT_VNODES};
+use placement::ring::DEFAULT_VNODES;
+use placement::{node_key, Replica};
 
 /// String keys pre-loaded.
 const STRING_KEYS: usize = 100_000;
@@ -73,14 +75,17 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let config = ShardConfig {
-        worker: 0,
-        default_local_replication: 1,
+        me: Replica {
+            node: node_key("bench"),
+            worker: 0,
+        },
         limits: Limits::default(),
         memory_budget: 8 << 30,
         max_changeset_keys: 1024,
+        settle_ms: 0,
     };
-    let ring = Arc::new(Ring::<u32>::local(1, DEFAULT_VNODES));
-    let mut shard = Shard::with_clock(config, ring, 1, system_now_ms);
+    let view = ViewState::single_node("bench", 1, DEFAULT_VNODES, default_vector(1, 1));
+    let mut shard = Shard::with_clock(config, Arc::new(view), 1, system_now_ms);
     let strings: Vec<_> = (0..STRING_KEYS).map(|i| key("str:", i)).collect();
     let counters: Vec<_> = (0..COUNTER_KEYS).map(|i| key("cnt:", i)).collect();
     let sets: Vec<_> = (0..SET_KEYS).map(|i| key("set:", i)).collect();

@@ -47,6 +47,56 @@ pub struct NodeConfig {
     pub pin_workers: bool,
     /// Size and resource limits.
     pub limits: Limits,
+    /// Cluster membership, failure detection, replication across nodes.
+    pub cluster: ClusterConfig,
+}
+
+/// Cluster settings. A node with no seeds is a cluster of one until others join it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Front addresses (`host:port`) of nodes to join through. Default: none.
+    pub seeds: Vec<String>,
+    /// Nodes of the memory tier holding each key unless its vector says otherwise.
+    /// Default: 1.
+    pub default_global_replication: u32,
+    /// Period of heartbeats and cluster-metadata gossip, in ms. Default: 200.
+    pub gossip_interval_ms: u64,
+    /// Silence after which a member is suspected, in ms. Default: 1,500.
+    pub suspect_after_ms: u64,
+    /// Silence after which a member is declared dead, leaves the rings and its keys are
+    /// re-replicated, in ms (the failure timeout). Default: 5,000.
+    pub failure_timeout_ms: u64,
+    /// Period of anti-entropy rounds (digest comparison with one random replica per worker),
+    /// in ms. Default: 30,000.
+    pub anti_entropy_ms: u64,
+    /// After a view change, how long a read that misses also asks the previous owners, in
+    /// ms. Default: 30,000.
+    pub settle_ms: u64,
+    /// Members contacted per gossip round. Default: 3.
+    pub fanout: usize,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            seeds: Vec::new(),
+            default_global_replication: 1,
+            gossip_interval_ms: 200,
+            suspect_after_ms: 1_500,
+            failure_timeout_ms: 5_000,
+            anti_entropy_ms: 30_000,
+            settle_ms: 30_000,
+            fanout: 3,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// The anti-entropy period (at least 100 ms).
+    pub fn anti_entropy_period(&self) -> Duration {
+        Duration::from_millis(self.anti_entropy_ms.max(100))
+    }
 }
 
 impl Default for NodeConfig {
@@ -64,6 +114,7 @@ impl Default for NodeConfig {
             tombstone_grace_secs: 600,
             pin_workers: false,
             limits: Limits::default(),
+            cluster: ClusterConfig::default(),
         }
     }
 }

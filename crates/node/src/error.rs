@@ -59,6 +59,14 @@ pub enum NodeError {
     /// The node is shutting down.
     #[error("the node is shutting down")]
     ShuttingDown,
+    /// An error from another node that ran a forwarded request, passed through.
+    #[error("{message}")]
+    Remote {
+        /// The peer's error code (a `wire::pb::ErrorCode`).
+        code: i32,
+        /// The peer's message.
+        message: String,
+    },
 }
 
 impl NodeError {
@@ -84,6 +92,9 @@ impl NodeError {
             NodeError::BadRequest(_) => ErrorCode::BadRequest,
             NodeError::Unavailable(_) => ErrorCode::Unavailable,
             NodeError::ShuttingDown => ErrorCode::ShuttingDown,
+            NodeError::Remote { code, .. } => {
+                ErrorCode::try_from(*code).unwrap_or(ErrorCode::Unavailable)
+            }
         }
     }
 
@@ -112,6 +123,17 @@ impl NodeError {
             NodeError::Overflow => "ERR increment or decrement would overflow".to_string(),
             NodeError::ShuttingDown => "SHUTDOWN the node is shutting down".to_string(),
             NodeError::Unavailable(_) => format!("TRYAGAIN {self}"),
+            NodeError::Remote { message, .. } => match self.code() {
+                ErrorCode::WrongType => format!(
+                    "WRONGTYPE Operation against a key holding the wrong kind of value ({message})"
+                ),
+                ErrorCode::MemoryLimit => {
+                    format!("OOM command not allowed when used memory > 'maxmemory' ({message})")
+                }
+                ErrorCode::Unavailable => format!("TRYAGAIN {message}"),
+                ErrorCode::ShuttingDown => format!("SHUTDOWN {message}"),
+                _ => format!("ERR {message}"),
+            },
             _ => format!("ERR {self}"),
         }
     }

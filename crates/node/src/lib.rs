@@ -6,9 +6,11 @@
 //! ([`mesh`]): forwarded requests, gossip of replicated keys, control messages.
 //!
 //! # Layout
+//! - [`cluster`]: membership, failure detection, cluster views, the cluster agent.
 //! - [`config`]: node configuration and limits, with documented defaults.
 //! - [`error`]: [`NodeError`], every error a request can get, with its wire code and RESP text.
 //! - [`op`]: the protocol-neutral operations both protocols are translated into.
+//! - [`forward`]: those operations in protobuf form, for running them on another node.
 //! - [`shard`]: one worker's state and the execution of operations (no I/O; unit-testable).
 //! - [`mesh`]: messages between workers and the bounded channels that carry them.
 //! - [`worker`]: the worker thread: runtime, inbox, gossip timer, connection tasks.
@@ -19,8 +21,10 @@
 //! Depends on `lattice`, `placement`, `store`, `wire`; used by the `latticekv` binary.
 #![warn(missing_docs)]
 
+pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod forward;
 pub mod mesh;
 pub mod native;
 pub mod op;
@@ -29,6 +33,6 @@ pub mod server;
 pub mod shard;
 pub mod worker;
 
-pub use config::{Limits, NodeConfig};
+pub use config::{ClusterConfig, Limits, NodeConfig};
 pub use error::NodeError;
 pub use server::{Node, NodeAddresses};

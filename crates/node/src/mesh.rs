@@ -9,7 +9,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::op::{Op, OpResult};
-use crate::shard::{GossipBatch, ReplicationChange, ShardStats};
+use crate::shard::{GossipBatch, ShardStats};
 
 /// Capacity of each worker's inbox.
 pub const INBOX_CAPACITY: usize = 4096;
@@ -35,8 +35,6 @@ pub enum WorkerMsg {
     },
     /// Merge a gossip batch from another worker.
     Gossip(GossipBatch),
-    /// Apply a replication change.
-    Replication(ReplicationChange),
     /// Report counters.
     Stats(oneshot::Sender<WorkerStats>),
     /// Serve a connection accepted on a shared port (with its slot in the connection limit,

@@ -21,8 +21,10 @@ use wire::frame::{self, FrameError, HEADER_LEN};
 use wire::pb::{self, request::Op as ReqOp, response::Result as RespResult};
 
 use crate::error::NodeError;
+use crate::forward;
 use crate::op::{Condition, Op, OpResult};
 use crate::worker::{ConnectionPermit, LocalConnection, Pending, WorkerCtx, MAX_PIPELINE};
+use placement::Replica;
 
 /// How the results of a request's ops become its response.
 enum Shape {
@@ -243,7 +245,7 @@ fn decode_update(update: pb::Update) -> Result<Op<Bytes>, NodeError> {
 }
 
 async fn run_ops(
-    ctx: &WorkerCtx,
+    ctx: &Rc<WorkerCtx>,
     id: u64,
     shape: Shape,
     ops: Vec<Op<Bytes>>,
@@ -265,7 +267,18 @@ async fn run_ops(
     }
 }
 
-async fn handle(ctx: &WorkerCtx, req: pb::Request, front: bool) -> Queued {
+fn respond(id: u64, result: RespResult) -> Queued {
+    Queued::Ready(pb::Response {
+        id,
+        result: Some(result),
+    })
+}
+
+fn ack(id: u64, count: i64) -> Queued {
+    respond(id, RespResult::Ack(pb::Ack { count }))
+}
+
+async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
     let id = req.id;
     let op = match req.op {
         Some(op) => op,
@@ -303,29 +316,169 @@ async fn handle(ctx: &WorkerCtx, req: pb::Request, front: bool) -> Queued {
                 Err(e) => Queued::Ready(error_response(id, &e)),
             }
         }
-        ReqOp::SetReplication(r) => {
-            let result = ctx.set_replication(r.key, r.global, r.local).await;
-            Queued::Ready(match result {
-                Ok(()) => pb::Response {
-                    id,
-                    result: Some(RespResult::Ack(pb::Ack { count: 1 })),
-                },
-                Err(e) => error_response(id, &e),
-            })
+        ReqOp::SetReplication(r) => match set_replication(ctx, r).await {
+            Ok(()) => ack(id, 1),
+            Err(e) => Queued::Ready(error_response(id, &e)),
+        },
+        ReqOp::Topology(_) => respond(id, RespResult::Topology(topology(ctx))),
+        ReqOp::Status(_) => respond(id, RespResult::Status(status(ctx).await)),
+        ReqOp::Ping(_) => ack(id, 0),
+        ReqOp::Locate(l) => {
+            let shard = ctx.shard.borrow();
+            let keys = l
+                .keys
+                .iter()
+                .map(|k| pb::locations::KeyLocation {
+                    replicas: shard.replica_addrs(k),
+                })
+                .collect();
+            respond(id, RespResult::Locations(pb::Locations { keys }))
         }
-        ReqOp::Topology(_) => Queued::Ready(pb::Response {
-            id,
-            result: Some(RespResult::Topology(topology(ctx))),
-        }),
-        ReqOp::Status(_) => Queued::Ready(pb::Response {
-            id,
-            result: Some(RespResult::Status(status(ctx).await)),
-        }),
-        ReqOp::Ping(_) => Queued::Ready(pb::Response {
-            id,
-            result: Some(RespResult::Ack(pb::Ack { count: 0 })),
-        }),
+        ReqOp::Holds(h) => {
+            let shard = ctx.shard.borrow();
+            let results = h
+                .keys
+                .iter()
+                .map(|k| pb::KeyResult {
+                    result: Some(pb::key_result::Result::Ack(pb::Ack {
+                        count: i64::from(shard.stores(k)),
+                    })),
+                })
+                .collect();
+            respond(id, RespResult::Multi(pb::MultiResult { results }))
+        }
+        ReqOp::Replicate(r) => {
+            let batch = crate::worker::decode_entries(r.entries);
+            let n = batch.len() as i64;
+            ctx.shard.borrow_mut().merge_gossip(batch);
+            ack(id, n)
+        }
+        ReqOp::Forward(f) => {
+            let mut results = Vec::with_capacity(f.ops.len());
+            let mut shard = ctx.shard.borrow_mut();
+            for op in f.ops {
+                let result = match forward::op_from_pb(op) {
+                    Ok(op) => {
+                        let key = op.key_bytes().clone();
+                        let write = op.is_write();
+                        let r = shard.execute(op);
+                        if write && !shard.is_replica(&key) {
+                            // Sent under another view: pass it on to the current owners.
+                            shard.queue_handoff(&key);
+                        }
+                        r
+                    }
+                    Err(e) => OpResult::Error(e),
+                };
+                results.push(forward::result_to_pb(&result));
+            }
+            respond(id, RespResult::Forwarded(pb::ForwardResults { results }))
+        }
+        ReqOp::AntiEntropy(d) => {
+            let shard = ctx.shard.borrow();
+            let peer = Replica {
+                node: placement::node_key(&d.sender_node),
+                worker: d.sender_worker,
+            };
+            let differing = shard.differing(peer, &d.buckets);
+            let entries = crate::worker::encode_entries(&shard.bucket_entries(peer, &differing));
+            respond(
+                id,
+                RespResult::Repair(pb::AntiEntropyRepair { differing, entries }),
+            )
+        }
+        ReqOp::Fetch(f) => {
+            let shard = ctx.shard.borrow();
+            let found: crate::shard::GossipBatch = f
+                .keys
+                .into_iter()
+                .filter_map(|k| {
+                    let record = shard.store().get(&k)?.to_record();
+                    Some((k, record))
+                })
+                .collect();
+            respond(
+                id,
+                RespResult::Repair(pb::AntiEntropyRepair {
+                    differing: Vec::new(),
+                    entries: crate::worker::encode_entries(&found),
+                }),
+            )
+        }
+        ReqOp::SyncCluster(s) => match s.state {
+            Some(state) => match ctx.shared.agent.sync(state).await {
+                Some(mine) => respond(id, RespResult::Cluster(mine)),
+                None => Queued::Ready(error_response(id, &NodeError::ShuttingDown)),
+            },
+            None => {
+                let e = NodeError::BadRequest("SyncCluster without a state".into());
+                Queued::Ready(error_response(id, &e))
+            }
+        },
+        ReqOp::Leave(_) => {
+            crate::server::leave(&ctx.shared).await;
+            // Stop once this answer is out.
+            let shared = ctx.shared.clone();
+            tokio::task::spawn_local(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                let _ = shared.stop.send(true);
+            });
+            ack(id, 1)
+        }
     }
+}
+
+/// Validates a replication change and hands it to the cluster agent, which gossips it to
+/// every node.
+async fn set_replication(ctx: &WorkerCtx, r: pb::SetReplication) -> Result<(), NodeError> {
+    if r.key.len() > ctx.shared.config.limits.max_key_size {
+        return Err(NodeError::KeyTooLarge {
+            len: r.key.len(),
+            max: ctx.shared.config.limits.max_key_size,
+        });
+    }
+    if placement::replication::is_metadata_key(&r.key) {
+        return Err(NodeError::ReservedKey);
+    }
+    if r.global == 0 || r.local == 0 {
+        return Err(NodeError::InvalidArgument(
+            "replication factors must be at least 1".into(),
+        ));
+    }
+    let (nodes, max_workers) = {
+        let shard = ctx.shard.borrow();
+        let view = &shard.view().view;
+        let nodes = view.tier_size(placement::Tier::Memory);
+        let max_workers = view
+            .nodes()
+            .map(|(_, n)| n.workers.len())
+            .max()
+            .unwrap_or(0);
+        (nodes, max_workers)
+    };
+    if r.global as usize > nodes {
+        return Err(NodeError::InvalidArgument(format!(
+            "global replication {} exceeds the {nodes} node(s) of the memory tier",
+            r.global
+        )));
+    }
+    if r.local as usize > max_workers {
+        return Err(NodeError::InvalidArgument(format!(
+            "local replication {} exceeds the node's {max_workers} workers",
+            r.local
+        )));
+    }
+    let vector = crate::cluster::default_vector(r.global, r.local);
+    ctx.shared.agent.set_replication(r.key, vector).await?;
+    // Answer once this worker routes by the new vector (the others switch at the same time).
+    let target = ctx.shared.snapshots.borrow().view.version;
+    for _ in 0..400 {
+        if ctx.shard.borrow().view().version >= target {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    Ok(())
 }
 
 /// Most explicit replication vectors returned in a topology.
@@ -334,30 +487,47 @@ const TOPOLOGY_VECTORS: usize = 10_000;
 /// The node's layout, for clients computing placement.
 pub fn topology(ctx: &WorkerCtx) -> pb::Topology {
     let shared = &ctx.shared;
+    let snapshot = shared.snapshots.borrow().clone();
+    let view = &snapshot.view;
     pb::Topology {
         protocol_version: wire::PROTOCOL_VERSION,
         node_id: shared.config.node_id.clone(),
         workers: shared.worker_addrs.iter().map(|a| a.to_string()).collect(),
         vnodes: shared.config.vnodes,
-        default_local_replication: shared.config.default_local_replication,
-        replication: ctx
-            .shard
-            .borrow()
-            .replication_vectors(TOPOLOGY_VECTORS)
-            .into_iter()
-            .map(|(key, v)| pb::SetReplication {
-                key,
+        default_local_replication: view.default.memory.local,
+        default_global_replication: view.default.memory.global,
+        replication: view
+            .replication
+            .iter()
+            .take(TOPOLOGY_VECTORS)
+            .map(|(key, (_, v))| pb::SetReplication {
+                key: Bytes::copy_from_slice(key),
                 global: v.memory.global,
                 local: v.memory.local,
             })
             .collect(),
+        members: snapshot.members.clone(),
     }
 }
 
-/// Node statistics from every worker.
+/// Node statistics from every worker, and the cluster's members and ring ownership.
 pub async fn status(ctx: &WorkerCtx) -> pb::Status {
     let shared = &ctx.shared;
     let workers = shared.mesh.stats().await;
+    let snapshot = shared.snapshots.borrow().clone();
+    let ownership = snapshot
+        .view
+        .view
+        .ownership(placement::Tier::Memory)
+        .into_iter()
+        .filter_map(|(key, share)| {
+            let node = snapshot.view.view.node(key)?;
+            Some(pb::status::Ownership {
+                node_id: node.id.clone(),
+                share,
+            })
+        })
+        .collect();
     pb::Status {
         node_id: shared.config.node_id.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
@@ -380,5 +550,7 @@ pub async fn status(ctx: &WorkerCtx) -> pb::Status {
         memory_budget_bytes: shared.config.limits.memory_budget_bytes(),
         resp_address: shared.resp_addr.to_string(),
         front_address: shared.front_addr.to_string(),
+        members: snapshot.members.clone(),
+        ownership,
     }
 }

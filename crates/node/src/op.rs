@@ -169,6 +169,25 @@ impl<B: AsRef<[u8]>> Op<B> {
     }
 }
 
+impl Op<Bytes> {
+    /// The key, as the owned bytes it was built with.
+    pub fn key_bytes(&self) -> &Bytes {
+        match self {
+            Op::Get { key }
+            | Op::Exists { key }
+            | Op::TypeOf { key }
+            | Op::SetContains { key, .. }
+            | Op::SetLen { key }
+            | Op::Put { key, .. }
+            | Op::Delete { key }
+            | Op::Assign { key, .. }
+            | Op::SetAdd { key, .. }
+            | Op::SetRemove { key, .. }
+            | Op::CounterAdd { key, .. } => key,
+        }
+    }
+}
+
 /// The result of one [`Op`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum OpResult {

@@ -14,9 +14,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use placement::Ring;
+use placement::{node_key, Replica, Tier};
 use tokio::sync::watch;
 
+use crate::cluster::agent::{self, AgentConfig};
+use crate::cluster::default_vector;
+use crate::cluster::membership::DetectorConfig;
 use crate::config::NodeConfig;
 use crate::mesh::Mesh;
 use crate::shard::{Shard, ShardConfig};
@@ -69,8 +72,9 @@ pub struct NodeAddresses {
 /// A running node.
 pub struct Node {
     addresses: NodeAddresses,
-    stop: watch::Sender<bool>,
+    shared: Arc<Shared>,
     threads: Vec<JoinHandle<std::io::Result<()>>>,
+    agent_thread: Option<JoinHandle<()>>,
     /// Held (locked) for the node's lifetime.
     _data_lock: Option<File>,
 }
@@ -153,20 +157,54 @@ impl Node {
             worker_listeners.push(l);
         }
 
-        let ring = Arc::new(Ring::<u32>::local(workers as u32, config.vnodes));
-        let (mesh, inboxes) = Mesh::new(workers);
+        let me = node_key(&config.node_id);
         let (stop, shutdown) = watch::channel(false);
+        let cluster = &config.cluster;
+        let default = default_vector(
+            cluster.default_global_replication,
+            config.default_local_replication,
+        );
+        let (agent, snapshots, agent_thread) = agent::spawn(
+            AgentConfig {
+                node_id: config.node_id.clone(),
+                desc: agent::storage_description(
+                    Tier::Memory,
+                    front_addr.to_string(),
+                    resp_addr.to_string(),
+                    worker_addrs.iter().map(|a| a.to_string()).collect(),
+                    config.vnodes,
+                ),
+                seeds: cluster.seeds.clone(),
+                gossip_interval: std::time::Duration::from_millis(
+                    cluster.gossip_interval_ms.max(10),
+                ),
+                detector: DetectorConfig {
+                    suspect_after_ms: cluster.suspect_after_ms,
+                    dead_after_ms: cluster.failure_timeout_ms.max(cluster.suspect_after_ms),
+                },
+                fanout: cluster.fanout.max(1),
+                default,
+                max_replication_entries: config.limits.max_replication_entries,
+            },
+            shutdown.clone(),
+        )
+        .map_err(StartError::Thread)?;
+        let view = snapshots.borrow().view.clone();
+        let (mesh, inboxes) = Mesh::new(workers);
         let budget = (config.limits.memory_budget_bytes() / workers as u64) as usize;
         let shared = Arc::new(Shared {
             config: config.clone(),
+            me,
             mesh,
-            ring: ring.clone(),
             worker_addrs: worker_addrs.clone(),
             front_addr,
             resp_addr,
             started: Instant::now(),
             connections: AtomicUsize::new(0),
             shutdown,
+            stop,
+            agent,
+            snapshots,
         });
 
         let mut shared_listeners = Some((front, resp));
@@ -175,13 +213,16 @@ impl Node {
         for (i, (inbox, listener)) in inboxes.into_iter().zip(worker_listeners).enumerate() {
             let shard = Shard::new(
                 ShardConfig {
-                    worker: i as u32,
-                    default_local_replication: config.default_local_replication,
+                    me: Replica {
+                        node: me,
+                        worker: i as u32,
+                    },
                     limits: config.limits,
                     memory_budget: budget,
                     max_changeset_keys: MAX_CHANGESET_KEYS,
+                    settle_ms: config.cluster.settle_ms,
                 },
-                ring.clone(),
+                view.clone(),
             );
             let setup = WorkerSetup {
                 shared: shared.clone(),
@@ -209,8 +250,9 @@ impl Node {
                 resp: resp_addr,
                 workers: worker_addrs,
             },
-            stop,
+            shared,
             threads,
+            agent_thread: Some(agent_thread),
             _data_lock: data_lock,
         })
     }
@@ -222,12 +264,42 @@ impl Node {
 
     /// Asks every worker to stop (returns at once; see [`join`](Self::join)).
     pub fn shutdown(&self) {
-        let _ = self.stop.send(true);
+        let _ = self.shared.stop.send(true);
+    }
+
+    /// Resolves when the node stops by itself (after a `Leave` request).
+    pub fn stopped(&self) -> watch::Receiver<bool> {
+        self.shared.shutdown.clone()
+    }
+
+    /// True if other storage nodes are in this node's cluster view.
+    pub fn has_peers(&self) -> bool {
+        self.shared
+            .snapshots
+            .borrow()
+            .view
+            .view
+            .tier_size(Tier::Memory)
+            > 1
+    }
+
+    /// Leaves the cluster gracefully: out of the rings, every key handed to its other owners
+    /// (bounded by a deadline), then stops.
+    pub fn leave_and_stop(self) -> std::io::Result<()> {
+        let shared = self.shared.clone();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(leave(&shared));
+        self.stop()
     }
 
     /// Waits for every worker thread to exit. Returns the first worker error, if any.
-    pub fn join(self) -> std::io::Result<()> {
+    pub fn join(mut self) -> std::io::Result<()> {
         let mut result = Ok(());
+        if let Some(agent) = self.agent_thread.take() {
+            let _ = agent.join();
+        }
         for t in self.threads {
             match t.join() {
                 Ok(Ok(())) => {}
@@ -251,6 +323,30 @@ impl Node {
         self.shutdown();
         self.join()
     }
+}
+
+/// How long a leaving node waits for its keys to reach their other owners.
+pub const LEAVE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Leaves the cluster: marks this node as left (its workers then hand every key to the
+/// other owners) and waits until no worker holds a key, or the deadline passes.
+pub async fn leave(shared: &Shared) {
+    shared.agent.leave().await;
+    let deadline = Instant::now() + LEAVE_DEADLINE;
+    while Instant::now() < deadline {
+        let held: u64 = shared
+            .mesh
+            .stats()
+            .await
+            .iter()
+            .map(|s| s.shard.live_keys)
+            .sum();
+        if held == 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    tracing::warn!("leave deadline passed with keys not yet handed off");
 }
 
 fn offset(addr: SocketAddr, by: u16) -> SocketAddr {

@@ -2,12 +2,13 @@
 //!
 //! Tasks on a worker (all on one thread, sharing the shard through a `RefCell` that is never
 //! borrowed across an `.await`):
-//! - the accept loop of the worker's own native port (clients that know placement);
+//! - the accept loop of the worker's own native port (clients that know placement, and
+//!   other nodes' workers);
 //! - on worker 0 only, the accept loops of the shared front and RESP ports, which hand
 //!   connections to workers round-robin through their inboxes;
-//! - the inbox loop: forwarded ops, gossip, replication changes, stats, handed-over
-//!   connections;
-//! - the gossip timer;
+//! - the inbox loop: forwarded ops, gossip and handed-over connections from this node;
+//! - the view loop: switches the shard to each new cluster view the agent publishes;
+//! - the gossip timer, and the anti-entropy timer;
 //! - one task per client connection.
 
 use std::cell::{Cell, RefCell};
@@ -19,16 +20,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use placement::Ring;
+use client::connection::Connection;
+use lattice::Record;
+use placement::{NodeKey, Replica};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::task::{spawn_local, LocalSet};
+use wire::pb;
 
+use crate::cluster::agent::{Agent, Snapshot};
 use crate::config::NodeConfig;
 use crate::error::NodeError;
+use crate::forward;
 use crate::mesh::{Mesh, Protocol, WorkerMsg, WorkerStats};
 use crate::op::{Op, OpResult};
-use crate::shard::{ReplicationChange, Route, Shard};
+use crate::shard::{GossipBatch, Outgoing, Route, Shard};
 
 /// How long a stopping worker waits for its connections to finish.
 pub const EXIT_DEADLINE: Duration = Duration::from_secs(5);
@@ -36,15 +42,21 @@ pub const EXIT_DEADLINE: Duration = Duration::from_secs(5);
 /// Most commands a connection runs before it writes their replies (bounds the reply queue).
 pub const MAX_PIPELINE: usize = 1024;
 
+/// Most replication batches a worker has in flight to other nodes at once.
+const MAX_REMOTE_BATCHES: usize = 64;
+
+/// Time allowed for a request to another node.
+const PEER_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Node-wide state shared read-only by all workers.
 #[derive(Debug)]
 pub struct Shared {
     /// The configuration the node started with.
     pub config: NodeConfig,
+    /// This node's key (the hash of its id).
+    pub me: NodeKey,
     /// Inboxes of all workers.
     pub mesh: Mesh,
-    /// The local ring.
-    pub ring: Arc<Ring<u32>>,
     /// Native address of each worker.
     pub worker_addrs: Vec<SocketAddr>,
     /// The shared native front address.
@@ -58,6 +70,12 @@ pub struct Shared {
     pub connections: AtomicUsize,
     /// Becomes `true` when the node must stop.
     pub shutdown: watch::Receiver<bool>,
+    /// Stops the node (after a graceful leave).
+    pub stop: watch::Sender<bool>,
+    /// The cluster agent.
+    pub agent: Agent,
+    /// The agent's latest snapshot (view and members).
+    pub snapshots: watch::Receiver<Arc<Snapshot>>,
 }
 
 /// A slot in the node-wide connection limit, released when dropped.
@@ -101,6 +119,10 @@ pub struct WorkerCtx {
     connection_closed: Notify,
     /// Signalled when the changeset is full and should go out before the timer.
     gossip_now: Notify,
+    /// Connections to other nodes' workers, by address (bounded by the cluster's size).
+    peers: RefCell<HashMap<String, Connection>>,
+    /// Replication batches in flight to other nodes.
+    remote_batches: Cell<usize>,
 }
 
 /// Counts a connection on its worker while alive.
@@ -128,7 +150,7 @@ impl Drop for LocalConnection {
 pub struct Pending {
     /// One slot per op; `None` until its result is known.
     results: Vec<Option<OpResult>>,
-    /// Batches forwarded to other workers: the ops' positions and the reply.
+    /// Batches forwarded elsewhere: the ops' positions and the reply.
     waits: Vec<(Vec<usize>, oneshot::Receiver<Vec<OpResult>>)>,
 }
 
@@ -173,11 +195,17 @@ impl Pending {
 }
 
 impl WorkerCtx {
-    /// Runs `op` on this worker's shard if it holds the key; gives the op back otherwise.
-    /// The single-key fast path: no allocation beyond what the op itself needs.
+    /// Runs `op` on this worker's shard if it holds the key and the answer is final; gives
+    /// the op back otherwise. The single-key fast path: no allocation beyond what the op
+    /// itself needs.
     pub fn run_local<B: AsRef<[u8]>>(&self, op: Op<B>) -> Result<OpResult, Op<B>> {
         let mut shard = self.shard.borrow_mut();
         if shard.route(op.key()) != Route::Local {
+            return Err(op);
+        }
+        // A read that may miss while keys are moving takes the slow path (which asks the
+        // previous owners).
+        if shard.settling().is_some() && matches!(op, Op::Get { .. }) {
             return Err(op);
         }
         let result = shard.execute(op);
@@ -188,14 +216,14 @@ impl WorkerCtx {
     }
 
     /// Reads `key` on this worker's shard without copying its value, if this worker holds
-    /// the key; `None` otherwise.
+    /// the key (and no view change is settling); `None` otherwise.
     pub fn read_local<R>(
         &self,
         key: &[u8],
         f: impl FnOnce(Result<Option<store::RecordRef<'_>>, NodeError>) -> R,
     ) -> Option<R> {
         let mut shard = self.shard.borrow_mut();
-        if shard.route(key) != Route::Local {
+        if shard.route(key) != Route::Local || shard.settling().is_some() {
             return None;
         }
         Some(f(shard.read(key)))
@@ -203,35 +231,83 @@ impl WorkerCtx {
 
     /// Native addresses of the workers holding `key`.
     pub fn replica_addrs(&self, key: &[u8]) -> Vec<String> {
-        self.shard
-            .borrow()
-            .replicas(key)
-            .into_iter()
-            .filter_map(|w| self.shared.worker_addrs.get(w as usize))
-            .map(|a| a.to_string())
-            .collect()
+        self.shard.borrow().replica_addrs(key)
+    }
+
+    /// A connection to another node's worker (or front) at `addr`.
+    pub async fn peer(&self, addr: &str) -> Result<Connection, NodeError> {
+        if let Some(c) = self.peers.borrow().get(addr) {
+            if !c.is_broken() {
+                return Ok(c.clone());
+            }
+        }
+        let c = tokio::time::timeout(PEER_TIMEOUT, Connection::open(addr))
+            .await
+            .map_err(|_| NodeError::Unavailable(format!("{addr} did not answer")))?
+            .map_err(|e| NodeError::Unavailable(e.to_string()))?;
+        let mut peers = self.peers.borrow_mut();
+        if peers.len() > 4096 {
+            peers.retain(|_, c| !c.is_broken());
+        }
+        peers.insert(addr.to_string(), c.clone());
+        Ok(c)
+    }
+
+    /// Sends one request to another node and returns its result.
+    pub async fn call_peer(
+        &self,
+        addr: &str,
+        op: pb::request::Op,
+    ) -> Result<pb::response::Result, NodeError> {
+        let conn = self.peer(addr).await?;
+        let req = pb::Request {
+            id: fastrand::u64(..),
+            op: Some(op),
+        };
+        let resp = tokio::time::timeout(PEER_TIMEOUT, conn.call(req))
+            .await
+            .map_err(|_| NodeError::Unavailable(format!("{addr} timed out")))?
+            .map_err(|e| NodeError::Unavailable(e.to_string()))?;
+        match resp.result {
+            Some(pb::response::Result::Error(e)) => Err(forward::error_from_pb(e)),
+            Some(r) => Ok(r),
+            None => Err(NodeError::Unavailable(format!("{addr}: empty response"))),
+        }
     }
 
     /// Runs `ops`: those whose key this worker holds right away, the others on a worker
-    /// holding them (or, with `redirect`, answered with a redirect to those workers).
-    /// Forwarded ops to one worker travel as one batch.
-    pub async fn dispatch<B: AsRef<[u8]>>(&self, ops: Vec<Op<B>>, redirect: bool) -> Pending {
+    /// holding them — of this node through its inbox, of another node over the network —
+    /// or, with `redirect`, answered with a redirect to those workers. Ops going to the
+    /// same worker travel as one batch.
+    pub async fn dispatch<B: AsRef<[u8]>>(
+        self: &Rc<Self>,
+        ops: Vec<Op<B>>,
+        redirect: bool,
+    ) -> Pending {
         let mut results: Vec<Option<OpResult>> = Vec::with_capacity(ops.len());
-        let mut remote: HashMap<u32, (Vec<usize>, Vec<Op<Bytes>>)> = HashMap::new();
+        let mut remote: HashMap<Replica, (Vec<usize>, Vec<Op<Bytes>>)> = HashMap::new();
+        let mut misses: Vec<(usize, Bytes)> = Vec::new();
         {
             let mut shard = self.shard.borrow_mut();
+            let settling = shard.settling().is_some();
             for (pos, op) in ops.into_iter().enumerate() {
                 match shard.route(op.key()) {
-                    Route::Local => results.push(Some(shard.execute(op))),
-                    Route::Remote(_) if redirect => {
-                        drop(shard);
-                        let addrs = self.replica_addrs(op.key());
-                        results.push(Some(OpResult::Error(NodeError::Redirect(addrs))));
-                        shard = self.shard.borrow_mut();
+                    Route::Local => {
+                        let is_get = matches!(op, Op::Get { .. });
+                        let key = op.key().to_vec();
+                        let result = shard.execute(op);
+                        if settling && is_get && result == OpResult::Value(None) {
+                            misses.push((pos, Bytes::from(key)));
+                        }
+                        results.push(Some(result));
                     }
-                    Route::Remote(w) => {
+                    Route::Remote(_) if redirect => {
+                        let addrs = shard.replica_addrs(op.key());
+                        results.push(Some(OpResult::Error(NodeError::Redirect(addrs))));
+                    }
+                    Route::Remote(r) => {
                         results.push(None);
-                        let entry = remote.entry(w).or_default();
+                        let entry = remote.entry(r).or_default();
                         entry.0.push(pos);
                         entry.1.push(op.to_owned_op());
                     }
@@ -241,56 +317,103 @@ impl WorkerCtx {
                 self.gossip_now.notify_one();
             }
         }
-        let mut waits = Vec::with_capacity(remote.len());
-        for (worker, (positions, ops)) in remote {
+        let mut waits = Vec::with_capacity(remote.len() + usize::from(!misses.is_empty()));
+        for (replica, (positions, ops)) in remote {
             let (reply, rx) = oneshot::channel();
-            let msg = WorkerMsg::Exec { ops, reply };
-            if self.shared.mesh.send(worker, msg).await.is_err() {
-                for pos in positions {
-                    results[pos] = Some(OpResult::Error(NodeError::ShuttingDown));
+            if replica.node == self.shared.me {
+                let msg = WorkerMsg::Exec { ops, reply };
+                if self.shared.mesh.send(replica.worker, msg).await.is_err() {
+                    for pos in positions {
+                        results[pos] = Some(OpResult::Error(NodeError::ShuttingDown));
+                    }
+                    continue;
                 }
-                continue;
+            } else {
+                let addr = self.shard.borrow().view().addr(replica).map(str::to_string);
+                let ctx = self.clone();
+                spawn_local(async move {
+                    let n = ops.len();
+                    let out = match addr {
+                        Some(addr) => ctx.forward(&addr, ops).await,
+                        None => Err(NodeError::Unavailable("replica left the cluster".into())),
+                    };
+                    let _ = reply.send(match out {
+                        Ok(results) => results,
+                        Err(e) => vec![OpResult::Error(e); n],
+                    });
+                });
             }
+            waits.push((positions, rx));
+        }
+        if !misses.is_empty() {
+            // Keys may still be on their way here after a view change: ask their previous
+            // owners, keep what they have, and answer from the merged state.
+            let (reply, rx) = oneshot::channel();
+            let positions: Vec<usize> = misses.iter().map(|(p, _)| *p).collect();
+            for &p in &positions {
+                results[p] = None;
+            }
+            let ctx = self.clone();
+            spawn_local(async move {
+                let keys: Vec<Bytes> = misses.into_iter().map(|(_, k)| k).collect();
+                ctx.fetch_from_previous(&keys).await;
+                let mut shard = ctx.shard.borrow_mut();
+                let results = keys
+                    .iter()
+                    .map(|k| shard.execute(Op::Get { key: &k[..] }))
+                    .collect();
+                let _ = reply.send(results);
+            });
             waits.push((positions, rx));
         }
         Pending { results, waits }
     }
 
-    /// Validates a replication change and broadcasts it to every worker.
-    pub async fn set_replication(
-        &self,
-        key: Bytes,
-        global: u32,
-        local: u32,
-    ) -> Result<(), NodeError> {
-        let change = {
-            let mut shard = self.shard.borrow_mut();
-            shard.check_replication(&key, global, local)?;
-            let vector = placement::ReplicationVector {
-                memory: placement::Replication { global, local },
-                disk: placement::Replication {
-                    global: 0,
-                    local: 0,
-                },
-            };
-            ReplicationChange {
-                key,
-                vector,
-                ts: shard.tick(),
+    /// Runs ops on another node's worker.
+    async fn forward(&self, addr: &str, ops: Vec<Op<Bytes>>) -> Result<Vec<OpResult>, NodeError> {
+        let n = ops.len();
+        let request = pb::request::Op::Forward(pb::Forward {
+            ops: ops.iter().map(forward::op_to_pb).collect(),
+        });
+        match self.call_peer(addr, request).await? {
+            pb::response::Result::Forwarded(f) if f.results.len() == n => {
+                Ok(f.results.into_iter().map(forward::result_from_pb).collect())
             }
-        };
-        for w in 0..self.shared.mesh.len() as u32 {
-            if self
-                .shared
-                .mesh
-                .send(w, WorkerMsg::Replication(change.clone()))
-                .await
-                .is_err()
-            {
-                return Err(NodeError::ShuttingDown);
+            _ => Err(NodeError::Unavailable(format!(
+                "{addr} answered a forward with something else"
+            ))),
+        }
+    }
+
+    /// Asks the previous view's replicas of `keys` for their records and merges them here.
+    async fn fetch_from_previous(&self, keys: &[Bytes]) {
+        let mut by_addr: HashMap<String, Vec<Bytes>> = HashMap::new();
+        {
+            let shard = self.shard.borrow();
+            let Some(previous) = shard.settling() else {
+                return;
+            };
+            for key in keys {
+                for r in previous.replicas(key) {
+                    if r == shard.me() {
+                        continue;
+                    }
+                    if let Some(addr) = previous.addr(r) {
+                        by_addr
+                            .entry(addr.to_string())
+                            .or_default()
+                            .push(key.clone());
+                    }
+                }
             }
         }
-        Ok(())
+        for (addr, keys) in by_addr {
+            let op = pb::request::Op::Fetch(pb::Fetch { keys });
+            if let Ok(pb::response::Result::Repair(r)) = self.call_peer(&addr, op).await {
+                let batch = decode_entries(r.entries);
+                self.shard.borrow_mut().merge_gossip(batch);
+            }
+        }
     }
 
     /// Counters of this worker.
@@ -307,24 +430,146 @@ impl WorkerCtx {
         self.shared.shutdown.clone()
     }
 
-    /// One gossip round: send each destination its batch; requeue what could not go.
-    fn gossip_round(&self) {
-        let mut shard = self.shard.borrow_mut();
-        let batches = shard.take_gossip();
-        for (worker, batch) in batches.into_iter().enumerate() {
-            if batch.is_empty() {
-                continue;
-            }
-            if let Err(WorkerMsg::Gossip(batch)) = self
-                .shared
-                .mesh
-                .try_send(worker as u32, WorkerMsg::Gossip(batch))
-            {
-                shard.requeue_gossip(batch);
+    /// One gossip round: each destination gets its batch — through the inbox for this
+    /// node's workers, over the network for other nodes; what cannot go is requeued.
+    fn gossip_round(self: &Rc<Self>) {
+        let outgoing = self.shard.borrow_mut().take_gossip();
+        for out in outgoing {
+            if out.to.node == self.shared.me {
+                let keys: Vec<Bytes> = out.entries.iter().map(|(k, _)| k.clone()).collect();
+                match self
+                    .shared
+                    .mesh
+                    .try_send(out.to.worker, WorkerMsg::Gossip(out.entries))
+                {
+                    Ok(()) => self
+                        .shard
+                        .borrow_mut()
+                        .delivered(keys.iter().map(|k| &k[..])),
+                    Err(WorkerMsg::Gossip(entries)) => self.shard.borrow_mut().requeue(Outgoing {
+                        to: out.to,
+                        entries,
+                    }),
+                    Err(_) => {}
+                }
+            } else if self.remote_batches.get() >= MAX_REMOTE_BATCHES {
+                self.shard.borrow_mut().requeue(out);
+            } else {
+                self.remote_batches.set(self.remote_batches.get() + 1);
+                spawn_local(send_remote(self.clone(), out));
             }
         }
-        shard.after_gossip(self.shared.config.tombstone_grace_secs * 1000);
+        self.shard
+            .borrow_mut()
+            .after_gossip(self.shared.config.tombstone_grace_secs * 1000);
     }
+
+    /// One anti-entropy exchange with a random replica of another worker.
+    async fn anti_entropy_round(&self) {
+        let (peer, addr, digest, me) = {
+            let shard = self.shard.borrow();
+            let view = shard.view().clone();
+            let me = shard.me();
+            let candidates: Vec<Replica> = view
+                .view
+                .nodes()
+                .flat_map(|(&node, info)| {
+                    (0..info.workers.len() as u32).map(move |worker| Replica { node, worker })
+                })
+                .filter(|r| *r != me)
+                .collect();
+            if candidates.is_empty() {
+                return;
+            }
+            let peer = candidates[fastrand::usize(..candidates.len())];
+            let Some(addr) = view.addr(peer).map(str::to_string) else {
+                return;
+            };
+            (peer, addr, shard.digest(peer), me)
+        };
+        let node_id = match self.shard.borrow().view().view.node(me.node) {
+            Some(info) => info.id.clone(),
+            None => return,
+        };
+        let op = pb::request::Op::AntiEntropy(pb::AntiEntropyDigest {
+            sender_node: node_id,
+            sender_worker: me.worker,
+            buckets: digest,
+        });
+        let Ok(pb::response::Result::Repair(repair)) = self.call_peer(&addr, op).await else {
+            return;
+        };
+        if repair.differing.is_empty() {
+            return;
+        }
+        let theirs = decode_entries(repair.entries);
+        tracing::debug!(
+            buckets = repair.differing.len(),
+            received = theirs.len(),
+            "anti-entropy repair"
+        );
+        let mine = {
+            let mut shard = self.shard.borrow_mut();
+            shard.merge_gossip(theirs);
+            shard.bucket_entries(peer, &repair.differing)
+        };
+        if !mine.is_empty() {
+            let op = pb::request::Op::Replicate(pb::Replicate {
+                entries: encode_entries(&mine),
+                sender: String::new(),
+            });
+            let _ = self.call_peer(&addr, op).await;
+        }
+    }
+}
+
+/// Sends a replication batch to another node; on failure it goes back to the changeset.
+async fn send_remote(ctx: Rc<WorkerCtx>, out: Outgoing) {
+    let addr = ctx.shard.borrow().view().addr(out.to).map(str::to_string);
+    let result = match &addr {
+        Some(addr) => {
+            let op = pb::request::Op::Replicate(pb::Replicate {
+                entries: encode_entries(&out.entries),
+                sender: String::new(),
+            });
+            ctx.call_peer(addr, op).await.map(|_| ())
+        }
+        // The destination left the view: the changeset re-sends to the current replicas.
+        None => Err(NodeError::Unavailable("replica left".into())),
+    };
+    ctx.remote_batches
+        .set(ctx.remote_batches.get().saturating_sub(1));
+    let mut shard = ctx.shard.borrow_mut();
+    match result {
+        Ok(()) => shard.delivered(out.entries.iter().map(|(k, _)| &k[..])),
+        Err(e) => {
+            tracing::debug!(to = ?addr, error = %e, "replication batch requeued");
+            shard.requeue(out);
+        }
+    }
+}
+
+/// Gossip entries on the wire.
+pub fn encode_entries(batch: &GossipBatch) -> Vec<pb::gossip::Entry> {
+    batch
+        .iter()
+        .map(|(key, record)| pb::gossip::Entry {
+            key: key.clone(),
+            record: Some(wire::convert::record_to_pb(record)),
+        })
+        .collect()
+}
+
+/// Gossip entries from the wire; entries that don't decode are dropped (and repaired by
+/// anti-entropy if they mattered).
+pub fn decode_entries(entries: Vec<pb::gossip::Entry>) -> GossipBatch {
+    entries
+        .into_iter()
+        .filter_map(|e| {
+            let record: Record = wire::convert::record_from_pb(e.record.as_ref()?).ok()?;
+            Some((e.key, record))
+        })
+        .collect()
 }
 
 /// What one worker thread is given at start.
@@ -365,6 +610,8 @@ pub fn run(setup: WorkerSetup) -> std::io::Result<()> {
             connections: Cell::new(0),
             connection_closed: Notify::new(),
             gossip_now: Notify::new(),
+            peers: RefCell::new(HashMap::new()),
+            remote_batches: Cell::new(0),
         });
         let listener = TcpListener::from_std(listener)?;
         spawn_local(accept_own(ctx.clone(), listener));
@@ -381,7 +628,9 @@ pub fn run(setup: WorkerSetup) -> std::io::Result<()> {
             ));
         }
         spawn_local(inbox_loop(ctx.clone(), inbox));
+        spawn_local(view_loop(ctx.clone()));
         spawn_local(gossip_loop(ctx.clone()));
+        spawn_local(anti_entropy_loop(ctx.clone()));
 
         let mut shutdown = ctx.shutdown();
         let _ = shutdown.wait_for(|stop| *stop).await;
@@ -408,7 +657,7 @@ pub fn run(setup: WorkerSetup) -> std::io::Result<()> {
     })
 }
 
-/// Accepts clients on this worker's own native port.
+/// Accepts clients and peers on this worker's own native port.
 async fn accept_own(ctx: Rc<WorkerCtx>, listener: TcpListener) {
     let mut shutdown = ctx.shutdown();
     loop {
@@ -486,7 +735,7 @@ async fn accept_error(e: std::io::Error) {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
-/// Handles messages from other workers and the acceptor.
+/// Handles messages from this node's other workers and the acceptor.
 async fn inbox_loop(ctx: Rc<WorkerCtx>, mut inbox: mpsc::Receiver<WorkerMsg>) {
     while let Some(msg) = inbox.recv().await {
         match msg {
@@ -499,7 +748,7 @@ async fn inbox_loop(ctx: Rc<WorkerCtx>, mut inbox: mpsc::Receiver<WorkerMsg>) {
                         let write = op.is_write();
                         results.push(shard.execute(op));
                         if write && !shard.is_replica(&key) {
-                            // Routed here under a replication vector that changed since.
+                            // Routed here under a view that changed since.
                             shard.queue_handoff(&key);
                         }
                     }
@@ -511,10 +760,6 @@ async fn inbox_loop(ctx: Rc<WorkerCtx>, mut inbox: mpsc::Receiver<WorkerMsg>) {
                 let _ = reply.send(results);
             }
             WorkerMsg::Gossip(batch) => ctx.shard.borrow_mut().merge_gossip(batch),
-            WorkerMsg::Replication(change) => {
-                ctx.shard.borrow_mut().apply_replication(change);
-                ctx.gossip_now.notify_one();
-            }
             WorkerMsg::Stats(reply) => {
                 let _ = reply.send(ctx.stats());
             }
@@ -526,6 +771,31 @@ async fn inbox_loop(ctx: Rc<WorkerCtx>, mut inbox: mpsc::Receiver<WorkerMsg>) {
                     Err(e) => tracing::warn!(error = %e, "could not adopt a connection"),
                 }
             }
+        }
+    }
+}
+
+/// Switches the shard to every new view the cluster agent publishes.
+async fn view_loop(ctx: Rc<WorkerCtx>) {
+    let mut snapshots = ctx.shared.snapshots.clone();
+    let mut shutdown = ctx.shutdown();
+    loop {
+        let view = snapshots.borrow_and_update().view.clone();
+        let switched = {
+            let mut shard = ctx.shard.borrow_mut();
+            let switch = shard.view().version != view.version;
+            if switch {
+                shard.set_view(view);
+            }
+            switch
+        };
+        if switched {
+            // Hand-offs go out now rather than at the next tick.
+            ctx.gossip_now.notify_one();
+        }
+        tokio::select! {
+            r = snapshots.changed() => if r.is_err() { return },
+            _ = shutdown.wait_for(|s| *s) => return,
         }
     }
 }
@@ -542,5 +812,26 @@ async fn gossip_loop(ctx: Rc<WorkerCtx>) {
             _ = shutdown.wait_for(|s| *s) => return,
         }
         ctx.gossip_round();
+    }
+}
+
+/// Compares digests with a random replica every anti-entropy period.
+async fn anti_entropy_loop(ctx: Rc<WorkerCtx>) {
+    let period = ctx.shared.config.cluster.anti_entropy_period();
+    let mut shutdown = ctx.shutdown();
+    // Workers start their rounds at different times.
+    let jitter = Duration::from_millis(fastrand::u64(0..=period.as_millis() as u64));
+    tokio::select! {
+        _ = tokio::time::sleep(jitter) => {}
+        _ = shutdown.wait_for(|s| *s) => return,
+    }
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        ctx.anti_entropy_round().await;
     }
 }

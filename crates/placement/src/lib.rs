@@ -9,6 +9,8 @@
 //!   node) and, with the cluster, as the global ring (nodes of a tier).
 //! - [`replication`]: per-key replication vectors and the reserved metadata key space they are
 //!   stored under.
+//! - [`view`]: a cluster view: the global ring of each tier over nodes and each node's local
+//!   ring, giving every key's replicas (node, worker).
 //!
 //! Depends on nothing but `xxhash-rust`; used by `store`, `node` and `client`.
 #![warn(missing_docs)]
@@ -16,7 +18,9 @@
 pub mod hash;
 pub mod replication;
 pub mod ring;
+pub mod view;
 
 pub use hash::{key_hash, HASH_SEED};
 pub use replication::{Replication, ReplicationVector, Tier, METADATA_PREFIX};
 pub use ring::Ring;
+pub use view::{node_key, ClusterView, NodeInfo, NodeKey, Replica};

@@ -144,6 +144,28 @@ impl<M: Clone + PartialEq> Ring<M> {
         out
     }
 
+    /// The fraction of the hash space each member is primary for, in member order.
+    pub fn ownership(&self) -> Vec<(M, f64)> {
+        let mut share = vec![0f64; self.members.len()];
+        let n = self.points.len();
+        for i in 0..n {
+            let (pos, m) = self.points[i];
+            // The segment (previous point, this point] belongs to this point's member; the
+            // first point also owns the wrap-around from the last point.
+            let prev = if i == 0 {
+                self.points[n - 1].0
+            } else {
+                self.points[i - 1].0
+            };
+            let width = pos.wrapping_sub(prev) as f64 / 2f64.powi(64);
+            let width = if n == 1 { 1.0 } else { width };
+            if let Some(s) = share.get_mut(m as usize) {
+                *s += width;
+            }
+        }
+        self.members.iter().cloned().zip(share).collect()
+    }
+
     /// True if `member` is among the first `n` replicas of `hash`.
     pub fn is_replica(&self, hash: u64, n: usize, member: &M) -> bool {
         let mut found = false;

@@ -190,7 +190,7 @@ fn emit(out: &mut Vec<u8>, direct: bool, f: impl FnOnce(&mut Vec<u8>)) -> Option
 
 /// Runs ops wherever their keys live; the reply is encoded now if every result is local.
 async fn dispatch(
-    ctx: &WorkerCtx,
+    ctx: &Rc<WorkerCtx>,
     v: Version,
     shape: Shape,
     list: Vec<Op<&[u8]>>,

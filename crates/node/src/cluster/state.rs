@@ -1,0 +1,248 @@
+//! Cluster metadata as gossiped between nodes: the membership lattice and the replication
+//! table, with their protobuf forms, and the view they produce.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use lattice::{Blob, Timestamp};
+use placement::{NodeInfo, Replication, ReplicationVector};
+use wire::convert::{timestamp_from_pb, timestamp_to_pb};
+use wire::pb;
+
+use super::membership::{ring_members, Description, Member, Membership, Role, Status};
+use super::{rings_fingerprint, ReplicationTable, ViewState};
+
+/// Encodes a member.
+pub fn member_to_pb(id: &str, m: &Member) -> pb::Member {
+    pb::Member {
+        node_id: id.to_string(),
+        incarnation: m.incarnation,
+        status: match m.status {
+            Status::Alive => pb::NodeStatus::Alive,
+            Status::Suspect => pb::NodeStatus::Suspect,
+            Status::Dead => pb::NodeStatus::Dead,
+            Status::Left => pb::NodeStatus::Left,
+        } as i32,
+        heartbeat: m.heartbeat,
+        role: m.desc.role.name().to_string(),
+        front: m.desc.front.clone(),
+        resp: m.desc.resp.clone(),
+        workers: m.desc.workers.clone(),
+        vnodes: m.desc.vnodes,
+    }
+}
+
+/// Decodes a member; `None` for an unknown role or status.
+pub fn member_from_pb(m: &pb::Member) -> Option<(String, Member)> {
+    let status = match pb::NodeStatus::try_from(m.status).ok()? {
+        pb::NodeStatus::Alive => Status::Alive,
+        pb::NodeStatus::Suspect => Status::Suspect,
+        pb::NodeStatus::Dead => Status::Dead,
+        pb::NodeStatus::Left => Status::Left,
+    };
+    Some((
+        m.node_id.clone(),
+        Member {
+            incarnation: m.incarnation,
+            status,
+            heartbeat: m.heartbeat,
+            desc: Description {
+                role: Role::from_name(&m.role)?,
+                front: m.front.clone(),
+                resp: m.resp.clone(),
+                workers: m.workers.clone(),
+                vnodes: m.vnodes.max(1),
+            },
+        },
+    ))
+}
+
+/// Encodes a membership.
+pub fn membership_to_pb(m: &Membership) -> Vec<pb::Member> {
+    m.iter()
+        .map(|(id, member)| member_to_pb(id, member))
+        .collect()
+}
+
+/// Merges protobuf members into a membership (members that don't decode are skipped).
+/// Returns true if it changed.
+pub fn merge_members(into: &mut Membership, members: &[pb::Member]) -> bool {
+    let mut changed = false;
+    for m in members {
+        if let Some((id, member)) = member_from_pb(m) {
+            changed |= into.insert_merge(id, member);
+        }
+    }
+    changed
+}
+
+/// Merges one replication entry: the newer setting wins (ties: the larger vector, so
+/// every node resolves them alike). Returns true if the table changed.
+pub fn merge_replication(
+    table: &mut ReplicationTable,
+    key: Blob,
+    ts: Timestamp,
+    vector: ReplicationVector,
+) -> bool {
+    match table.get_mut(&key) {
+        Some(current) if (ts, vector_key(&vector)) <= (current.0, vector_key(&current.1)) => false,
+        Some(current) => {
+            *current = (ts, vector);
+            true
+        }
+        None => {
+            table.insert(key, (ts, vector));
+            true
+        }
+    }
+}
+
+fn vector_key(v: &ReplicationVector) -> [u32; 4] {
+    [v.memory.global, v.memory.local, v.disk.global, v.disk.local]
+}
+
+/// Encodes a replication table.
+pub fn replication_to_pb(table: &ReplicationTable) -> Vec<pb::ReplicationEntry> {
+    table
+        .iter()
+        .map(|(key, (ts, v))| pb::ReplicationEntry {
+            key: Bytes::copy_from_slice(key),
+            ts: Some(timestamp_to_pb(*ts)),
+            memory_global: v.memory.global,
+            memory_local: v.memory.local,
+            disk_global: v.disk.global,
+            disk_local: v.disk.local,
+        })
+        .collect()
+}
+
+/// Merges protobuf replication entries into a table. Returns true if it changed.
+pub fn merge_replication_pb(
+    table: &mut ReplicationTable,
+    entries: &[pb::ReplicationEntry],
+) -> bool {
+    let mut changed = false;
+    for e in entries {
+        let Some(ts) = e.ts.as_ref().map(timestamp_from_pb) else {
+            continue;
+        };
+        let vector = ReplicationVector {
+            memory: Replication {
+                global: e.memory_global,
+                local: e.memory_local,
+            },
+            disk: Replication {
+                global: e.disk_global,
+                local: e.disk_local,
+            },
+        };
+        changed |= merge_replication(table, Box::from(&e.key[..]), ts, vector);
+    }
+    changed
+}
+
+/// Order-free digest of a replication table (to tell whether two nodes' tables differ).
+pub fn replication_digest(table: &ReplicationTable) -> u64 {
+    table.iter().fold(0u64, |acc, (key, (ts, v))| {
+        let mut bytes = key.to_vec();
+        bytes.extend_from_slice(&ts.time.to_le_bytes());
+        bytes.extend_from_slice(&ts.writer.to_le_bytes());
+        for n in vector_key(v) {
+            bytes.extend_from_slice(&n.to_le_bytes());
+        }
+        acc ^ xxhash_rust::xxh3::xxh3_64(&bytes)
+    })
+}
+
+/// The storage nodes in the rings, as placement describes them.
+pub fn ring_nodes(membership: &Membership) -> Vec<NodeInfo> {
+    ring_members(membership)
+        .into_iter()
+        .filter_map(|(id, m)| match m.desc.role {
+            Role::Storage(tier) => Some(NodeInfo {
+                id,
+                tier,
+                workers: m.desc.workers,
+                front: m.desc.front,
+                resp: m.desc.resp,
+                vnodes: m.desc.vnodes,
+            }),
+            Role::Routing => None,
+        })
+        .collect()
+}
+
+/// Builds the view workers route by.
+pub fn build_view(
+    version: u64,
+    membership: &Membership,
+    replication: &Arc<ReplicationTable>,
+    default: ReplicationVector,
+) -> ViewState {
+    let nodes = ring_nodes(membership);
+    ViewState {
+        version,
+        rings: rings_fingerprint(&nodes),
+        view: placement::ClusterView::new(nodes),
+        replication: replication.clone(),
+        default,
+    }
+}
+
+/// True if `a` and `b` put the same storage nodes in the rings.
+pub fn same_rings(a: &Membership, b: &Membership) -> bool {
+    rings_fingerprint(&ring_nodes(a)) == rings_fingerprint(&ring_nodes(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use placement::Tier;
+
+    #[test]
+    fn members_and_replication_round_trip() {
+        let mut m = Membership::new();
+        m.insert_merge(
+            "n1".into(),
+            Member {
+                incarnation: 7,
+                status: Status::Suspect,
+                heartbeat: 3,
+                desc: Description {
+                    role: Role::Storage(Tier::Memory),
+                    front: "a:1".into(),
+                    resp: "a:2".into(),
+                    workers: vec!["a:3".into()],
+                    vnodes: 64,
+                },
+            },
+        );
+        let mut back = Membership::new();
+        assert!(merge_members(&mut back, &membership_to_pb(&m)));
+        assert_eq!(back, m);
+        assert!(
+            !merge_members(&mut back, &membership_to_pb(&m)),
+            "idempotent"
+        );
+
+        let mut t = ReplicationTable::new();
+        let v = super::super::default_vector(2, 3);
+        merge_replication(&mut t, Box::from(&b"k"[..]), Timestamp::new(5, 1), v);
+        let mut t2 = ReplicationTable::new();
+        assert!(merge_replication_pb(&mut t2, &replication_to_pb(&t)));
+        assert_eq!(t, t2);
+        assert_eq!(replication_digest(&t), replication_digest(&t2));
+        // An older setting loses.
+        let older = super::super::default_vector(1, 1);
+        assert!(!merge_replication(
+            &mut t2,
+            Box::from(&b"k"[..]),
+            Timestamp::new(4, 1),
+            older
+        ));
+        assert_ne!(
+            replication_digest(&t),
+            replication_digest(&ReplicationTable::new())
+        );
+    }
+}

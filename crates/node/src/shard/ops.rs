@@ -1,0 +1,399 @@
+//! Executing operations on a shard: type checks, epochs, limits, and each op's lattice delta.
+//!
+//! # Write path
+//! Every write becomes a delta [`Record`] (see `docs/lattices.md` for the epoch convention):
+//! - an LWW write carries `epoch = ts`, so deletes and LWW writes order by timestamp;
+//! - a write of another type carries the key's current epoch if the key holds that type (or
+//!   nothing), and a fresh epoch from the worker's clock otherwise (a new incarnation);
+//! - a delete is a tombstone at a fresh epoch.
+//!
+//! The delta is merged into the store (in place for OR-sets and counters) and, if the key
+//! has other replicas, into the changeset, which goes to them every gossip period, one
+//! merged record per key per destination ("merge at sender").
+
+use lattice::{Blob, Counter, Lattice, LatticeType, Lww, OrSet, Record, Timestamp, Value};
+use placement::replication;
+use store::RecordRef;
+
+use super::Shard;
+use crate::error::NodeError;
+use crate::op::{Condition, Op, OpResult};
+
+impl Shard {
+    pub(super) fn check_key(&self, key: &[u8]) -> Result<(), NodeError> {
+        if key.len() > self.config.limits.max_key_size {
+            return Err(NodeError::KeyTooLarge {
+                len: key.len(),
+                max: self.config.limits.max_key_size,
+            });
+        }
+        if replication::is_metadata_key(key) {
+            return Err(NodeError::ReservedKey);
+        }
+        Ok(())
+    }
+
+    pub(super) fn check_memory(&self) -> Result<(), NodeError> {
+        if self.store.bytes() >= self.config.memory_budget {
+            return Err(NodeError::MemoryLimit {
+                used: self.store.bytes(),
+                budget: self.config.memory_budget,
+            });
+        }
+        Ok(())
+    }
+
+    /// The live record of `key`.
+    pub(super) fn live(&self, key: &[u8]) -> Option<RecordRef<'_>> {
+        self.store.get_live(key)
+    }
+
+    /// The value of `key`'s live full record (collections, counters, …); `None` for absent
+    /// keys and LWW registers.
+    pub(super) fn live_full(&self, key: &[u8]) -> Option<&Value> {
+        self.live(key).and_then(|r| r.full_value())
+    }
+
+    /// The epoch a write of type `ty` to `key` carries (see the module docs).
+    pub(super) fn write_epoch(&mut self, key: &[u8], ty: LatticeType) -> Timestamp {
+        match self.store.get(key) {
+            None => Timestamp::ZERO,
+            Some(r) => match r.lattice_type() {
+                // A tombstone, or a value of the same type: the key's current incarnation.
+                None => r.epoch(),
+                Some(t) if t == ty => r.epoch(),
+                // A non-live value of another type (an emptied OR-set): a new incarnation.
+                Some(_) => self.hlc.tick((self.now_ms)()),
+            },
+        }
+    }
+
+    /// Fails with WRONGTYPE if `key` holds a live value of another type than `expected`.
+    pub(super) fn check_type(&self, key: &[u8], expected: LatticeType) -> Result<(), NodeError> {
+        match self.live(key).and_then(|r| r.lattice_type()) {
+            Some(found) if found != expected => Err(NodeError::wrong_type(expected.name(), found)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Reads the live record of `key` without copying it (a GET that stays on this worker).
+    pub fn read(&mut self, key: &[u8]) -> Result<Option<RecordRef<'_>>, NodeError> {
+        self.requests += 1;
+        self.check_key(key)?;
+        Ok(self.live(key))
+    }
+
+    /// Executes one operation on this worker's replica.
+    pub fn execute<B: AsRef<[u8]>>(&mut self, op: Op<B>) -> OpResult {
+        self.requests += 1;
+        if let Err(e) = self.check_key(op.key()) {
+            return OpResult::Error(e);
+        }
+        if op.is_write() && !matches!(op, Op::Delete { .. }) {
+            if let Err(e) = self.check_memory() {
+                return OpResult::Error(e);
+            }
+        }
+        match op {
+            Op::Get { key } => OpResult::Value(self.live(key.as_ref()).and_then(|r| r.to_value())),
+            Op::Exists { key } => OpResult::Int(self.live(key.as_ref()).is_some() as i64),
+            Op::TypeOf { key } => {
+                OpResult::Type(self.live(key.as_ref()).and_then(|r| r.lattice_type()))
+            }
+            Op::SetContains { key, member } => self.set_contains(key.as_ref(), member.as_ref()),
+            Op::SetLen { key } => self.set_len(key.as_ref()),
+            Op::Put { key, value } => self.put(key.as_ref(), value).into(),
+            Op::Delete { key } => self.delete(key.as_ref()),
+            Op::Assign {
+                key,
+                value,
+                condition,
+            } => self.assign(key.as_ref(), value.as_ref(), condition).into(),
+            Op::SetAdd { key, members } => self.set_add(key.as_ref(), &members).into(),
+            Op::SetRemove { key, members } => self.set_remove(key.as_ref(), &members).into(),
+            Op::CounterAdd { key, delta } => self.counter_add(key.as_ref(), delta).into(),
+        }
+    }
+
+    /// WRONGTYPE for a read needing a set on a key holding something else.
+    pub(super) fn not_a_set(&self, key: &[u8]) -> OpResult {
+        let found = self.live(key).and_then(|r| r.lattice_type());
+        OpResult::Error(NodeError::wrong_type(
+            "a set",
+            found.unwrap_or(LatticeType::Lww),
+        ))
+    }
+
+    pub(super) fn set_contains(&self, key: &[u8], member: &[u8]) -> OpResult {
+        if self.live(key).is_none() {
+            return OpResult::Int(0);
+        }
+        match self.live_full(key) {
+            Some(Value::OrSet(s)) => OpResult::Int(s.contains(member) as i64),
+            Some(Value::Set(s)) => OpResult::Int(s.contains(member) as i64),
+            Some(Value::OrderedSet(s)) => OpResult::Int(s.contains(member) as i64),
+            _ => self.not_a_set(key),
+        }
+    }
+
+    pub(super) fn set_len(&self, key: &[u8]) -> OpResult {
+        if self.live(key).is_none() {
+            return OpResult::Int(0);
+        }
+        match self.live_full(key) {
+            Some(Value::OrSet(s)) => OpResult::Int(s.len() as i64),
+            Some(Value::Set(s)) => OpResult::Int(s.len() as i64),
+            Some(Value::OrderedSet(s)) => OpResult::Int(s.len() as i64),
+            _ => self.not_a_set(key),
+        }
+    }
+
+    pub(super) fn check_value_size(&self, key: &[u8], value: &Value) -> Result<(), NodeError> {
+        let max = self.config.limits.max_value_size;
+        let incoming = value.approx_size();
+        // Registers replace their value; collections grow by (at most) the incoming value.
+        let replaces = matches!(
+            value.lattice_type(),
+            LatticeType::Lww
+                | LatticeType::Max
+                | LatticeType::Min
+                | LatticeType::Bool
+                | LatticeType::Priority
+        );
+        let total = if replaces {
+            incoming
+        } else {
+            incoming + self.store.size_of(key)
+        };
+        if total > max {
+            return Err(NodeError::ValueTooLarge { len: total, max });
+        }
+        Ok(())
+    }
+
+    pub(super) fn put(&mut self, key: &[u8], value: Value) -> Result<OpResult, NodeError> {
+        let ty = value.lattice_type();
+        self.check_type(key, ty)?;
+        self.check_value_size(key, &value)?;
+        let epoch = match &value {
+            Value::Lww(l) => l.ts,
+            _ => self.write_epoch(key, ty),
+        };
+        self.apply(key, Record::new(epoch, Some(value)));
+        Ok(OpResult::Done)
+    }
+
+    pub(super) fn delete(&mut self, key: &[u8]) -> OpResult {
+        if self.live(key).is_none() {
+            return OpResult::Int(0);
+        }
+        let ts = self.hlc.tick((self.now_ms)());
+        self.apply(key, Record::tombstone(ts));
+        OpResult::Int(1)
+    }
+
+    pub(super) fn assign(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        condition: Condition,
+    ) -> Result<OpResult, NodeError> {
+        self.check_type(key, LatticeType::Lww)?;
+        if value.len() > self.config.limits.max_value_size {
+            return Err(NodeError::ValueTooLarge {
+                len: value.len(),
+                max: self.config.limits.max_value_size,
+            });
+        }
+        let exists = self.live(key).is_some();
+        let proceed = match condition {
+            Condition::Always => true,
+            Condition::IfAbsent => !exists,
+            Condition::IfPresent => exists,
+        };
+        if !proceed {
+            return Ok(OpResult::Int(0));
+        }
+        let ts = self.hlc.tick((self.now_ms)());
+        let record = Record::new(ts, Some(Value::Lww(Lww::new(ts, Box::from(value)))));
+        self.apply(key, record);
+        Ok(OpResult::Int(1))
+    }
+
+    /// True if `key` holds an OR-set at `epoch` (which in-place updates may then modify).
+    pub(super) fn holds_orset_at(&self, key: &[u8], epoch: Timestamp) -> bool {
+        match self.store.get(key) {
+            Some(RecordRef::Full(r)) => {
+                r.epoch == epoch && matches!(r.value, Some(Value::OrSet(_)))
+            }
+            _ => false,
+        }
+    }
+
+    /// Applies an OR-set operation in place on the stored set (O(log n), no merge of a
+    /// delta into the whole set) and returns its delta, which joins the changeset if the
+    /// key is replicated here. `None` if the key holds no OR-set at `epoch`.
+    pub(super) fn update_orset(
+        &mut self,
+        key: &[u8],
+        epoch: Timestamp,
+        grown: usize,
+        op: impl FnOnce(&mut OrSet<Blob>) -> OrSet<Blob>,
+    ) -> Option<OrSet<Blob>> {
+        if !self.holds_orset_at(key, epoch) {
+            return None;
+        }
+        let (delta, outcome) = self
+            .store
+            .update(key, grown, |record| match &mut record.value {
+                Some(Value::OrSet(set)) => Some(op(set)),
+                _ => None,
+            })?;
+        self.track_liveness(key, outcome);
+        let delta = delta?;
+        if self.replicated(key) {
+            let record = Record::new(epoch, Some(Value::OrSet(Box::new(delta.clone()))));
+            self.add_to_changeset(key, record);
+        }
+        Some(delta)
+    }
+
+    pub(super) fn set_add<B: AsRef<[u8]>>(
+        &mut self,
+        key: &[u8],
+        members: &[B],
+    ) -> Result<OpResult, NodeError> {
+        self.check_type(key, LatticeType::OrSet)?;
+        let incoming: usize = members.iter().map(|m| m.as_ref().len()).sum();
+        let total = incoming + self.store.size_of(key);
+        if total > self.config.limits.max_value_size {
+            return Err(NodeError::ValueTooLarge {
+                len: total,
+                max: self.config.limits.max_value_size,
+            });
+        }
+        let epoch = self.write_epoch(key, LatticeType::OrSet);
+        let mut added = 0;
+        for member in members {
+            let member = member.as_ref();
+            let present =
+                matches!(self.live_full(key), Some(Value::OrSet(s)) if s.contains(member));
+            added += i64::from(!present);
+            let actor = self.actor;
+            // Per member: its bytes, its dot and the tree entry, as the size estimate grows.
+            let grown = member.len() + 64;
+            let updated =
+                self.update_orset(key, epoch, grown, |set| set.add(actor, Box::from(member)));
+            if updated.is_none() {
+                // First member of a new set (or of a new incarnation): a small merge.
+                let delta = OrSet::new().add_delta(actor, Box::from(member));
+                self.apply(key, Record::new(epoch, Some(Value::OrSet(Box::new(delta)))));
+            }
+        }
+        Ok(OpResult::Int(added))
+    }
+
+    pub(super) fn set_remove<B: AsRef<[u8]>>(
+        &mut self,
+        key: &[u8],
+        members: &[B],
+    ) -> Result<OpResult, NodeError> {
+        self.check_type(key, LatticeType::OrSet)?;
+        if self.live(key).is_none() {
+            return Ok(OpResult::Int(0));
+        }
+        let epoch = self.write_epoch(key, LatticeType::OrSet);
+        let mut removed = 0;
+        for member in members {
+            let member = member.as_ref();
+            let present =
+                matches!(self.live_full(key), Some(Value::OrSet(s)) if s.contains(member));
+            if present {
+                removed += 1;
+                self.update_orset(key, epoch, 0, |set| set.remove(member));
+            }
+        }
+        Ok(OpResult::Int(removed))
+    }
+
+    pub(super) fn counter_add(&mut self, key: &[u8], delta: i64) -> Result<OpResult, NodeError> {
+        // Hot path of counter workloads: one lookup finds the counter, checks the bound and
+        // adds in place.
+        let actor = self.actor;
+        let in_place = self.store.update(key, 0, |record| match &mut record.value {
+            Some(Value::Counter(c)) => {
+                let new_value = i64::try_from(c.value() + i128::from(delta));
+                let added = new_value.ok().and_then(|v| Some((v, c.add(actor, delta)?)));
+                Some((record.epoch, added))
+            }
+            _ => None,
+        });
+        if let Some((Some((epoch, added)), outcome)) = in_place {
+            self.track_liveness(key, outcome);
+            let (new_value, counter_delta) = added.ok_or(NodeError::Overflow)?;
+            if self.replicated(key) {
+                let record = Record::new(epoch, Some(Value::Counter(counter_delta)));
+                self.add_to_changeset(key, record);
+            }
+            return Ok(OpResult::Int(new_value));
+        }
+        // First write of the counter (absent, deleted, or a new incarnation).
+        self.check_type(key, LatticeType::Counter)?;
+        let epoch = self.write_epoch(key, LatticeType::Counter);
+        let counter_delta = Counter::new()
+            .add_delta(actor, delta)
+            .ok_or(NodeError::Overflow)?;
+        self.apply(key, Record::new(epoch, Some(Value::Counter(counter_delta))));
+        Ok(OpResult::Int(delta))
+    }
+
+    /// Merges a write's delta into the store and, for keys replicated on this node, into
+    /// the changeset.
+    pub(super) fn apply(&mut self, key: &[u8], delta: Record) {
+        self.hlc.observe(delta.epoch);
+        if self.replicated(key) {
+            self.add_to_changeset(key, delta.clone());
+        }
+        self.merge_into_store(key, delta);
+    }
+
+    /// Merges a delta of `key` into the changeset ("merge at sender").
+    pub(super) fn add_to_changeset(&mut self, key: &[u8], delta: Record) {
+        match self.changeset.get_mut(key) {
+            Some(pending) => {
+                pending.merge(delta);
+            }
+            None => {
+                self.changeset.insert(Box::from(key), delta);
+            }
+        }
+    }
+
+    pub(super) fn merge_into_store(&mut self, key: &[u8], record: Record) {
+        let outcome = self.store.merge(key, record);
+        self.track_liveness(key, outcome);
+    }
+
+    /// Keeps the primary and metadata key counts in step with a write's outcome.
+    pub(super) fn track_liveness(&mut self, key: &[u8], outcome: store::MergeOutcome) {
+        if outcome.was_live == outcome.is_live {
+            return;
+        }
+        if replication::is_metadata_key(key) {
+            // Metadata is not user data: keep it out of key counts.
+            if outcome.is_live {
+                self.metadata_keys += 1;
+            } else {
+                self.metadata_keys = self.metadata_keys.saturating_sub(1);
+            }
+        } else if self.is_primary(key) {
+            if outcome.is_live {
+                self.primary_keys += 1;
+            } else {
+                self.primary_keys = self.primary_keys.saturating_sub(1);
+            }
+        }
+    }
+
+    // ---- gossip -------------------------------------------------------------------------
+}

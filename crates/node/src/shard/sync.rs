@@ -1,0 +1,326 @@
+//! Replication of a shard: gossip of the changeset, view changes, anti-entropy.
+//!
+//! - **Gossip.** Writes of keys with other replicas leave a delta in the changeset, merged
+//!   per key. [`Shard::take_gossip`] turns it into one batch per destination replica; the
+//!   worker ships the batches and reports back ([`Shard::delivered`] or
+//!   [`Shard::requeue`]).
+//! - **View changes.** [`Shard::set_view`] compares every key's replicas under the old and
+//!   the new view. A key this worker no longer replicates is *handed off*: its full record
+//!   goes to the new replicas and is dropped here once delivered. A key that gained replicas
+//!   (a join, or a dead node's keys re-replicated) is sent to the newcomers by the first of
+//!   its old replicas that is still in the view — one sender, not all of them.
+//! - **Reads during a move.** For `settle_ms` after a view change, a read that misses here
+//!   may also ask the previous view's replicas ([`Shard::settling`]).
+//! - **Anti-entropy.** [`Shard::digest`] sums a hash of every (key, record) this worker
+//!   shares with a peer replica into [`BUCKETS`] buckets; peers compare digests and exchange
+//!   the records of the buckets that differ, so updates lost by gossip still converge.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hashbrown::HashMap;
+use lattice::{Blob, Lattice, Lww, Record, Value};
+use placement::{key_hash, replication, Replica};
+use prost::Message;
+
+use super::{GossipBatch, Shard};
+use crate::cluster::ViewState;
+
+/// Number of anti-entropy buckets (a key's bucket is the top 8 bits of its hash).
+pub const BUCKETS: usize = 256;
+
+/// Per-bucket digests of the keys shared with one peer.
+pub type AntiEntropyDigest = Vec<u64>;
+
+/// A batch of records for one destination replica.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outgoing {
+    /// Where it goes.
+    pub to: Replica,
+    /// What to merge there.
+    pub entries: GossipBatch,
+}
+
+/// The anti-entropy bucket of a key.
+pub fn bucket_of(key: &[u8]) -> usize {
+    (key_hash(key) >> 56) as usize
+}
+
+/// Hash of one (key, record): the record's canonical protobuf encoding (ordered maps), so
+/// equal states hash equal on every replica.
+fn entry_hash(key: &[u8], record: &Record) -> u64 {
+    let mut bytes = key.to_vec();
+    bytes.extend_from_slice(&wire::convert::record_to_pb(record).encode_to_vec());
+    xxhash_rust::xxh3::xxh3_64(&bytes)
+}
+
+impl Shard {
+    /// True if the changeset is big enough that the worker should gossip before the timer.
+    pub fn changeset_full(&self) -> bool {
+        self.changeset.len() >= self.config.max_changeset_keys
+    }
+
+    /// True if there is anything to gossip.
+    pub fn has_gossip(&self) -> bool {
+        !self.changeset.is_empty() || !self.outbox.is_empty()
+    }
+
+    /// Drains the changeset and the outbox into one batch per destination. The changeset
+    /// keeps its capacity: the same hot keys come back every period.
+    pub fn take_gossip(&mut self) -> Vec<Outgoing> {
+        let mut batches: HashMap<Replica, GossipBatch> = HashMap::new();
+        let me = self.config.me;
+        let view = self.view.clone();
+        for (key, record) in self.changeset.drain() {
+            let key = Bytes::from(key.into_vec());
+            for r in view.replicas(&key) {
+                if r != me {
+                    batches
+                        .entry(r)
+                        .or_default()
+                        .push((key.clone(), record.clone()));
+                }
+            }
+        }
+        for (to, keys) in self.outbox.drain() {
+            for key in keys {
+                // Still a replica there (views may have moved on), and still held here.
+                if !view.is_replica(&key, to) {
+                    continue;
+                }
+                if let Some(record) = self.store.get(&key) {
+                    let record = record.to_record();
+                    batches
+                        .entry(to)
+                        .or_default()
+                        .push((Bytes::from(key.into_vec()), record));
+                }
+            }
+        }
+        let out: Vec<Outgoing> = batches
+            .into_iter()
+            .map(|(to, entries)| Outgoing { to, entries })
+            .collect();
+        self.gossip_sent += out.iter().map(|o| o.entries.len() as u64).sum::<u64>();
+        out
+    }
+
+    /// Puts back a batch that could not be delivered; it goes to the key's replicas with
+    /// the next round.
+    pub fn requeue(&mut self, out: Outgoing) {
+        for (key, record) in out.entries {
+            self.gossip_sent = self.gossip_sent.saturating_sub(1);
+            match self.changeset.get_mut(&key[..]) {
+                Some(pending) => {
+                    pending.merge(record);
+                }
+                None => {
+                    self.changeset.insert(Box::from(&key[..]), record);
+                }
+            }
+        }
+    }
+
+    /// Records that a batch reached its destination: handed-off keys that are no longer
+    /// replicated here and have nothing pending are dropped.
+    pub fn delivered<'k>(&mut self, keys: impl IntoIterator<Item = &'k [u8]>) {
+        if self.handoff.is_empty() {
+            return;
+        }
+        for key in keys {
+            if !self.handoff.contains(key) || self.changeset.contains_key(key) {
+                continue;
+            }
+            if self.is_replica(key) {
+                self.handoff.remove(key);
+                continue;
+            }
+            let outcome_live = self.store.get(key).is_some_and(|r| r.is_live());
+            self.store.remove(key);
+            if outcome_live {
+                self.track_liveness(
+                    key,
+                    store::MergeOutcome {
+                        changed: true,
+                        was_live: true,
+                        is_live: false,
+                    },
+                );
+            }
+            self.handoff.remove(key);
+            self.handed_off += 1;
+        }
+    }
+
+    /// Merges records received from another replica (gossip, hand-off, repair).
+    pub fn merge_gossip(&mut self, batch: GossipBatch) {
+        for (key, record) in batch {
+            self.gossip_received += 1;
+            self.hlc.observe(record.epoch);
+            if let Some(Value::Lww(l)) = &record.value {
+                self.hlc.observe(l.ts);
+            }
+            self.merge_into_store(&key, record);
+            if !self.is_replica(&key) {
+                // Sent under another view: pass it on to the current replicas.
+                self.queue_handoff(&key);
+            }
+        }
+    }
+
+    /// Queues the full state of `key` for its current replicas; once delivered, the key is
+    /// dropped here unless this worker is one of them.
+    pub fn queue_handoff(&mut self, key: &[u8]) {
+        if let Some(record) = self.store.get(key) {
+            // The full state supersedes any pending delta of the key.
+            self.changeset.insert(Box::from(key), record.to_record());
+            self.handoff.insert(Box::from(key));
+        }
+    }
+
+    /// Periodic housekeeping after a gossip round: collects tombstones older than
+    /// `tombstone_grace_ms`.
+    pub fn after_gossip(&mut self, tombstone_grace_ms: u64) {
+        let now = (self.now_ms)();
+        self.store
+            .collect_tombstones(now.saturating_sub(tombstone_grace_ms));
+    }
+
+    // ---- views ----------------------------------------------------------------------------
+
+    /// Switches to a new view and queues the moves it implies (see the module docs).
+    pub fn set_view(&mut self, next: Arc<ViewState>) {
+        let old = std::mem::replace(&mut self.view, next);
+        self.single_worker = super::is_single_worker(&self.view);
+        let new = self.view.clone();
+        let me = self.config.me;
+
+        // Explicit vectors that changed: store their metadata records (on the metadata
+        // key's replicas), and they are the only keys to check if the rings did not change.
+        let mut changed_keys: Vec<Blob> = Vec::new();
+        for (key, (ts, vector)) in new.replication.iter() {
+            if old.replication.get(key) != Some(&(*ts, *vector)) {
+                changed_keys.push(key.clone());
+                let meta = replication::replication_key(key);
+                if new.is_replica(&meta, me) {
+                    let encoded = encode_vector(vector);
+                    let record = Record::new(*ts, Some(Value::Lww(Lww::new(*ts, encoded))));
+                    self.merge_into_store(&meta, record);
+                }
+            }
+        }
+        for key in old.replication.keys() {
+            if !new.replication.contains_key(key) {
+                changed_keys.push(key.clone());
+            }
+        }
+
+        let rings_changed = old.rings != new.rings;
+        let mut handoff: Vec<Blob> = Vec::new();
+        let mut directed: Vec<(Replica, Blob)> = Vec::new();
+        let mut check = |key: &[u8]| {
+            let old_set = old.replicas(key);
+            let new_set = new.replicas(key);
+            if old_set == new_set {
+                return;
+            }
+            if !new_set.contains(&me) {
+                handoff.push(Box::from(key));
+                return;
+            }
+            // The first old replica still in the view sends the key to the newcomers.
+            let sender = old_set.iter().find(|r| new.has_node(r.node)).copied();
+            if sender == Some(me) || (sender.is_none() && old_set.contains(&me)) {
+                for r in new_set.iter().filter(|r| !old_set.contains(r)) {
+                    directed.push((*r, Box::from(key)));
+                }
+            }
+        };
+        if rings_changed {
+            for (key, _) in self.store.iter() {
+                check(key);
+            }
+        } else {
+            for key in &changed_keys {
+                if self.store.get(key).is_some() {
+                    check(key);
+                }
+            }
+        }
+        for key in handoff {
+            self.queue_handoff(&key);
+        }
+        for (to, key) in directed {
+            self.outbox.entry(to).or_default().push(key);
+        }
+        if rings_changed || !changed_keys.is_empty() {
+            self.previous = Some(old);
+            self.settling_until_ms = (self.now_ms)().saturating_add(self.config.settle_ms);
+        }
+    }
+
+    /// While keys may still be moving after a view change: the previous view, whose
+    /// replicas a read that misses here may ask.
+    pub fn settling(&self) -> Option<&Arc<ViewState>> {
+        if (self.now_ms)() < self.settling_until_ms {
+            self.previous.as_ref()
+        } else {
+            None
+        }
+    }
+
+    // ---- anti-entropy ---------------------------------------------------------------------
+
+    /// Keys stored here that `peer` should hold too.
+    fn shared_with(&self, key: &[u8], peer: Replica) -> bool {
+        self.view.is_replica(key, peer) && self.is_replica(key)
+    }
+
+    /// Per-bucket digests of the keys this worker shares with `peer`.
+    pub fn digest(&self, peer: Replica) -> AntiEntropyDigest {
+        let mut buckets = vec![0u64; BUCKETS];
+        for (key, record) in self.store.iter() {
+            if self.shared_with(key, peer) {
+                let record = record.to_record();
+                buckets[bucket_of(key)] =
+                    buckets[bucket_of(key)].wrapping_add(entry_hash(key, &record));
+            }
+        }
+        buckets
+    }
+
+    /// The buckets where `theirs` (a peer's digest of the keys it shares with this worker)
+    /// differs from this worker's digest for that peer.
+    pub fn differing(&self, peer: Replica, theirs: &[u64]) -> Vec<u32> {
+        let mine = self.digest(peer);
+        (0..BUCKETS)
+            .filter(|&b| theirs.get(b).copied().unwrap_or(0) != mine[b])
+            .map(|b| b as u32)
+            .collect()
+    }
+
+    /// This worker's records of the keys it shares with `peer` in `buckets`.
+    pub fn bucket_entries(&self, peer: Replica, buckets: &[u32]) -> GossipBatch {
+        let mut wanted = [false; BUCKETS];
+        for &b in buckets {
+            if let Some(w) = wanted.get_mut(b as usize) {
+                *w = true;
+            }
+        }
+        self.store
+            .iter()
+            .filter(|(key, _)| wanted[bucket_of(key)] && self.shared_with(key, peer))
+            .map(|(key, record)| (Bytes::copy_from_slice(key), record.to_record()))
+            .collect()
+    }
+}
+
+/// Encodes a replication vector as stored in metadata records: four little-endian u32s
+/// (memory global, memory local, disk global, disk local).
+pub fn encode_vector(v: &placement::ReplicationVector) -> Blob {
+    let mut out = Vec::with_capacity(16);
+    for n in [v.memory.global, v.memory.local, v.disk.global, v.disk.local] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    out.into_boxed_slice()
+}

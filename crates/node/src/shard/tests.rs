@@ -1,0 +1,442 @@
+//! Shard unit tests: operations, limits, gossip, view changes, anti-entropy.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use lattice::{LatticeType, Timestamp, Value};
+use placement::{node_key, replication, NodeInfo, Replica, Tier};
+
+use super::*;
+use crate::cluster::{default_vector, ReplicationTable, ViewState};
+use crate::error::NodeError;
+use crate::op::{Condition, Op, OpResult};
+
+pub(super) fn fixed_now() -> u64 {
+    1_700_000_000_000
+}
+
+/// A node description with `workers` workers.
+pub(super) fn node(id: &str, workers: usize) -> NodeInfo {
+    NodeInfo {
+        id: id.to_string(),
+        tier: Tier::Memory,
+        workers: (0..workers).map(|w| format!("{id}/{w}")).collect(),
+        front: format!("{id}/front"),
+        resp: format!("{id}/resp"),
+        vnodes: 32,
+    }
+}
+
+pub(super) fn config(node_id: &str, worker: u32) -> ShardConfig {
+    ShardConfig {
+        me: Replica {
+            node: node_key(node_id),
+            worker,
+        },
+        limits: Limits::default(),
+        memory_budget: 1 << 30,
+        max_changeset_keys: 1024,
+        settle_ms: 1_000,
+    }
+}
+
+/// A shard of worker `worker` on a single node with `workers` workers.
+fn shard(worker: u32, workers: usize) -> Shard {
+    let view = ViewState::of(
+        vec![node("n", workers)],
+        ReplicationTable::new(),
+        default_vector(1, 1),
+    );
+    Shard::with_clock(
+        config("n", worker),
+        Arc::new(view),
+        100 + worker as u64,
+        fixed_now,
+    )
+}
+
+fn get(s: &mut Shard, key: &[u8]) -> Option<Value> {
+    match s.execute(Op::Get { key }) {
+        OpResult::Value(v) => v,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn int(r: OpResult) -> i64 {
+    match r {
+        OpResult::Int(n) => n,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn assign_get_delete() {
+    let mut s = shard(0, 1);
+    assert_eq!(get(&mut s, b"k"), None);
+    let r = s.execute(Op::Assign {
+        key: &b"k"[..],
+        value: &b"v1"[..],
+        condition: Condition::Always,
+    });
+    assert_eq!(int(r), 1);
+    match get(&mut s, b"k") {
+        Some(Value::Lww(l)) => assert_eq!(&*l.value, b"v1"),
+        other => panic!("{other:?}"),
+    }
+    // NX fails on an existing key, XX succeeds.
+    let nx = Op::Assign {
+        key: &b"k"[..],
+        value: &b"v2"[..],
+        condition: Condition::IfAbsent,
+    };
+    assert_eq!(int(s.execute(nx)), 0);
+    let xx = Op::Assign {
+        key: &b"k"[..],
+        value: &b"v3"[..],
+        condition: Condition::IfPresent,
+    };
+    assert_eq!(int(s.execute(xx)), 1);
+    assert_eq!(int(s.execute(Op::Delete { key: &b"k"[..] })), 1);
+    assert_eq!(int(s.execute(Op::Delete { key: &b"k"[..] })), 0);
+    assert_eq!(get(&mut s, b"k"), None);
+    assert_eq!(s.stats().live_keys, 0);
+    // Re-create after delete, with another type.
+    let add = Op::SetAdd {
+        key: &b"k"[..],
+        members: vec![&b"x"[..]],
+    };
+    assert_eq!(int(s.execute(add)), 1);
+    assert_eq!(s.stats().live_keys, 1);
+}
+
+#[test]
+fn wrong_type_is_an_error() {
+    let mut s = shard(0, 1);
+    s.execute(Op::CounterAdd {
+        key: &b"c"[..],
+        delta: 5,
+    });
+    let r = s.execute(Op::Assign {
+        key: &b"c"[..],
+        value: &b"x"[..],
+        condition: Condition::Always,
+    });
+    assert!(matches!(
+        r,
+        OpResult::Error(NodeError::WrongType {
+            found: LatticeType::Counter,
+            ..
+        })
+    ));
+    let r = s.execute(Op::SetAdd {
+        key: &b"c"[..],
+        members: vec![&b"x"[..]],
+    });
+    assert!(matches!(r, OpResult::Error(NodeError::WrongType { .. })));
+    // The counter is untouched.
+    assert_eq!(
+        int(s.execute(Op::CounterAdd {
+            key: &b"c"[..],
+            delta: -7
+        })),
+        -2
+    );
+}
+
+#[test]
+fn counter_overflow_is_refused() {
+    let mut s = shard(0, 1);
+    let add = |d| Op::CounterAdd {
+        key: &b"c"[..],
+        delta: d,
+    };
+    assert_eq!(int(s.execute(add(i64::MAX))), i64::MAX);
+    assert_eq!(s.execute(add(1)), OpResult::Error(NodeError::Overflow));
+    assert_eq!(int(s.execute(add(-1))), i64::MAX - 1);
+}
+
+#[test]
+fn orset_add_remove_and_emptied_set_is_absent() {
+    let mut s = shard(0, 1);
+    let members = vec![&b"a"[..], &b"b"[..], &b"a"[..]];
+    assert_eq!(
+        int(s.execute(Op::SetAdd {
+            key: &b"s"[..],
+            members
+        })),
+        2
+    );
+    assert_eq!(int(s.execute(Op::SetLen { key: &b"s"[..] })), 2);
+    let rm = Op::SetRemove {
+        key: &b"s"[..],
+        members: vec![&b"a"[..], &b"zz"[..]],
+    };
+    assert_eq!(int(s.execute(rm)), 1);
+    assert_eq!(
+        int(s.execute(Op::SetContains {
+            key: &b"s"[..],
+            member: &b"b"[..]
+        })),
+        1
+    );
+    let rm = Op::SetRemove {
+        key: &b"s"[..],
+        members: vec![&b"b"[..]],
+    };
+    assert_eq!(int(s.execute(rm)), 1);
+    assert_eq!(int(s.execute(Op::Exists { key: &b"s"[..] })), 0);
+    assert_eq!(s.stats().live_keys, 0);
+    // An emptied set does not pin the key's type.
+    let r = s.execute(Op::Assign {
+        key: &b"s"[..],
+        value: &b"now a string"[..],
+        condition: Condition::Always,
+    });
+    assert_eq!(int(r), 1);
+    assert_eq!(int(s.execute(Op::Exists { key: &b"s"[..] })), 1);
+}
+
+#[test]
+fn limits_are_enforced() {
+    let mut cfg = config("n", 0);
+    cfg.limits.max_key_size = 4;
+    cfg.limits.max_value_size = 8;
+    let mut s = Shard::with_clock(cfg, shard(0, 1).view().clone(), 1, fixed_now);
+    let r = s.execute(Op::Get { key: &b"12345"[..] });
+    assert!(matches!(
+        r,
+        OpResult::Error(NodeError::KeyTooLarge { len: 5, max: 4 })
+    ));
+    let r = s.execute(Op::Assign {
+        key: &b"k"[..],
+        value: &b"123456789"[..],
+        condition: Condition::Always,
+    });
+    assert!(matches!(
+        r,
+        OpResult::Error(NodeError::ValueTooLarge { .. })
+    ));
+    let mut s = shard(0, 1);
+    let meta = replication::replication_key(b"k");
+    let r = s.execute(Op::Get { key: &meta[..] });
+    assert_eq!(r, OpResult::Error(NodeError::ReservedKey));
+}
+
+#[test]
+fn memory_budget_refuses_writes_but_not_reads_or_deletes() {
+    let mut cfg = config("n", 0);
+    cfg.memory_budget = 300;
+    let mut s = Shard::with_clock(cfg, shard(0, 1).view().clone(), 1, fixed_now);
+    let mut refused = None;
+    for i in 0..100u32 {
+        let key = i.to_be_bytes();
+        let r = s.execute(Op::Assign {
+            key: &key[..],
+            value: &b"0123456789"[..],
+            condition: Condition::Always,
+        });
+        if let OpResult::Error(e) = r {
+            refused = Some((i, e));
+            break;
+        }
+    }
+    let (i, e) = refused.expect("the budget must be hit");
+    assert!(matches!(e, NodeError::MemoryLimit { .. }));
+    assert!(get(&mut s, &0u32.to_be_bytes()).is_some());
+    assert_eq!(
+        int(s.execute(Op::Delete {
+            key: &0u32.to_be_bytes()[..]
+        })),
+        1
+    );
+    assert!(i > 0);
+}
+
+/// Two workers replicating a key converge through take_gossip/merge_gossip.
+#[test]
+fn replicated_key_converges_by_gossip() {
+    let mut table = ReplicationTable::new();
+    table.insert(
+        Box::from(&b"hot"[..]),
+        (Timestamp::new(1 << 16, 9), default_vector(1, 2)),
+    );
+    let view = Arc::new(ViewState::of(
+        vec![node("n", 2)],
+        table,
+        default_vector(1, 1),
+    ));
+    let mut a = Shard::with_clock(config("n", 0), view.clone(), 100, fixed_now);
+    let mut b = Shard::with_clock(config("n", 1), view, 101, fixed_now);
+    assert!(a.is_replica(b"hot") && b.is_replica(b"hot"));
+    a.execute(Op::SetAdd {
+        key: &b"hot"[..],
+        members: vec![&b"x"[..]],
+    });
+    b.execute(Op::SetAdd {
+        key: &b"hot"[..],
+        members: vec![&b"y"[..]],
+    });
+    let to_b = a.take_gossip();
+    let to_a = b.take_gossip();
+    assert_eq!(to_b.len(), 1);
+    assert_eq!(to_b[0].to, b.me());
+    assert_eq!(to_b[0].entries.len(), 1);
+    for o in to_b {
+        b.merge_gossip(o.entries);
+    }
+    for o in to_a {
+        a.merge_gossip(o.entries);
+    }
+    assert_eq!(get(&mut a, b"hot"), get(&mut b, b"hot"));
+    assert_eq!(int(a.execute(Op::SetLen { key: &b"hot"[..] })), 2);
+    // Unreplicated keys never enter the changeset.
+    a.execute(Op::CounterAdd {
+        key: &b"cold"[..],
+        delta: 1,
+    });
+    assert!(a.take_gossip().is_empty());
+}
+
+/// A node joins: keys that move to it are sent by exactly one old replica and dropped
+/// by the old owner once delivered; a node dies: its keys are re-replicated.
+#[test]
+fn view_changes_move_keys_to_their_new_replicas() {
+    let v2 = default_vector(2, 1);
+    let two = Arc::new(ViewState::of(
+        vec![node("a", 1), node("b", 1)],
+        ReplicationTable::new(),
+        v2,
+    ));
+    let mut a = Shard::with_clock(config("a", 0), two.clone(), 1, fixed_now);
+    let mut b = Shard::with_clock(config("b", 0), two.clone(), 2, fixed_now);
+    let mut c = Shard::with_clock(config("c", 0), two.clone(), 3, fixed_now);
+    let keys: Vec<String> = (0..300).map(|i| format!("k{i}")).collect();
+    for k in &keys {
+        a.execute(Op::Assign {
+            key: k.as_bytes(),
+            value: &b"v"[..],
+            condition: Condition::Always,
+        });
+    }
+    for o in a.take_gossip() {
+        assert_eq!(o.to, b.me());
+        b.merge_gossip(o.entries);
+    }
+    // c joins: with 3 nodes and replication 2, about a third of the keys move to c.
+    let mut rings = ViewState::of(
+        vec![node("a", 1), node("b", 1), node("c", 1)],
+        ReplicationTable::new(),
+        v2,
+    );
+    rings.version = 1;
+    let three = Arc::new(rings);
+    for s in [&mut a, &mut b, &mut c] {
+        s.set_view(three.clone());
+    }
+    let mut to_c = 0;
+    let mut batches = Vec::new();
+    for s in [&mut a, &mut b] {
+        for o in s.take_gossip() {
+            batches.push((s.me(), o));
+        }
+    }
+    for (from, o) in batches {
+        let keys: Vec<Bytes> = o.entries.iter().map(|(k, _)| k.clone()).collect();
+        for k in &keys {
+            assert!(three.is_replica(k, o.to), "{k:?} sent to a non-replica");
+        }
+        if o.to == c.me() {
+            to_c += o.entries.len();
+            c.merge_gossip(o.entries);
+        } else if o.to == a.me() {
+            a.merge_gossip(o.entries);
+        } else {
+            b.merge_gossip(o.entries);
+        }
+        let sender = if from == a.me() { &mut a } else { &mut b };
+        sender.delivered(keys.iter().map(|k| &k[..]));
+    }
+    assert!(to_c > 50, "{to_c} keys moved to c");
+    // Every key is exactly where the new view says, on every node.
+    for k in &keys {
+        let owners = three.replicas(k.as_bytes());
+        for s in [&a, &b, &c] {
+            assert_eq!(
+                s.stores(k.as_bytes()),
+                owners.contains(&s.me()),
+                "key {k} on {:?}",
+                s.me()
+            );
+        }
+    }
+    // b dies: keys it held with a or c get a new second replica from the survivor.
+    let mut survivors = ViewState::of(
+        vec![node("a", 1), node("c", 1)],
+        ReplicationTable::new(),
+        v2,
+    );
+    survivors.version = 2;
+    let survivors = Arc::new(survivors);
+    a.set_view(survivors.clone());
+    c.set_view(survivors.clone());
+    let a_out = a.take_gossip();
+    let c_out = c.take_gossip();
+    for o in a_out {
+        assert_eq!(o.to, c.me());
+        c.merge_gossip(o.entries);
+    }
+    for o in c_out {
+        assert_eq!(o.to, a.me());
+        a.merge_gossip(o.entries);
+    }
+    for k in &keys {
+        assert!(
+            a.stores(k.as_bytes()) && c.stores(k.as_bytes()),
+            "{k} back to 2 replicas"
+        );
+    }
+    // While settling, the previous view is available for reads that miss.
+    assert!(a.settling().is_some());
+}
+
+/// Anti-entropy finds exactly the buckets that differ and repairs them.
+#[test]
+fn anti_entropy_repairs_a_lost_update() {
+    let two = Arc::new(ViewState::of(
+        vec![node("a", 1), node("b", 1)],
+        ReplicationTable::new(),
+        default_vector(2, 1),
+    ));
+    let mut a = Shard::with_clock(config("a", 0), two.clone(), 1, fixed_now);
+    let mut b = Shard::with_clock(config("b", 0), two, 2, fixed_now);
+    for i in 0..100 {
+        let k = format!("k{i}");
+        a.execute(Op::CounterAdd {
+            key: k.as_bytes(),
+            delta: 1,
+        });
+    }
+    for o in a.take_gossip() {
+        b.merge_gossip(o.entries);
+    }
+    assert_eq!(a.digest(b.me()), b.digest(a.me()));
+    // An update whose gossip is lost.
+    a.execute(Op::CounterAdd {
+        key: &b"k7"[..],
+        delta: 5,
+    });
+    let _lost = a.take_gossip();
+    let differing = b.differing(a.me(), &a.digest(b.me()));
+    assert_eq!(differing.len(), 1);
+    let from_a = a.bucket_entries(b.me(), &differing);
+    assert!(from_a.iter().any(|(k, _)| &k[..] == b"k7"));
+    b.merge_gossip(from_a);
+    assert_eq!(a.digest(b.me()), b.digest(a.me()));
+    assert_eq!(
+        int(b.execute(Op::CounterAdd {
+            key: &b"k7"[..],
+            delta: 0
+        })),
+        6
+    );
+}

@@ -1,0 +1,242 @@
+//! A cluster view: the storage nodes of each tier and where every key lives among them.
+//!
+//! Two levels, as in Anna: a *global ring* per tier over nodes (label: the node id, with
+//! virtual nodes) picks a key's nodes, and each node's *local ring* over its workers picks
+//! the workers on that node. A key's replicas in a tier are the first `global` distinct nodes
+//! clockwise from its hash on the tier's global ring and, on each of them, the first `local`
+//! distinct workers on that node's local ring. Factors above the member counts are capped.
+//!
+//! Nodes are identified by [`NodeKey`], the stable hash of their id, so replica sets computed
+//! under two views can be compared.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::hash::{key_hash, HASH_SEED};
+use crate::replication::{Replication, ReplicationVector, Tier};
+use crate::ring::Ring;
+
+/// Stable numeric identity of a node: `xxh3_64(node id, HASH_SEED)`.
+pub type NodeKey = u64;
+
+/// The key of the node named `id`.
+pub fn node_key(id: &str) -> NodeKey {
+    xxhash_rust::xxh3::xxh3_64_with_seed(id.as_bytes(), HASH_SEED)
+}
+
+/// One worker of one node: where a replica lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Replica {
+    /// The node.
+    pub node: NodeKey,
+    /// The worker on that node.
+    pub worker: u32,
+}
+
+/// What a view knows about one storage node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// The node's id (its global-ring label).
+    pub id: String,
+    /// Its tier.
+    pub tier: Tier,
+    /// Native address of each worker.
+    pub workers: Vec<String>,
+    /// Native front address.
+    pub front: String,
+    /// RESP address.
+    pub resp: String,
+    /// Virtual nodes per worker on its local ring (and per node on the global ring).
+    pub vnodes: u32,
+}
+
+/// The storage nodes of the cluster and the rings built from them.
+#[derive(Clone, Debug)]
+pub struct ClusterView {
+    /// Nodes by key.
+    nodes: HashMap<NodeKey, Arc<NodeInfo>>,
+    /// Global ring per tier.
+    global: HashMap<Tier, Ring<NodeKey>>,
+    /// Local rings, shared between nodes with the same worker count and vnodes.
+    local: HashMap<NodeKey, Arc<Ring<u32>>>,
+}
+
+impl ClusterView {
+    /// A view of the given storage nodes.
+    pub fn new(nodes: impl IntoIterator<Item = NodeInfo>) -> ClusterView {
+        let mut view = ClusterView {
+            nodes: HashMap::new(),
+            global: HashMap::new(),
+            local: HashMap::new(),
+        };
+        let mut shapes: HashMap<(usize, u32), Arc<Ring<u32>>> = HashMap::new();
+        let mut sorted: Vec<NodeInfo> = nodes.into_iter().collect();
+        // Insertion order does not change ring positions, but keep views built from the
+        // same members identical anyway.
+        sorted.sort_by(|a, b| a.id.cmp(&b.id));
+        for info in sorted {
+            let key = node_key(&info.id);
+            let shape = (info.workers.len(), info.vnodes);
+            let local = shapes
+                .entry(shape)
+                .or_insert_with(|| Arc::new(Ring::<u32>::local(shape.0 as u32, shape.1)))
+                .clone();
+            view.global
+                .entry(info.tier)
+                .or_default()
+                .add(key, info.id.as_bytes(), info.vnodes);
+            view.local.insert(key, local);
+            view.nodes.insert(key, Arc::new(info));
+        }
+        view
+    }
+
+    /// A view of one node (a standalone server).
+    pub fn single(info: NodeInfo) -> ClusterView {
+        ClusterView::new([info])
+    }
+
+    /// The node with key `node`.
+    pub fn node(&self, node: NodeKey) -> Option<&Arc<NodeInfo>> {
+        self.nodes.get(&node)
+    }
+
+    /// All nodes, in no particular order.
+    pub fn nodes(&self) -> impl Iterator<Item = (&NodeKey, &Arc<NodeInfo>)> {
+        self.nodes.iter()
+    }
+
+    /// Number of nodes of `tier`.
+    pub fn tier_size(&self, tier: Tier) -> usize {
+        self.global.get(&tier).map_or(0, Ring::len)
+    }
+
+    /// The native address of a replica.
+    pub fn addr(&self, replica: Replica) -> Option<&str> {
+        self.nodes
+            .get(&replica.node)?
+            .workers
+            .get(replica.worker as usize)
+            .map(String::as_str)
+    }
+
+    /// Calls `f` on each replica of the key with hash `hash` in `tier` under `replication`,
+    /// node by node in ring order, primary first.
+    pub fn for_each_replica(
+        &self,
+        hash: u64,
+        tier: Tier,
+        replication: Replication,
+        mut f: impl FnMut(Replica),
+    ) {
+        let Some(ring) = self.global.get(&tier) else {
+            return;
+        };
+        ring.for_each_replica(hash, replication.global.max(1) as usize, |&node| {
+            if let Some(local) = self.local.get(&node) {
+                local.for_each_replica(hash, replication.local.max(1) as usize, |&worker| {
+                    f(Replica { node, worker })
+                });
+            }
+        });
+    }
+
+    /// The replicas of `key` in the memory tier (the serving tier) under `vector`.
+    pub fn replicas(&self, key: &[u8], vector: &ReplicationVector) -> Vec<Replica> {
+        let mut out = Vec::new();
+        self.for_each_replica(key_hash(key), Tier::Memory, vector.memory, |r| out.push(r));
+        out
+    }
+
+    /// True if `replica` is one of `key`'s memory-tier replicas under `vector`.
+    pub fn is_replica(&self, key: &[u8], vector: &ReplicationVector, replica: Replica) -> bool {
+        let mut found = false;
+        self.for_each_replica(key_hash(key), Tier::Memory, vector.memory, |r| {
+            found |= r == replica
+        });
+        found
+    }
+
+    /// The fraction of the hash space each node of `tier` is primary for (ring ownership,
+    /// for status output).
+    pub fn ownership(&self, tier: Tier) -> Vec<(NodeKey, f64)> {
+        let Some(ring) = self.global.get(&tier) else {
+            return Vec::new();
+        };
+        ring.ownership()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: &str, workers: usize) -> NodeInfo {
+        NodeInfo {
+            id: id.to_string(),
+            tier: Tier::Memory,
+            workers: (0..workers).map(|w| format!("{id}:{w}")).collect(),
+            front: format!("{id}:front"),
+            resp: format!("{id}:resp"),
+            vnodes: 64,
+        }
+    }
+
+    fn vector(global: u32, local: u32) -> ReplicationVector {
+        ReplicationVector {
+            memory: Replication { global, local },
+            disk: Replication::default(),
+        }
+    }
+
+    #[test]
+    fn replicas_are_distinct_nodes_then_workers() {
+        let view = ClusterView::new([node("a", 2), node("b", 2), node("c", 2)]);
+        let r = view.replicas(b"key", &vector(2, 2));
+        assert_eq!(r.len(), 4);
+        let nodes: std::collections::BTreeSet<_> = r.iter().map(|x| x.node).collect();
+        assert_eq!(nodes.len(), 2);
+        // Capped at the cluster's size.
+        assert_eq!(view.replicas(b"key", &vector(9, 9)).len(), 6);
+        for rep in &r {
+            assert!(view.is_replica(b"key", &vector(2, 2), *rep));
+            assert!(view.addr(*rep).is_some());
+        }
+    }
+
+    #[test]
+    fn views_agree_whatever_the_order_and_spread_keys() {
+        let v1 = ClusterView::new([node("a", 1), node("b", 1), node("c", 1)]);
+        let v2 = ClusterView::new([node("c", 1), node("a", 1), node("b", 1)]);
+        let mut counts: HashMap<NodeKey, usize> = HashMap::new();
+        for i in 0..30_000 {
+            let k = format!("k{i}");
+            let a = v1.replicas(k.as_bytes(), &vector(1, 1));
+            assert_eq!(a, v2.replicas(k.as_bytes(), &vector(1, 1)));
+            *counts.entry(a[0].node).or_default() += 1;
+        }
+        for c in counts.values() {
+            assert!((7_000..=13_000).contains(c), "{counts:?}");
+        }
+        let total: f64 = v1.ownership(Tier::Memory).iter().map(|(_, f)| f).sum();
+        assert!((total - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_joining_node_takes_only_its_share() {
+        let before = ClusterView::new([node("a", 1), node("b", 1), node("c", 1)]);
+        let after = ClusterView::new([node("a", 1), node("b", 1), node("c", 1), node("d", 1)]);
+        let d = node_key("d");
+        let mut moved = 0;
+        for i in 0..20_000 {
+            let k = format!("k{i}");
+            let old = before.replicas(k.as_bytes(), &vector(1, 1))[0];
+            let new = after.replicas(k.as_bytes(), &vector(1, 1))[0];
+            if old != new {
+                assert_eq!(new.node, d, "keys only move to the new node");
+                moved += 1;
+            }
+        }
+        assert!((3_500..=6_500).contains(&moved), "{moved}");
+    }
+}
