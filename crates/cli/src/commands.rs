@@ -250,25 +250,101 @@ pub async fn replicate(args: ReplicateArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// `status`: one line per worker and totals.
+/// `leave --addr NODE`
+#[derive(Args, Debug)]
+pub struct LeaveArgs {
+    #[command(flatten)]
+    target: Target,
+}
+
+/// `leave`: the node hands its keys off and stops.
+pub async fn leave(args: LeaveArgs) -> Result<i32> {
+    let conn = client::connection::Connection::open(&args.target.addr).await?;
+    let req = wire::pb::Request {
+        id: 1,
+        op: Some(wire::pb::request::Op::Leave(wire::pb::Leave {})),
+    };
+    let resp = tokio::time::timeout(std::time::Duration::from_secs(120), conn.call(req))
+        .await
+        .map_err(|_| anyhow!("the node did not finish leaving within 120 s"))??;
+    match resp.result {
+        Some(wire::pb::response::Result::Ack(_)) => {
+            println!("left");
+            Ok(0)
+        }
+        other => bail!("unexpected answer: {other:?}"),
+    }
+}
+
+fn status_name(status: i32) -> &'static str {
+    match wire::pb::NodeStatus::try_from(status) {
+        Ok(wire::pb::NodeStatus::Alive) => "alive",
+        Ok(wire::pb::NodeStatus::Suspect) => "suspect",
+        Ok(wire::pb::NodeStatus::Dead) => "dead",
+        Ok(wire::pb::NodeStatus::Left) => "left",
+        Err(_) => "?",
+    }
+}
+
+/// `status`: the cluster's members, ring ownership, and every storage node's workers.
 pub async fn status(args: StatusArgs) -> Result<i32> {
     let c = connect(&args.target).await?;
     let s = c.status().await?;
     println!("node      {} (latticekv {})", s.node_id, s.version);
     println!("uptime    {} s", s.uptime_seconds);
-    println!("native    {}", s.front_address);
-    println!("resp      {}", s.resp_address);
-    println!(
-        "memory    {} of {} bytes budget",
-        s.workers.iter().map(|w| w.memory_bytes).sum::<u64>(),
-        s.memory_budget_bytes
-    );
-    println!("worker  address               keys       memory       requests  connections");
-    for w in &s.workers {
+    if !s.front_address.is_empty() {
+        println!("native    {}", s.front_address);
+        println!("resp      {}", s.resp_address);
         println!(
-            "{:<7} {:<21} {:<10} {:<12} {:<9} {}",
-            w.worker, w.address, w.keys, w.memory_bytes, w.requests, w.connections
+            "memory    {} of {} bytes budget",
+            s.workers.iter().map(|w| w.memory_bytes).sum::<u64>(),
+            s.memory_budget_bytes
         );
+    }
+    let share = |id: &str| {
+        s.ownership
+            .iter()
+            .find(|o| o.node_id == id)
+            .map_or(0.0, |o| o.share * 100.0)
+    };
+    println!();
+    println!("member            role     status   incarnation    ring %   keys      front");
+    let mut members = s.members.clone();
+    members.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+    for m in &members {
+        let keys = if m.role == "routing" || !matches!(status_name(m.status), "alive" | "suspect") {
+            "-".to_string()
+        } else if m.node_id == s.node_id {
+            s.workers.iter().map(|w| w.keys).sum::<u64>().to_string()
+        } else {
+            match client::Client::connect(&m.front).await {
+                Ok(peer) => match peer.status().await {
+                    Ok(ps) => ps.workers.iter().map(|w| w.keys).sum::<u64>().to_string(),
+                    Err(_) => "?".into(),
+                },
+                Err(_) => "?".into(),
+            }
+        };
+        println!(
+            "{:<17} {:<8} {:<8} {:<14} {:>6.1}   {:<9} {}",
+            m.node_id,
+            m.role,
+            status_name(m.status),
+            m.incarnation,
+            share(&m.node_id),
+            keys,
+            m.front
+        );
+    }
+    if !s.workers.is_empty() {
+        println!();
+        println!("worker  address               keys       memory       requests  connections");
+        for w in &s.workers {
+            println!(
+                "{:<7} {:<21} {:<10} {:<12} {:<9} {}",
+                w.worker, w.address, w.keys, w.memory_bytes, w.requests, w.connections
+            );
+        }
     }
     Ok(0)
 }

@@ -1,15 +1,20 @@
-//! `latticekv local`: configuration layering and running the node in the foreground.
+//! Running nodes: `latticekv local`, `server` and `routing` — configuration layering,
+//! the foreground process, signals, and the local cluster supervisor (`local --nodes N`).
 
-use std::net::SocketAddr;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
+use node::routing::RoutingNode;
 use node::{Node, NodeConfig};
 
-/// Flags of `latticekv local`. Each also reads a `LATTICEKV_*` environment variable.
-#[derive(Args, Debug)]
-pub struct LocalArgs {
+/// Flags shared by every command that runs a node. Each also reads a `LATTICEKV_*`
+/// environment variable.
+#[derive(Args, Debug, Clone, Default)]
+pub struct NodeArgs {
     /// TOML configuration file (keys as in docs/configuration.md).
     #[arg(long, env = "LATTICEKV_CONFIG")]
     config: Option<PathBuf>,
@@ -31,22 +36,68 @@ pub struct LocalArgs {
     /// Gossip period between replicas, in milliseconds.
     #[arg(long, env = "LATTICEKV_GOSSIP_PERIOD_MS")]
     gossip_period_ms: Option<u64>,
-    /// Workers holding each key by default.
+    /// Workers of a node holding each key by default.
     #[arg(long, env = "LATTICEKV_DEFAULT_LOCAL_REPLICATION")]
     default_local_replication: Option<u32>,
+    /// Nodes holding each key by default (the cluster's replication factor).
+    #[arg(long, env = "LATTICEKV_REPLICATION")]
+    replication: Option<u32>,
     /// Memory budget in bytes (0 = half of RAM).
     #[arg(long, env = "LATTICEKV_MEMORY_BUDGET")]
     memory_budget: Option<u64>,
     /// Pin worker i to CPU i.
     #[arg(long, env = "LATTICEKV_PIN_WORKERS")]
     pin_workers: Option<bool>,
-    /// Node name.
+    /// Node name (unique in the cluster).
     #[arg(long, env = "LATTICEKV_NODE_ID")]
     node_id: Option<String>,
+    /// Front addresses of cluster members to join through, comma-separated.
+    #[arg(long, env = "LATTICEKV_SEEDS", value_delimiter = ',')]
+    seeds: Vec<String>,
+    /// Silence after which a member is declared dead and its keys re-replicated (ms).
+    #[arg(long, env = "LATTICEKV_FAILURE_TIMEOUT_MS")]
+    failure_timeout_ms: Option<u64>,
+    /// Period of anti-entropy rounds (ms).
+    #[arg(long, env = "LATTICEKV_ANTI_ENTROPY_MS")]
+    anti_entropy_ms: Option<u64>,
+    /// Period of cluster-metadata gossip and heartbeats (ms).
+    #[arg(long, env = "LATTICEKV_CLUSTER_GOSSIP_MS")]
+    cluster_gossip_ms: Option<u64>,
+}
+
+/// `latticekv local`: the embedded default.
+#[derive(Args, Debug)]
+pub struct LocalArgs {
+    #[command(flatten)]
+    node: NodeArgs,
+    /// Run a local cluster of N storage processes (on 127.0.0.1, 127.0.0.2, …) and a routing
+    /// node, instead of one in-process node.
+    #[arg(long, default_value_t = 1)]
+    nodes: usize,
+}
+
+/// `latticekv server`: one storage node of a cluster.
+#[derive(Args, Debug)]
+pub struct ServerArgs {
+    #[command(flatten)]
+    node: NodeArgs,
+    /// Storage tier of this node (the memory tier now; the disk tier comes with durability).
+    #[arg(long, default_value = "memory")]
+    tier: String,
+    /// On SIGTERM/SIGINT, stop without handing keys to the other nodes first.
+    #[arg(long)]
+    no_leave: bool,
+}
+
+/// `latticekv routing`: a routing node.
+#[derive(Args, Debug)]
+pub struct RoutingArgs {
+    #[command(flatten)]
+    node: NodeArgs,
 }
 
 /// Builds the node configuration: defaults < file < environment < flags.
-pub fn node_config(args: &LocalArgs) -> Result<NodeConfig> {
+pub fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     let mut config = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -77,6 +128,9 @@ pub fn node_config(args: &LocalArgs) -> Result<NodeConfig> {
     if let Some(v) = args.default_local_replication {
         config.default_local_replication = v;
     }
+    if let Some(v) = args.replication {
+        config.cluster.default_global_replication = v;
+    }
     if let Some(v) = args.memory_budget {
         config.limits.memory_budget = v;
     }
@@ -86,11 +140,23 @@ pub fn node_config(args: &LocalArgs) -> Result<NodeConfig> {
     if let Some(v) = &args.node_id {
         config.node_id = v.clone();
     }
+    if !args.seeds.is_empty() {
+        config.cluster.seeds = args.seeds.clone();
+    }
+    if let Some(v) = args.failure_timeout_ms {
+        config.cluster.failure_timeout_ms = v;
+        config.cluster.suspect_after_ms = config.cluster.suspect_after_ms.min(v);
+    }
+    if let Some(v) = args.anti_entropy_ms {
+        config.cluster.anti_entropy_ms = v;
+    }
+    if let Some(v) = args.cluster_gossip_ms {
+        config.cluster.gossip_interval_ms = v;
+    }
     Ok(config)
 }
 
-/// Runs a node until SIGINT or SIGTERM, then stops it cleanly.
-pub fn run_local(args: LocalArgs) -> Result<()> {
+fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("LATTICEKV_LOG")
@@ -98,8 +164,10 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let config = node_config(&args)?;
-    let node = Node::start(config.clone()).context("starting the node")?;
+}
+
+/// Prints a running node's addresses in the format the tests and scripts parse.
+fn print_node(config: &NodeConfig, node: &Node) {
     let a = node.addresses();
     let workers: Vec<String> = a.workers.iter().map(|w| w.to_string()).collect();
     println!(
@@ -112,24 +180,320 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
     println!("resp    {}", a.resp);
     println!("workers {}", workers.join(" "));
     println!("press Ctrl-C to stop");
-    use std::io::Write;
     let _ = std::io::stdout().flush();
+}
 
+/// What ended the foreground wait.
+enum Ending {
+    Signal,
+    NodeStopped,
+}
+
+fn wait(node: Option<&Node>) -> Result<Ending> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(wait_for_signal())?;
-    eprintln!("stopping…");
-    node.stop().context("stopping the node")?;
+    rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut stopped = node.map(Node::stopped);
+        let node_stopped = async {
+            match stopped.as_mut() {
+                Some(rx) => {
+                    let _ = rx.wait_for(|s| *s).await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => { r?; Ok(Ending::Signal) }
+            _ = term.recv() => Ok(Ending::Signal),
+            _ = node_stopped => Ok(Ending::NodeStopped),
+        }
+    })
+}
+
+/// Runs one node in the foreground until a signal (or a `Leave` request) stops it.
+fn run_node(config: NodeConfig, leave_on_signal: bool) -> Result<()> {
+    let node = Node::start(config.clone()).context("starting the node")?;
+    print_node(&config, &node);
+    match wait(Some(&node))? {
+        Ending::NodeStopped => {
+            node.join().context("stopping the node")?;
+        }
+        Ending::Signal if leave_on_signal && node.has_peers() => {
+            eprintln!("leaving the cluster (handing keys to the other nodes)…");
+            node.leave_and_stop().context("leaving the cluster")?;
+        }
+        Ending::Signal => {
+            eprintln!("stopping…");
+            node.stop().context("stopping the node")?;
+        }
+    }
     eprintln!("stopped");
     Ok(())
 }
 
-async fn wait_for_signal() -> Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r?,
-        _ = term.recv() => {}
+/// `latticekv local`.
+pub fn run_local(args: LocalArgs) -> Result<()> {
+    init_logging();
+    if args.nodes > 1 {
+        return run_local_cluster(args);
     }
+    let config = node_config(&args.node)?;
+    run_node(config, false)
+}
+
+/// `latticekv server`.
+pub fn run_server(args: ServerArgs) -> Result<()> {
+    init_logging();
+    if args.tier != "memory" {
+        bail!(
+            "--tier {}: only the memory tier exists in this version (the disk tier arrives \
+             with durability)",
+            args.tier
+        );
+    }
+    let mut config = node_config(&args.node)?;
+    if args.node.node_id.is_none() && config.node_id == NodeConfig::default().node_id {
+        // Unique by default: nodes of a cluster must not share an id.
+        config.node_id = format!("node-{}", config.listen);
+    }
+    run_node(config, !args.no_leave)
+}
+
+/// `latticekv routing`.
+pub fn run_routing(args: RoutingArgs) -> Result<()> {
+    init_logging();
+    let mut config = node_config(&args.node)?;
+    if args.node.listen.is_none() {
+        config.listen = SocketAddr::from(([127, 0, 0, 1], 7600));
+    }
+    if args.node.node_id.is_none() {
+        config.node_id = format!("routing-{}", config.listen);
+    }
+    let routing = RoutingNode::start(config).context("starting the routing node")?;
+    println!("routing {}", routing.addr());
+    println!("press Ctrl-C to stop");
+    let _ = std::io::stdout().flush();
+    wait(None)?;
+    routing.stop();
+    eprintln!("stopped");
     Ok(())
+}
+
+/// A child process and the addresses it printed.
+struct ChildNode {
+    child: Child,
+    lines: Vec<String>,
+}
+
+fn spawn_child(args: &[String]) -> Result<ChildNode> {
+    let exe = std::env::current_exe().context("finding the latticekv binary")?;
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting a node process")?;
+    let stdout = child.stdout.take().context("child stdout")?;
+    let mut reader = BufReader::new(stdout);
+    let mut lines = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            let _ = child.kill();
+            bail!("a node process exited during start-up: {args:?}");
+        }
+        if line.starts_with("press") {
+            break;
+        }
+        lines.push(line.trim_end().to_string());
+    }
+    // Keep draining its stdout.
+    std::thread::spawn(move || for _ in reader.lines() {});
+    Ok(ChildNode { child, lines })
+}
+
+fn field(lines: &[String], name: &str) -> Option<String> {
+    lines
+        .iter()
+        .find_map(|l| l.strip_prefix(name).map(|r| r.trim().to_string()))
+}
+
+/// The address for node `i` (0-based) of a local cluster: 127.0.0.(i+1) when the
+/// configured address is 127.0.0.1, keeping the port.
+fn node_addr(base: SocketAddr, i: usize) -> SocketAddr {
+    match base.ip() {
+        IpAddr::V4(ip) if ip == Ipv4Addr::LOCALHOST => SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1 + i as u8)),
+            base.port(),
+        ),
+        _ => SocketAddr::new(
+            base.ip(),
+            if base.port() == 0 {
+                0
+            } else {
+                base.port() + 10 * i as u16
+            },
+        ),
+    }
+}
+
+/// `latticekv local --nodes N`: N storage processes and one routing process, supervised.
+fn run_local_cluster(args: LocalArgs) -> Result<()> {
+    let n = args.nodes;
+    if n > 200 {
+        bail!("--nodes {n}: at most 200 local nodes");
+    }
+    let config = node_config(&args.node)?;
+    let mut common: Vec<String> = Vec::new();
+    let a = &args.node;
+    if let Some(v) = &a.config {
+        common.extend(["--config".into(), v.display().to_string()]);
+    }
+    for (flag, value) in [
+        ("--workers", a.workers.map(|v| v.to_string())),
+        (
+            "--gossip-period-ms",
+            a.gossip_period_ms.map(|v| v.to_string()),
+        ),
+        (
+            "--default-local-replication",
+            a.default_local_replication.map(|v| v.to_string()),
+        ),
+        (
+            "--replication",
+            Some(config.cluster.default_global_replication.to_string()),
+        ),
+        ("--memory-budget", a.memory_budget.map(|v| v.to_string())),
+        (
+            "--failure-timeout-ms",
+            a.failure_timeout_ms.map(|v| v.to_string()),
+        ),
+        (
+            "--anti-entropy-ms",
+            a.anti_entropy_ms.map(|v| v.to_string()),
+        ),
+        (
+            "--cluster-gossip-ms",
+            a.cluster_gossip_ms.map(|v| v.to_string()),
+        ),
+    ] {
+        if let Some(v) = value {
+            common.extend([flag.to_string(), v]);
+        }
+    }
+    let mut children: Vec<ChildNode> = Vec::new();
+    let mut seed: Option<String> = None;
+    let result = (|| -> Result<()> {
+        for i in 0..n {
+            let mut child_args = vec![
+                "server".to_string(),
+                "--no-leave".into(),
+                "--node-id".into(),
+                format!("node{}", i + 1),
+                "--listen".into(),
+                node_addr(config.listen, i).to_string(),
+                "--resp".into(),
+                node_addr(config.resp, i).to_string(),
+            ];
+            if let Some(dir) = &config.data_dir {
+                child_args.extend([
+                    "--data-dir".into(),
+                    dir.join(format!("node{}", i + 1)).display().to_string(),
+                ]);
+            }
+            child_args.extend(common.iter().cloned());
+            if let Some(s) = &seed {
+                child_args.extend(["--seeds".into(), s.clone()]);
+            }
+            let child = spawn_child(&child_args)?;
+            if seed.is_none() {
+                seed = field(&child.lines, "native");
+            }
+            children.push(child);
+        }
+        let routing_listen = SocketAddr::new(
+            config.listen.ip(),
+            if config.listen.port() == 0 {
+                0
+            } else {
+                config.listen.port().saturating_sub(100)
+            },
+        );
+        let mut routing_args = vec![
+            "routing".to_string(),
+            "--node-id".into(),
+            "routing".into(),
+            "--listen".into(),
+            routing_listen.to_string(),
+        ];
+        routing_args.extend(common.iter().cloned());
+        if let Some(s) = &seed {
+            routing_args.extend(["--seeds".into(), s.clone()]);
+        }
+        children.push(spawn_child(&routing_args)?);
+        Ok(())
+    })();
+    if let Err(e) = result {
+        stop_children(&mut children);
+        return Err(e);
+    }
+    println!(
+        "latticekv {} running: local cluster of {n} node(s), replication {}",
+        env!("CARGO_PKG_VERSION"),
+        config.cluster.default_global_replication
+    );
+    for (i, c) in children.iter().take(n).enumerate() {
+        println!(
+            "node{} native {} resp {} workers {}",
+            i + 1,
+            field(&c.lines, "native").unwrap_or_default(),
+            field(&c.lines, "resp").unwrap_or_default(),
+            field(&c.lines, "workers").unwrap_or_default()
+        );
+    }
+    if let Some(r) = children.last() {
+        println!("routing {}", field(&r.lines, "routing").unwrap_or_default());
+    }
+    if let Some(first) = children.first() {
+        println!(
+            "native  {}",
+            field(&first.lines, "native").unwrap_or_default()
+        );
+        println!(
+            "resp    {}",
+            field(&first.lines, "resp").unwrap_or_default()
+        );
+    }
+    println!("press Ctrl-C to stop");
+    let _ = std::io::stdout().flush();
+    wait(None)?;
+    eprintln!("stopping the local cluster…");
+    stop_children(&mut children);
+    eprintln!("stopped");
+    Ok(())
+}
+
+fn stop_children(children: &mut [ChildNode]) {
+    for c in children.iter() {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(c.child.id() as i32, libc::SIGTERM);
+        }
+    }
+    for c in children.iter_mut() {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match c.child.try_wait() {
+                Ok(Some(_)) => break,
+                _ if std::time::Instant::now() > deadline => {
+                    let _ = c.child.kill();
+                    let _ = c.child.wait();
+                    break;
+                }
+                _ => std::thread::sleep(std::time::Duration::from_millis(20)),
+            }
+        }
+    }
 }

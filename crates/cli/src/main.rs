@@ -27,8 +27,13 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the embedded default: one node with all its ports, in the foreground.
+    /// Run the embedded default: one node with all its ports, in the foreground (or, with
+    /// `--nodes N`, a local cluster of N node processes and a routing node).
     Local(config::LocalArgs),
+    /// Run one storage node of a cluster (join it with `--seeds`).
+    Server(config::ServerArgs),
+    /// Run a routing node: a cluster member without data that answers where keys live.
+    Routing(config::RoutingArgs),
     /// Read a key and print its value.
     Get(commands::GetArgs),
     /// Write a value (merged into the key's lattice).
@@ -37,8 +42,10 @@ enum Command {
     Del(commands::DelArgs),
     /// Set how many workers of the node hold a key (its local replication).
     Replicate(commands::ReplicateArgs),
-    /// Show the node's workers, keys and memory.
+    /// Show the cluster's members and ring ownership, and each node's workers and keys.
     Status(commands::StatusArgs),
+    /// Ask a node to leave the cluster: it hands its keys to the other nodes, then stops.
+    Leave(commands::LeaveArgs),
     /// Generate load (YCSB-style or redis-benchmark-style) over RESP or the native protocol,
     /// against latticekv or Redis, and report throughput and latency.
     Bench(bench::BenchArgs),
@@ -48,6 +55,9 @@ fn main() {
     let cli = Cli::parse();
     let result: Result<i32> = match cli.command {
         Command::Local(args) => config::run_local(args).map(|()| 0),
+        Command::Server(args) => config::run_server(args).map(|()| 0),
+        Command::Routing(args) => config::run_routing(args).map(|()| 0),
+        Command::Leave(args) => commands::block_on(commands::leave(args)),
         Command::Get(args) => commands::block_on(commands::get(args)),
         Command::Put(args) => commands::block_on(commands::put(args)),
         Command::Del(args) => commands::block_on(commands::del(args)),

@@ -19,7 +19,8 @@ use crate::routing::Layout;
 pub struct ClientOptions {
     /// Time allowed for one request, including redirects. Default: 10 s.
     pub timeout: Duration,
-    /// Most topology refreshes for one request before giving up. Default: 3.
+    /// Most redirects (and retries at other replicas) for one request before giving up.
+    /// Default: 10.
     pub max_redirects: usize,
 }
 
@@ -27,7 +28,7 @@ impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
             timeout: Duration::from_secs(10),
-            max_redirects: 3,
+            max_redirects: 10,
         }
     }
 }
@@ -146,22 +147,47 @@ impl Client {
         }
     }
 
-    /// Sends a single-key request to a worker holding `key`, following redirects.
+    /// Sends a single-key request to a worker holding `key`, following redirects and, when
+    /// a replica cannot be reached, trying the key's other replicas (refreshing the
+    /// topology, which drops dead nodes once the cluster has declared them dead).
     async fn call_key(&self, key: &[u8], op: ReqOp) -> Result<RespResult, ClientError> {
         let mut redirects = 0;
+        let mut tried: Vec<String> = Vec::new();
         let mut target: Option<String> = None;
+        // Retrying is safe for everything but counter increments, which are not idempotent
+        // (merges, LWW writes, set adds and removes are).
+        let idempotent = !matches!(
+            &op,
+            ReqOp::Update(pb::Update {
+                op: Some(pb::update::Op::CounterAdd(_)),
+                ..
+            })
+        );
         loop {
             let addr = match target.take() {
                 Some(a) => a,
-                None => self.addr_for(key),
+                None => self.pick_addr(key, &tried),
             };
             match self.call_at(&addr, op.clone()).await {
                 Err(e) if e.is_redirect() && redirects < self.inner.options.max_redirects => {
                     redirects += 1;
+                    if redirects > 1 {
+                        // Nodes disagree for a moment while a membership change spreads:
+                        // give the views time to converge.
+                        tokio::time::sleep(Duration::from_millis(20 * redirects as u64)).await;
+                    }
                     if let ClientError::Server { redirect, .. } = &e {
                         target = redirect.first().cloned();
                     }
                     // A failed refresh is not fatal: the redirect address is still good.
+                    let _ = self.refresh_topology().await;
+                }
+                Err(e)
+                    if e.is_retryable()
+                        && tried.len() < self.inner.options.max_redirects
+                        && (idempotent || matches!(e, ClientError::Connect { .. })) =>
+                {
+                    tried.push(addr);
                     let _ = self.refresh_topology().await;
                 }
                 other => return other,
@@ -169,10 +195,19 @@ impl Client {
         }
     }
 
-    fn addr_for(&self, key: &[u8]) -> String {
-        self.layout()
-            .addr_for(key)
-            .map(str::to_string)
+    /// The address for `key`: one of its replicas not in `tried`, else the front port.
+    fn pick_addr(&self, key: &[u8], tried: &[String]) -> String {
+        let layout = self.layout();
+        if tried.is_empty() {
+            if let Some(a) = layout.addr_for(key) {
+                return a.to_string();
+            }
+        }
+        layout
+            .replicas(key)
+            .into_iter()
+            .filter_map(|r| layout.addr(r).map(str::to_string))
+            .find(|a| !tried.contains(a))
             .unwrap_or_else(|| self.inner.front.clone())
     }
 
@@ -220,7 +255,19 @@ impl Client {
             async move { (positions, self.call_at(&addr, op).await) }
         });
         for (positions, result) in join_all(calls).await {
-            let results = multi(result?, positions.len())?;
+            let result = match result {
+                Ok(r) => r,
+                Err(e) if e.is_retryable() => {
+                    // That worker is unreachable: read these keys one by one, which tries
+                    // their other replicas.
+                    for i in positions {
+                        out[i] = self.get(&keys[i]).await?;
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let results = multi(result, positions.len())?;
             for (i, r) in positions.into_iter().zip(results) {
                 out[i] = match r {
                     KeyOutcome::Get(g) => decode_value(g)?,
@@ -249,7 +296,18 @@ impl Client {
             async move { (positions, self.call_at(&addr, op).await) }
         });
         for (positions, result) in join_all(calls).await {
-            let results = multi(result?, positions.len())?;
+            let result = match result {
+                Ok(r) => r,
+                Err(e) if e.is_retryable() => {
+                    // Merges are idempotent: write these one by one to reachable replicas.
+                    for i in positions {
+                        self.put(&items[i].0, items[i].1.clone()).await?;
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let results = multi(result, positions.len())?;
             for (i, r) in positions.into_iter().zip(results) {
                 match r {
                     KeyOutcome::Error(e) if e.is_redirect() => {

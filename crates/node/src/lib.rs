@@ -17,6 +17,7 @@
 //! - [`native`]: the native (protobuf) protocol connection handler.
 //! - [`resp`]: the Redis protocol connection handler and commands.
 //! - [`server`]: starting a node ([`Node::start`](server::Node::start)) and stopping it.
+//! - [`routing`]: a routing node: a member without data answering "where is key k".
 //!
 //! Depends on `lattice`, `placement`, `store`, `wire`; used by the `latticekv` binary.
 #![warn(missing_docs)]
@@ -29,6 +30,7 @@ pub mod mesh;
 pub mod native;
 pub mod op;
 pub mod resp;
+pub mod routing;
 pub mod server;
 pub mod shard;
 pub mod worker;

@@ -329,14 +329,28 @@ impl WorkerCtx {
                     continue;
                 }
             } else {
-                let addr = self.shard.borrow().view().addr(replica).map(str::to_string);
+                // The chosen replica first, then the key's other replicas on other nodes
+                // (all ops of a batch share their first key's replica set closely enough).
+                let candidates: Vec<String> = {
+                    let shard = self.shard.borrow();
+                    let view = shard.view();
+                    let mut addrs: Vec<String> =
+                        view.addr(replica).map(str::to_string).into_iter().collect();
+                    if let Some(first) = ops.first() {
+                        for r in view.replicas(first.key()) {
+                            if r.node != self.shared.me && r != replica {
+                                if let Some(a) = view.addr(r) {
+                                    addrs.push(a.to_string());
+                                }
+                            }
+                        }
+                    }
+                    addrs
+                };
                 let ctx = self.clone();
                 spawn_local(async move {
                     let n = ops.len();
-                    let out = match addr {
-                        Some(addr) => ctx.forward(&addr, ops).await,
-                        None => Err(NodeError::Unavailable("replica left the cluster".into())),
-                    };
+                    let out = ctx.forward_any(&candidates, ops).await;
                     let _ = reply.send(match out {
                         Ok(results) => results,
                         Err(e) => vec![OpResult::Error(e); n],
@@ -369,6 +383,30 @@ impl WorkerCtx {
         Pending { results, waits }
     }
 
+    /// Runs ops on the first of `candidates` (replicas on other nodes) that answers. Reads
+    /// move on after any failure; writes only when the replica could not be reached at all,
+    /// so a write that may have run is never applied twice.
+    async fn forward_any(
+        &self,
+        candidates: &[String],
+        ops: Vec<Op<Bytes>>,
+    ) -> Result<Vec<OpResult>, NodeError> {
+        let writes = ops.iter().any(Op::is_write);
+        let mut last = NodeError::Unavailable("no replica of the key is reachable".into());
+        for addr in candidates {
+            if writes && self.peer(addr).await.is_err() {
+                last = NodeError::Unavailable(format!("cannot reach {addr}"));
+                continue;
+            }
+            match self.forward(addr, ops.clone()).await {
+                Ok(results) => return Ok(results),
+                Err(e) if !writes => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last)
+    }
+
     /// Runs ops on another node's worker.
     async fn forward(&self, addr: &str, ops: Vec<Op<Bytes>>) -> Result<Vec<OpResult>, NodeError> {
         let n = ops.len();
@@ -385,33 +423,40 @@ impl WorkerCtx {
         }
     }
 
-    /// Asks the previous view's replicas of `keys` for their records and merges them here.
+    /// Asks where `keys` lived before the last view change for their records, and merges
+    /// them here.
     async fn fetch_from_previous(&self, keys: &[Bytes]) {
         let mut by_addr: HashMap<String, Vec<Bytes>> = HashMap::new();
         {
             let shard = self.shard.borrow();
-            let Some(previous) = shard.settling() else {
+            let Some(views) = shard.settling() else {
                 return;
             };
             for key in keys {
-                for r in previous.replicas(key) {
-                    if r == shard.me() {
-                        continue;
-                    }
-                    if let Some(addr) = previous.addr(r) {
-                        by_addr
-                            .entry(addr.to_string())
-                            .or_default()
-                            .push(key.clone());
+                for view in views {
+                    for r in view.replicas(key) {
+                        if r == shard.me() {
+                            continue;
+                        }
+                        if let Some(addr) = view.addr(r) {
+                            let entry = by_addr.entry(addr.to_string()).or_default();
+                            if !entry.contains(key) {
+                                entry.push(key.clone());
+                            }
+                        }
                     }
                 }
             }
         }
         for (addr, keys) in by_addr {
-            let op = pb::request::Op::Fetch(pb::Fetch { keys });
-            if let Ok(pb::response::Result::Repair(r)) = self.call_peer(&addr, op).await {
-                let batch = decode_entries(r.entries);
-                self.shard.borrow_mut().merge_gossip(batch);
+            let op = pb::request::Op::Fetch(pb::Fetch { keys: keys.clone() });
+            match self.call_peer(&addr, op).await {
+                Ok(pb::response::Result::Repair(r)) => {
+                    let batch = decode_entries(r.entries);
+                    tracing::debug!(%addr, asked = keys.len(), found = batch.len(), "fetched");
+                    self.shard.borrow_mut().merge_gossip(batch);
+                }
+                other => tracing::debug!(%addr, ?other, "fetch failed"),
             }
         }
     }

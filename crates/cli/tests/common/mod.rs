@@ -23,8 +23,33 @@ pub struct NodeProc {
 impl NodeProc {
     /// Starts a node with `extra` flags on ephemeral ports and waits until it listens.
     pub fn start(extra: &[&str]) -> NodeProc {
+        Self::spawn(
+            &["local", "--listen", "127.0.0.1:0", "--resp", "127.0.0.1:0"],
+            extra,
+        )
+    }
+
+    /// Starts `latticekv server` (a cluster node) named `id`, joining through `seed`.
+    pub fn server(id: &str, seed: Option<SocketAddr>, extra: &[&str]) -> NodeProc {
+        let seed = seed.map(|s| s.to_string());
+        let mut args = vec![
+            "server",
+            "--node-id",
+            id,
+            "--listen",
+            "127.0.0.1:0",
+            "--resp",
+            "127.0.0.1:0",
+        ];
+        if let Some(s) = &seed {
+            args.extend(["--seeds", s.as_str()]);
+        }
+        Self::spawn(&args, extra)
+    }
+
+    fn spawn(base: &[&str], extra: &[&str]) -> NodeProc {
         let mut child = Command::new(bin())
-            .args(["local", "--listen", "127.0.0.1:0", "--resp", "127.0.0.1:0"])
+            .args(base)
             .args(extra)
             .env("LATTICEKV_LOG", "warn")
             .stdout(Stdio::piped())

@@ -61,6 +61,13 @@ pub struct Snapshot {
     pub members: Vec<pb::Member>,
 }
 
+/// The outcome of one exchange with a peer.
+struct Reply {
+    addr: String,
+    conn: Option<Connection>,
+    state: Option<pb::ClusterState>,
+}
+
 enum AgentMsg {
     Sync {
         state: pb::ClusterState,
@@ -125,6 +132,10 @@ struct AgentState {
     published: u64,
     version: u64,
     peers: HashMap<String, Connection>,
+    /// Peers with an exchange under way.
+    in_flight: std::collections::HashSet<String>,
+    /// Where finished exchanges report.
+    replies: mpsc::Sender<Reply>,
     snapshots: watch::Sender<Arc<Snapshot>>,
     hlc: lattice::Hlc,
 }
@@ -164,7 +175,10 @@ pub fn spawn(
     });
     let (snapshots, watcher) = watch::channel(snapshot);
     let (tx, mut rx) = mpsc::channel(MAILBOX);
+    let (replies, mut replies_rx) = mpsc::channel(MAILBOX);
     let mut agent = AgentState {
+        in_flight: std::collections::HashSet::new(),
+        replies,
         hlc: lattice::Hlc::new(fastrand::u64(..)),
         published: 0,
         config,
@@ -201,6 +215,7 @@ pub fn spawn(
                             Some(msg) => agent.handle(msg).await,
                             None => return,
                         },
+                        Some(reply) = replies_rx.recv() => agent.on_reply(reply),
                         _ = shutdown.wait_for(|s| *s) => return,
                     }
                 }
@@ -270,9 +285,9 @@ impl AgentState {
                 );
                 self.publish();
                 // Tell everyone now rather than at the next rounds.
-                for _ in 0..3 {
-                    self.exchange(usize::MAX).await;
-                }
+                self.exchange(usize::MAX);
+                // Give the announcements a moment to go out.
+                tokio::time::sleep(3 * self.config.gossip_interval).await;
                 let _ = reply.send(());
             }
         }
@@ -306,12 +321,15 @@ impl AgentState {
             tracing::info!(node = %id, ?status, "failure detector");
         }
         membership::apply_changes(&mut self.membership, changes);
-        self.exchange(self.config.fanout).await;
+        self.exchange(self.config.fanout);
         self.publish();
     }
 
     /// Push-pull with up to `fanout` random members (or the seeds while none is known).
-    async fn exchange(&mut self, fanout: usize) {
+    /// Never waits on the network: each exchange runs in its own task and the answer comes
+    /// back through the `replies` channel, so heartbeats keep their pace however slow a
+    /// peer is.
+    fn exchange(&mut self, fanout: usize) {
         let mut targets: Vec<String> = self
             .membership
             .iter()
@@ -335,43 +353,67 @@ impl AgentState {
                 .collect();
         }
         let request = self.state(false);
-        let mut calls = Vec::with_capacity(targets.len());
         for addr in targets {
-            let conn = match self.peers.get(&addr) {
-                Some(c) if !c.is_broken() => c.clone(),
-                _ => match tokio::time::timeout(SYNC_TIMEOUT, Connection::open(&addr)).await {
-                    Ok(Ok(c)) => {
-                        self.peers.insert(addr.clone(), c.clone());
-                        c
+            if self.in_flight.contains(&addr) {
+                // The previous exchange with it has not finished: don't pile up.
+                continue;
+            }
+            self.in_flight.insert(addr.clone());
+            let cached = self.peers.get(&addr).filter(|c| !c.is_broken()).cloned();
+            let replies = self.replies.clone();
+            let request = request.clone();
+            tokio::spawn(async move {
+                let conn = match cached {
+                    Some(c) => Some(c),
+                    None => tokio::time::timeout(SYNC_TIMEOUT, Connection::open(&addr))
+                        .await
+                        .ok()
+                        .and_then(Result::ok),
+                };
+                let mut state = None;
+                if let Some(conn) = &conn {
+                    let req = pb::Request {
+                        id: fastrand::u64(..),
+                        op: Some(pb::request::Op::SyncCluster(pb::SyncCluster {
+                            state: Some(request),
+                        })),
+                    };
+                    if let Ok(Ok(resp)) = tokio::time::timeout(SYNC_TIMEOUT, conn.call(req)).await {
+                        if let Some(pb::response::Result::Cluster(s)) = resp.result {
+                            state = Some(s);
+                        }
                     }
-                    _ => continue,
-                },
-            };
-            let req = pb::Request {
-                id: fastrand::u64(..),
-                op: Some(pb::request::Op::SyncCluster(pb::SyncCluster {
-                    state: Some(request.clone()),
-                })),
-            };
-            calls.push(tokio::spawn(async move {
-                tokio::time::timeout(SYNC_TIMEOUT, conn.call(req)).await
-            }));
-        }
-        for call in calls {
-            if let Ok(Ok(Ok(resp))) = call.await {
-                if let Some(pb::response::Result::Cluster(state)) = resp.result {
-                    self.absorb(&state);
                 }
+                let _ = replies.send(Reply { addr, conn, state }).await;
+            });
+        }
+    }
+
+    /// An exchange finished: keep its connection, merge what the peer said.
+    fn on_reply(&mut self, reply: Reply) {
+        self.in_flight.remove(&reply.addr);
+        match reply.conn {
+            Some(c) => {
+                self.peers.insert(reply.addr, c);
+            }
+            None => {
+                self.peers.remove(&reply.addr);
             }
         }
+        if let Some(state) = reply.state {
+            self.absorb(&state);
+            self.publish();
+        }
         // Connections to members that are gone are dropped (bounded by the membership).
-        let known: Vec<String> = self
-            .membership
-            .iter()
-            .map(|(_, m)| m.desc.front.clone())
-            .chain(self.config.seeds.iter().cloned())
-            .collect();
-        self.peers.retain(|addr, _| known.contains(addr));
+        if self.peers.len() > self.membership.len() + self.config.seeds.len() {
+            let known: Vec<String> = self
+                .membership
+                .iter()
+                .map(|(_, m)| m.desc.front.clone())
+                .chain(self.config.seeds.iter().cloned())
+                .collect();
+            self.peers.retain(|addr, _| known.contains(addr));
+        }
     }
 
     /// What a view is built from: the ring members' descriptions and the replication table.

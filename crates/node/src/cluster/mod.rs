@@ -120,6 +120,23 @@ impl ViewState {
         ViewState::of(vec![node], ReplicationTable::new(), default)
     }
 
+    /// This view without `node` (where its keys lived before it joined).
+    pub fn without_node(&self, node: NodeKey) -> ViewState {
+        let nodes: Vec<placement::NodeInfo> = self
+            .view
+            .nodes()
+            .filter(|(key, _)| **key != node)
+            .map(|(_, info)| (**info).clone())
+            .collect();
+        ViewState {
+            version: self.version,
+            rings: rings_fingerprint(&nodes),
+            view: ClusterView::new(nodes),
+            replication: self.replication.clone(),
+            default: self.default,
+        }
+    }
+
     /// True if `node` is in the rings.
     pub fn has_node(&self, node: NodeKey) -> bool {
         self.view.node(node).is_some()

@@ -99,8 +99,11 @@ pub struct Shard {
     store: MemStore,
     /// Where keys live now.
     view: Arc<ViewState>,
-    /// The view before the last change, while keys may still be moving (see `settle_ms`).
-    previous: Option<Arc<ViewState>>,
+    /// Where keys may have been before the last view change, while they may still be
+    /// moving (see `settle_ms`): the previous view, and the current view without this node
+    /// (where a key that moved here lived — the previous view of a node that just joined
+    /// is only itself).
+    previous: Vec<Arc<ViewState>>,
     /// Until when (ms) reads that miss also ask `previous`'s replicas.
     settling_until_ms: u64,
     /// True if the current view has a single worker in all (every key is local).
@@ -145,7 +148,7 @@ impl Shard {
             now_ms,
             store: MemStore::new(),
             view,
-            previous: None,
+            previous: Vec::new(),
             settling_until_ms: 0,
             single_worker,
             changeset: HashMap::new(),

@@ -254,16 +254,17 @@ impl Shard {
             self.outbox.entry(to).or_default().push(key);
         }
         if rings_changed || !changed_keys.is_empty() {
-            self.previous = Some(old);
+            let without_me = new.without_node(me.node);
+            self.previous = vec![old, Arc::new(without_me)];
             self.settling_until_ms = (self.now_ms)().saturating_add(self.config.settle_ms);
         }
     }
 
-    /// While keys may still be moving after a view change: the previous view, whose
-    /// replicas a read that misses here may ask.
-    pub fn settling(&self) -> Option<&Arc<ViewState>> {
-        if (self.now_ms)() < self.settling_until_ms {
-            self.previous.as_ref()
+    /// While keys may still be moving after a view change: the views whose replicas a read
+    /// that misses here may ask.
+    pub fn settling(&self) -> Option<&[Arc<ViewState>]> {
+        if (self.now_ms)() < self.settling_until_ms && !self.previous.is_empty() {
+            Some(&self.previous)
         } else {
             None
         }

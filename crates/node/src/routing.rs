@@ -1,0 +1,294 @@
+//! A routing node: a cluster member that holds no data and answers "where is key k".
+//!
+//! It runs a cluster agent (so it knows the membership and the replication table like
+//! every storage node) and one native-protocol port answering `GetTopology`, `Locate`,
+//! `GetStatus` (members and ring ownership), `Ping` and `SyncCluster`. Data requests get a
+//! `REDIRECT` to the workers holding the key, which placement-aware clients follow.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use wire::frame::{self, HEADER_LEN};
+use wire::pb::{self, request::Op as ReqOp, response::Result as RespResult};
+
+use crate::cluster::agent::{self, Agent, AgentConfig, Snapshot};
+use crate::cluster::default_vector;
+use crate::cluster::membership::{Description, DetectorConfig, Role};
+use crate::config::NodeConfig;
+use crate::error::NodeError;
+use crate::server::StartError;
+
+/// A running routing node.
+pub struct RoutingNode {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    thread: std::thread::JoinHandle<()>,
+    agent_thread: std::thread::JoinHandle<()>,
+}
+
+impl RoutingNode {
+    /// Binds `config.listen` and starts the agent and the server.
+    pub fn start(config: NodeConfig) -> Result<RoutingNode, StartError> {
+        let listener =
+            std::net::TcpListener::bind(config.listen).map_err(|source| StartError::Bind {
+                addr: config.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|source| StartError::Bind { addr, source })?;
+        let (stop, shutdown) = watch::channel(false);
+        let cluster = &config.cluster;
+        let (agent, snapshots, agent_thread) = agent::spawn(
+            AgentConfig {
+                node_id: config.node_id.clone(),
+                desc: Description {
+                    role: Role::Routing,
+                    front: addr.to_string(),
+                    resp: String::new(),
+                    workers: Vec::new(),
+                    vnodes: config.vnodes,
+                },
+                seeds: cluster.seeds.clone(),
+                gossip_interval: Duration::from_millis(cluster.gossip_interval_ms.max(10)),
+                detector: DetectorConfig {
+                    suspect_after_ms: cluster.suspect_after_ms,
+                    dead_after_ms: cluster.failure_timeout_ms.max(cluster.suspect_after_ms),
+                },
+                fanout: cluster.fanout.max(1),
+                default: default_vector(
+                    cluster.default_global_replication,
+                    config.default_local_replication,
+                ),
+                max_replication_entries: config.limits.max_replication_entries,
+            },
+            shutdown.clone(),
+        )
+        .map_err(StartError::Thread)?;
+        let state = Arc::new(State {
+            node_id: config.node_id.clone(),
+            agent,
+            snapshots,
+            started: Instant::now(),
+            max_frame: config.limits.max_frame_size,
+        });
+        let thread = std::thread::Builder::new()
+            .name("lkv-routing".into())
+            .spawn(move || {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                rt.block_on(accept(listener, state, shutdown));
+            })
+            .map_err(StartError::Thread)?;
+        Ok(RoutingNode {
+            addr,
+            stop,
+            thread,
+            agent_thread,
+        })
+    }
+
+    /// The address clients and nodes reach it at.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops it and waits.
+    pub fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.thread.join();
+        let _ = self.agent_thread.join();
+    }
+}
+
+struct State {
+    node_id: String,
+    agent: Agent,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    started: Instant,
+    max_frame: usize,
+}
+
+async fn accept(
+    listener: std::net::TcpListener,
+    state: Arc<State>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let Ok(listener) = TcpListener::from_std(listener) else {
+        return;
+    };
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, _)) => {
+                    tokio::spawn(serve(stream, state.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+async fn serve(mut stream: TcpStream, state: Arc<State>) {
+    let _ = stream.set_nodelay(true);
+    let mut buf = BytesMut::with_capacity(16 * 1024);
+    let mut out = Vec::new();
+    loop {
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(16 * 1024);
+        }
+        match stream.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        loop {
+            let len = match frame::frame_len(&buf, state.max_frame) {
+                Ok(Some(len)) => len,
+                Ok(None) => break,
+                Err(e) => {
+                    let resp = error(0, &NodeError::BadRequest(e.to_string()));
+                    frame::encode(&resp, &mut out);
+                    let _ = stream.write_all(&out).await;
+                    return;
+                }
+            };
+            let body = buf.split_to(HEADER_LEN + len).freeze().slice(HEADER_LEN..);
+            let resp = match pb::Request::decode(body) {
+                Ok(req) => handle(&state, req).await,
+                Err(e) => error(
+                    0,
+                    &NodeError::BadRequest(format!("undecodable request: {e}")),
+                ),
+            };
+            frame::encode(&resp, &mut out);
+        }
+        if stream.write_all(&out).await.is_err() {
+            return;
+        }
+        out.clear();
+    }
+}
+
+fn error(id: u64, e: &NodeError) -> pb::Response {
+    pb::Response {
+        id,
+        result: Some(RespResult::Error(e.to_pb())),
+    }
+}
+
+fn redirect(state: &State, key: &[u8]) -> NodeError {
+    let view = state.snapshots.borrow().view.clone();
+    let addrs = view
+        .replicas(key)
+        .into_iter()
+        .filter_map(|r| view.addr(r).map(str::to_string))
+        .collect();
+    NodeError::Redirect(addrs)
+}
+
+async fn handle(state: &State, req: pb::Request) -> pb::Response {
+    let id = req.id;
+    let ok = |result| pb::Response {
+        id,
+        result: Some(result),
+    };
+    let Some(op) = req.op else {
+        return error(
+            id,
+            &NodeError::BadRequest("request without an operation".into()),
+        );
+    };
+    let snapshot = state.snapshots.borrow().clone();
+    match op {
+        ReqOp::Ping(_) => ok(RespResult::Ack(pb::Ack { count: 0 })),
+        ReqOp::Topology(_) => ok(RespResult::Topology(pb::Topology {
+            protocol_version: wire::PROTOCOL_VERSION,
+            node_id: state.node_id.clone(),
+            workers: Vec::new(),
+            vnodes: 0,
+            default_local_replication: snapshot.view.default.memory.local,
+            default_global_replication: snapshot.view.default.memory.global,
+            replication: snapshot
+                .view
+                .replication
+                .iter()
+                .take(10_000)
+                .map(|(key, (_, v))| pb::SetReplication {
+                    key: bytes::Bytes::copy_from_slice(key),
+                    global: v.memory.global,
+                    local: v.memory.local,
+                })
+                .collect(),
+            members: snapshot.members.clone(),
+        })),
+        ReqOp::Locate(l) => ok(RespResult::Locations(pb::Locations {
+            keys: l
+                .keys
+                .iter()
+                .map(|k| pb::locations::KeyLocation {
+                    replicas: snapshot
+                        .view
+                        .replicas(k)
+                        .into_iter()
+                        .filter_map(|r| snapshot.view.addr(r).map(str::to_string))
+                        .collect(),
+                })
+                .collect(),
+        })),
+        ReqOp::Status(_) => ok(RespResult::Status(pb::Status {
+            node_id: state.node_id.clone(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            uptime_seconds: state.started.elapsed().as_secs(),
+            members: snapshot.members.clone(),
+            ownership: snapshot
+                .view
+                .view
+                .ownership(placement::Tier::Memory)
+                .into_iter()
+                .filter_map(|(key, share)| {
+                    Some(pb::status::Ownership {
+                        node_id: snapshot.view.view.node(key)?.id.clone(),
+                        share,
+                    })
+                })
+                .collect(),
+            ..Default::default()
+        })),
+        ReqOp::SyncCluster(s) => match s.state {
+            Some(cluster) => match state.agent.sync(cluster).await {
+                Some(mine) => ok(RespResult::Cluster(mine)),
+                None => error(id, &NodeError::ShuttingDown),
+            },
+            None => error(
+                id,
+                &NodeError::BadRequest("SyncCluster without a state".into()),
+            ),
+        },
+        ReqOp::Get(g) => error(id, &redirect(state, &g.key)),
+        ReqOp::Put(p) => error(id, &redirect(state, &p.key)),
+        ReqOp::Delete(d) => error(id, &redirect(state, &d.key)),
+        ReqOp::Update(u) => error(id, &redirect(state, &u.key)),
+        _ => error(
+            id,
+            &NodeError::BadRequest("a routing node holds no data; ask a storage node".into()),
+        ),
+    }
+}
