@@ -431,7 +431,14 @@ mod tests {
             let mut out = Vec::new();
             get(&mut out, id, key);
             let want = Some(Op::Get(pb::Get { key: b(key) }));
-            assert_eq!(decode(&out), pb::Request { id, op: want });
+            assert_eq!(
+                decode(&out),
+                pb::Request {
+                    id,
+                    op: want,
+                    ..Default::default()
+                }
+            );
 
             for value in [&b"v"[..], b"", &long[..]] {
                 out.clear();
@@ -474,7 +481,8 @@ mod tests {
             decode(&out),
             pb::Request {
                 id: 9,
-                op: Some(want)
+                op: Some(want),
+                ..Default::default()
             }
         );
 

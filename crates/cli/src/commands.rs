@@ -263,6 +263,7 @@ pub async fn leave(args: LeaveArgs) -> Result<i32> {
     let req = wire::pb::Request {
         id: 1,
         op: Some(wire::pb::request::Op::Leave(wire::pb::Leave {})),
+        ..Default::default()
     };
     let resp = tokio::time::timeout(std::time::Duration::from_secs(120), conn.call(req))
         .await

@@ -69,7 +69,11 @@ fn garbage_on_native_ports_is_rejected_and_the_node_keeps_serving() {
         assert!(matches!(resp.result, Some(pb::response::Result::Ack(_))));
 
         // A request without an operation, and a Put without a value.
-        let resp = n.call_raw(pb::Request { id: 77, op: None });
+        let resp = n.call_raw(pb::Request {
+            id: 77,
+            op: None,
+            ..Default::default()
+        });
         assert!(
             matches!(resp.result, Some(pb::response::Result::Error(e)) if e.code == pb::ErrorCode::BadRequest as i32)
         );

@@ -49,12 +49,16 @@ fn rt() -> tokio::runtime::Runtime {
 
 /// Starts `n` nodes, each joining through the first, and waits until every node sees all.
 fn cluster(n: usize, replication: &str) -> Vec<NodeProc> {
-    let f = flags(replication);
-    let first = NodeProc::server("n1", None, &f);
+    cluster_with(n, &flags(replication))
+}
+
+/// As [`cluster`], with the given server flags.
+fn cluster_with(n: usize, f: &[&str]) -> Vec<NodeProc> {
+    let first = NodeProc::server("n1", None, f);
     let seed = first.native;
     let mut nodes = vec![first];
     for i in 2..=n {
-        nodes.push(NodeProc::server(&format!("n{i}"), Some(seed), &f));
+        nodes.push(NodeProc::server(&format!("n{i}"), Some(seed), f));
     }
     for node in &nodes {
         assert!(
@@ -353,4 +357,84 @@ fn a_leaving_node_hands_off_its_keys() {
             .iter()
             .any(|m| m.node_id == "n3" && m.status == pb::NodeStatus::Left as i32));
     }
+}
+
+/// With replica gossip and anti-entropy slowed to minutes, a write acknowledged with
+/// `ack_replicas = 3` is already on all three replicas when the answer arrives, while a
+/// default write is on one; asking for more acknowledgements than replicas is an error.
+#[test]
+fn synchronous_fan_out_acknowledges_after_n_replicas() {
+    let _serial = serial();
+    // Gossip and anti-entropy are pushed out of the test's time frame so that only the
+    // synchronous fan-out can have put a key on more than one node.
+    let f = [
+        "--workers",
+        "2",
+        "--failure-timeout-ms",
+        "2000",
+        "--cluster-gossip-ms",
+        "100",
+        "--replication",
+        "3",
+        "--gossip-period-ms",
+        "600000",
+        "--anti-entropy-ms",
+        "600000",
+    ];
+    let nodes = cluster_with(3, &f);
+    let all: Vec<&NodeProc> = nodes.iter().collect();
+    let acked_keys = keys(200);
+    let front = nodes[0].native.to_string();
+    rt().block_on(async {
+        let options = client::ClientOptions {
+            ack_replicas: 3,
+            ..Default::default()
+        };
+        let c = Client::connect_with(&front, options).await.unwrap();
+        for (i, k) in acked_keys.iter().enumerate() {
+            c.put(k, value(i)).await.unwrap();
+        }
+        // A batch goes through the same path.
+        let items: Vec<(String, Value)> =
+            (0..50).map(|i| (format!("batch:{i}"), value(i))).collect();
+        c.put_many(&items).await.unwrap();
+
+        let too_many = client::ClientOptions {
+            ack_replicas: 4,
+            ..Default::default()
+        };
+        let c4 = Client::connect_with(&front, too_many).await.unwrap();
+        let err = c4.put("k4", value(1)).await.unwrap_err();
+        assert!(
+            err.to_string().contains("replicas"),
+            "asking for 4 acknowledgements of 3 replicas: {err}"
+        );
+    });
+    let counts = replica_counts(&all, &acked_keys);
+    assert!(
+        counts.values().all(|&c| c == 3),
+        "acknowledged with 3 replicas but held by fewer: {:?}",
+        counts
+            .iter()
+            .filter(|(_, &c)| c != 3)
+            .take(5)
+            .collect::<Vec<_>>()
+    );
+    let batch: Vec<String> = (0..50).map(|i| format!("batch:{i}")).collect();
+    assert!(replica_counts(&all, &batch).values().all(|&c| c == 3));
+
+    // The default acknowledges after the local merge: gossip (10 minutes away) has not
+    // spread these yet.
+    let lazy_keys: Vec<String> = (0..200).map(|i| format!("lazy:{i}")).collect();
+    write_all(nodes[0].native, &lazy_keys);
+    let counts = replica_counts(&all, &lazy_keys);
+    assert!(
+        counts.values().all(|&c| c == 1),
+        "default writes should wait for gossip: {:?}",
+        counts
+            .iter()
+            .filter(|(_, &c)| c != 1)
+            .take(5)
+            .collect::<Vec<_>>()
+    );
 }

@@ -22,6 +22,9 @@ pub struct ClientOptions {
     /// Most redirects (and retries at other replicas) for one request before giving up.
     /// Default: 10.
     pub max_redirects: usize,
+    /// Replicas that must hold each write before it is acknowledged (0 or 1: the replica
+    /// receiving it; others then get it by gossip). Default: 0.
+    pub ack_replicas: u32,
 }
 
 impl Default for ClientOptions {
@@ -29,6 +32,7 @@ impl Default for ClientOptions {
         ClientOptions {
             timeout: Duration::from_secs(10),
             max_redirects: 10,
+            ack_replicas: 0,
         }
     }
 }
@@ -135,7 +139,11 @@ impl Client {
     /// Sends one request to `addr` and returns its result (server errors as `Err`).
     async fn call_at(&self, addr: &str, op: ReqOp) -> Result<RespResult, ClientError> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let req = pb::Request { id, op: Some(op) };
+        let req = pb::Request {
+            id,
+            op: Some(op),
+            ack_replicas: self.inner.options.ack_replicas,
+        };
         let conn = self.connection(addr).await?;
         let resp = tokio::time::timeout(self.inner.options.timeout, conn.call(req))
             .await

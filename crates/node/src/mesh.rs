@@ -30,11 +30,15 @@ pub enum WorkerMsg {
     Exec {
         /// The ops.
         ops: Vec<Op<Bytes>>,
+        /// Replicas that must hold each write before the answer (1 = this one).
+        ack: usize,
         /// Where to answer.
         reply: oneshot::Sender<Vec<OpResult>>,
     },
     /// Merge a gossip batch from another worker.
     Gossip(GossipBatch),
+    /// Merge a batch and acknowledge it (synchronous replication).
+    Replicate(GossipBatch, oneshot::Sender<()>),
     /// Report counters.
     Stats(oneshot::Sender<WorkerStats>),
     /// Serve a connection accepted on a shared port (with its slot in the connection limit,
@@ -101,7 +105,7 @@ impl Mesh {
     /// Executes `ops` on `worker` and waits for the results.
     pub async fn exec(&self, worker: u32, ops: Vec<Op<Bytes>>) -> Option<Vec<OpResult>> {
         let (reply, rx) = oneshot::channel();
-        self.send(worker, WorkerMsg::Exec { ops, reply })
+        self.send(worker, WorkerMsg::Exec { ops, ack: 1, reply })
             .await
             .ok()?;
         rx.await.ok()

@@ -250,6 +250,7 @@ async fn run_ops(
     shape: Shape,
     ops: Vec<Op<Bytes>>,
     front: bool,
+    ack: usize,
 ) -> Queued {
     let max = ctx.shared.config.limits.max_request_items;
     if ops.len() > max {
@@ -258,6 +259,10 @@ async fn run_ops(
             ops.len()
         ));
         return Queued::Ready(error_response(id, &e));
+    }
+    if ack > 1 && ops.iter().any(Op::is_write) {
+        let results = ctx.dispatch_acked(ops, !front, ack).await;
+        return Queued::Ready(build_response(id, shape, results));
     }
     let pending = ctx.dispatch(ops, !front).await;
     if pending.is_ready() {
@@ -274,12 +279,13 @@ fn respond(id: u64, result: RespResult) -> Queued {
     })
 }
 
-fn ack(id: u64, count: i64) -> Queued {
+fn ack_response(id: u64, count: i64) -> Queued {
     respond(id, RespResult::Ack(pb::Ack { count }))
 }
 
 async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
     let id = req.id;
+    let ack = req.ack_replicas as usize;
     let op = match req.op {
         Some(op) => op,
         None => {
@@ -288,41 +294,59 @@ async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
         }
     };
     match op {
-        ReqOp::Get(g) => run_ops(ctx, id, Shape::Get, vec![Op::Get { key: g.key }], front).await,
+        ReqOp::Get(g) => {
+            run_ops(
+                ctx,
+                id,
+                Shape::Get,
+                vec![Op::Get { key: g.key }],
+                front,
+                ack,
+            )
+            .await
+        }
         ReqOp::Delete(d) => {
-            run_ops(ctx, id, Shape::Ack, vec![Op::Delete { key: d.key }], front).await
+            run_ops(
+                ctx,
+                id,
+                Shape::Ack,
+                vec![Op::Delete { key: d.key }],
+                front,
+                ack,
+            )
+            .await
         }
         ReqOp::Put(p) => match decode_put(p) {
-            Ok(op) => run_ops(ctx, id, Shape::Ack, vec![op], front).await,
+            Ok(op) => run_ops(ctx, id, Shape::Ack, vec![op], front, ack).await,
             Err(e) => Queued::Ready(error_response(id, &e)),
         },
         ReqOp::Update(u) => match decode_update(u) {
-            Ok(op) => run_ops(ctx, id, Shape::Ack, vec![op], front).await,
+            Ok(op) => run_ops(ctx, id, Shape::Ack, vec![op], front, ack).await,
             Err(e) => Queued::Ready(error_response(id, &e)),
         },
         ReqOp::GetMany(g) => {
             let ops = g.keys.into_iter().map(|key| Op::Get { key }).collect();
-            run_ops(ctx, id, Shape::Multi, ops, front).await
+            run_ops(ctx, id, Shape::Multi, ops, front, ack).await
         }
         ReqOp::DeleteMany(d) => {
             let ops = d.keys.into_iter().map(|key| Op::Delete { key }).collect();
-            run_ops(ctx, id, Shape::Multi, ops, front).await
+            run_ops(ctx, id, Shape::Multi, ops, front, ack).await
         }
         ReqOp::PutMany(p) => {
             // A malformed item fails the whole request: nothing is written.
             let ops: Result<Vec<_>, _> = p.puts.into_iter().map(decode_put).collect();
             match ops {
-                Ok(ops) => run_ops(ctx, id, Shape::Multi, ops, front).await,
+                Ok(ops) => run_ops(ctx, id, Shape::Multi, ops, front, ack).await,
                 Err(e) => Queued::Ready(error_response(id, &e)),
             }
         }
         ReqOp::SetReplication(r) => match set_replication(ctx, r).await {
-            Ok(()) => ack(id, 1),
+            Ok(()) => ack_response(id, 1),
             Err(e) => Queued::Ready(error_response(id, &e)),
         },
         ReqOp::Topology(_) => respond(id, RespResult::Topology(topology(ctx))),
         ReqOp::Status(_) => respond(id, RespResult::Status(status(ctx).await)),
-        ReqOp::Ping(_) => ack(id, 0),
+        ReqOp::Ping(_) => ack_response(id, 0),
         ReqOp::Locate(l) => {
             let shard = ctx.shard.borrow();
             let keys = l
@@ -351,7 +375,27 @@ async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
             let batch = crate::worker::decode_entries(r.entries);
             let n = batch.len() as i64;
             ctx.shard.borrow_mut().merge_gossip(batch);
-            ack(id, n)
+            ack_response(id, n)
+        }
+        ReqOp::Forward(f) if f.ack_replicas > 1 => {
+            let mut ops = Vec::with_capacity(f.ops.len());
+            let mut bad = Vec::new();
+            for (i, op) in f.ops.into_iter().enumerate() {
+                match forward::op_from_pb(op) {
+                    Ok(op) => ops.push(op),
+                    Err(e) => bad.push((i, e)),
+                }
+            }
+            let mut results = ctx.run_acked_here(ops, f.ack_replicas as usize).await;
+            for (i, e) in bad {
+                results.insert(i.min(results.len()), OpResult::Error(e));
+            }
+            respond(
+                id,
+                RespResult::Forwarded(pb::ForwardResults {
+                    results: results.iter().map(forward::result_to_pb).collect(),
+                }),
+            )
         }
         ReqOp::Forward(f) => {
             let mut results = Vec::with_capacity(f.ops.len());
@@ -423,7 +467,7 @@ async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                 let _ = shared.stop.send(true);
             });
-            ack(id, 1)
+            ack_response(id, 1)
         }
     }
 }

@@ -263,6 +263,7 @@ impl WorkerCtx {
         let req = pb::Request {
             id: fastrand::u64(..),
             op: Some(op),
+            ..Default::default()
         };
         let resp = tokio::time::timeout(PEER_TIMEOUT, conn.call(req))
             .await
@@ -321,7 +322,7 @@ impl WorkerCtx {
         for (replica, (positions, ops)) in remote {
             let (reply, rx) = oneshot::channel();
             if replica.node == self.shared.me {
-                let msg = WorkerMsg::Exec { ops, reply };
+                let msg = WorkerMsg::Exec { ops, ack: 1, reply };
                 if self.shared.mesh.send(replica.worker, msg).await.is_err() {
                     for pos in positions {
                         results[pos] = Some(OpResult::Error(NodeError::ShuttingDown));
@@ -383,6 +384,158 @@ impl WorkerCtx {
         Pending { results, waits }
     }
 
+    /// Runs `ops` like [`dispatch`](Self::dispatch), but answers a write only once `ack`
+    /// replicas of its key hold it (see `Request.ack_replicas`). Ops run one by one.
+    pub async fn dispatch_acked<B: AsRef<[u8]>>(
+        self: &Rc<Self>,
+        ops: Vec<Op<B>>,
+        redirect: bool,
+        ack: usize,
+    ) -> Vec<OpResult> {
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            let route = self.shard.borrow().route(op.key());
+            let result = match route {
+                Route::Local => {
+                    let owned = op.to_owned_op();
+                    self.run_acked_here(vec![owned], ack).await.pop()
+                }
+                Route::Remote(_) if redirect => {
+                    let addrs = self.replica_addrs(op.key());
+                    Some(OpResult::Error(NodeError::Redirect(addrs)))
+                }
+                Route::Remote(r) if r.node == self.shared.me => {
+                    let (reply, rx) = oneshot::channel();
+                    let msg = WorkerMsg::Exec {
+                        ops: vec![op.to_owned_op()],
+                        ack,
+                        reply,
+                    };
+                    if self.shared.mesh.send(r.worker, msg).await.is_err() {
+                        Some(OpResult::Error(NodeError::ShuttingDown))
+                    } else {
+                        rx.await.ok().and_then(|mut v| v.pop())
+                    }
+                }
+                Route::Remote(r) => {
+                    let addr = self.shard.borrow().view().addr(r).map(str::to_string);
+                    match addr {
+                        Some(addr) => {
+                            match self.forward_acked(&addr, vec![op.to_owned_op()], ack).await {
+                                Ok(mut v) => v.pop(),
+                                Err(e) => Some(OpResult::Error(e)),
+                            }
+                        }
+                        None => Some(OpResult::Error(NodeError::Unavailable(
+                            "replica left the cluster".into(),
+                        ))),
+                    }
+                }
+            };
+            results.push(
+                result.unwrap_or(OpResult::Error(NodeError::Unavailable("no result".into()))),
+            );
+        }
+        results
+    }
+
+    /// Runs ops on this worker, then waits until `ack` replicas hold each successful write.
+    pub async fn run_acked_here(&self, ops: Vec<Op<Bytes>>, ack: usize) -> Vec<OpResult> {
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            let key = op.key_bytes().clone();
+            let write = op.is_write();
+            let result = self.shard.borrow_mut().execute(op);
+            let result = if write && !matches!(result, OpResult::Error(_)) {
+                match self.sync_replicas(&key, ack).await {
+                    Ok(()) => result,
+                    Err(e) => OpResult::Error(e),
+                }
+            } else {
+                result
+            };
+            results.push(result);
+        }
+        results
+    }
+
+    /// Sends `key`'s record to `ack - 1` of its other replicas and waits for them to merge
+    /// it.
+    async fn sync_replicas(&self, key: &Bytes, ack: usize) -> Result<(), NodeError> {
+        if ack <= 1 {
+            return Ok(());
+        }
+        let (record, targets) = {
+            let shard = self.shard.borrow();
+            let Some(record) = shard.store().get(key).map(|r| r.to_record()) else {
+                return Ok(());
+            };
+            let me = shard.me();
+            let targets: Vec<(Replica, Option<String>)> = shard
+                .replicas(key)
+                .into_iter()
+                .filter(|r| *r != me)
+                .map(|r| (r, shard.view().addr(r).map(str::to_string)))
+                .collect();
+            (record, targets)
+        };
+        if targets.len() + 1 < ack {
+            return Err(NodeError::Unavailable(format!(
+                "{ack} acknowledgements requested, the key has {} replicas",
+                targets.len() + 1
+            )));
+        }
+        let batch: GossipBatch = vec![(key.clone(), record)];
+        let mut acked = 1;
+        for (replica, addr) in targets {
+            if acked >= ack {
+                break;
+            }
+            let ok = if replica.node == self.shared.me {
+                let (reply, rx) = oneshot::channel();
+                let msg = WorkerMsg::Replicate(batch.clone(), reply);
+                self.shared.mesh.send(replica.worker, msg).await.is_ok() && rx.await.is_ok()
+            } else if let Some(addr) = addr {
+                let op = pb::request::Op::Replicate(pb::Replicate {
+                    entries: encode_entries(&batch),
+                    sender: String::new(),
+                });
+                self.call_peer(&addr, op).await.is_ok()
+            } else {
+                false
+            };
+            acked += usize::from(ok);
+        }
+        if acked < ack {
+            return Err(NodeError::Unavailable(format!(
+                "only {acked} of {ack} replicas acknowledged the write"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs ops on another node's worker with an acknowledgement level.
+    async fn forward_acked(
+        &self,
+        addr: &str,
+        ops: Vec<Op<Bytes>>,
+        ack: usize,
+    ) -> Result<Vec<OpResult>, NodeError> {
+        let n = ops.len();
+        let request = pb::request::Op::Forward(pb::Forward {
+            ops: ops.iter().map(forward::op_to_pb).collect(),
+            ack_replicas: ack as u32,
+        });
+        match self.call_peer(addr, request).await? {
+            pb::response::Result::Forwarded(f) if f.results.len() == n => {
+                Ok(f.results.into_iter().map(forward::result_from_pb).collect())
+            }
+            _ => Err(NodeError::Unavailable(format!(
+                "{addr} answered a forward with something else"
+            ))),
+        }
+    }
+
     /// Runs ops on the first of `candidates` (replicas on other nodes) that answers. Reads
     /// move on after any failure; writes only when the replica could not be reached at all,
     /// so a write that may have run is never applied twice.
@@ -409,18 +562,7 @@ impl WorkerCtx {
 
     /// Runs ops on another node's worker.
     async fn forward(&self, addr: &str, ops: Vec<Op<Bytes>>) -> Result<Vec<OpResult>, NodeError> {
-        let n = ops.len();
-        let request = pb::request::Op::Forward(pb::Forward {
-            ops: ops.iter().map(forward::op_to_pb).collect(),
-        });
-        match self.call_peer(addr, request).await? {
-            pb::response::Result::Forwarded(f) if f.results.len() == n => {
-                Ok(f.results.into_iter().map(forward::result_from_pb).collect())
-            }
-            _ => Err(NodeError::Unavailable(format!(
-                "{addr} answered a forward with something else"
-            ))),
-        }
+        self.forward_acked(addr, ops, 0).await
     }
 
     /// Asks where `keys` lived before the last view change for their records, and merges
@@ -784,7 +926,14 @@ async fn accept_error(e: std::io::Error) {
 async fn inbox_loop(ctx: Rc<WorkerCtx>, mut inbox: mpsc::Receiver<WorkerMsg>) {
     while let Some(msg) = inbox.recv().await {
         match msg {
-            WorkerMsg::Exec { ops, reply } => {
+            WorkerMsg::Exec { ops, ack, reply } if ack > 1 => {
+                let ctx = ctx.clone();
+                spawn_local(async move {
+                    let results = ctx.run_acked_here(ops, ack).await;
+                    let _ = reply.send(results);
+                });
+            }
+            WorkerMsg::Exec { ops, reply, .. } => {
                 let results = {
                     let mut shard = ctx.shard.borrow_mut();
                     let mut results = Vec::with_capacity(ops.len());
@@ -803,6 +952,10 @@ async fn inbox_loop(ctx: Rc<WorkerCtx>, mut inbox: mpsc::Receiver<WorkerMsg>) {
                     results
                 };
                 let _ = reply.send(results);
+            }
+            WorkerMsg::Replicate(batch, reply) => {
+                ctx.shard.borrow_mut().merge_gossip(batch);
+                let _ = reply.send(());
             }
             WorkerMsg::Gossip(batch) => ctx.shard.borrow_mut().merge_gossip(batch),
             WorkerMsg::Stats(reply) => {

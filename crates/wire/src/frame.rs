@@ -62,6 +62,7 @@ mod tests {
             op: Some(pb::request::Op::Get(pb::Get {
                 key: bytes::Bytes::from_static(b"k"),
             })),
+            ..Default::default()
         };
         let mut out = Vec::new();
         encode(&req, &mut out);

@@ -238,7 +238,14 @@ impl Native {
         let id = self.next_id;
         self.next_id += 1;
         let mut out = Vec::new();
-        wire::frame::encode(&wire::pb::Request { id, op: Some(op) }, &mut out);
+        wire::frame::encode(
+            &wire::pb::Request {
+                id,
+                op: Some(op),
+                ..Default::default()
+            },
+            &mut out,
+        );
         self.stream.write_all(&out).unwrap();
         let resp = self.read();
         assert_eq!(resp.id, id, "response id");

@@ -377,6 +377,7 @@ impl AgentState {
                         op: Some(pb::request::Op::SyncCluster(pb::SyncCluster {
                             state: Some(request),
                         })),
+                        ..Default::default()
                     };
                     if let Ok(Ok(resp)) = tokio::time::timeout(SYNC_TIMEOUT, conn.call(req)).await {
                         if let Some(pb::response::Result::Cluster(s)) = resp.result {
