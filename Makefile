@@ -40,13 +40,16 @@ python-test: build
 bench-smoke: build
 	LKV_BENCH_KEYS=10000 LKV_BENCH_UPDATES=2000 $(CARGO) test --benches -p lattice -p node
 	bench/compare-redis --smoke --bin $(TARGET_DIR)/debug/latticekv > /dev/null
+	bench/cluster --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 
 release:
 	$(CARGO) build --release
 
-## Full side-by-side comparison with Redis; rewrites the results in docs/benchmarks.md.
-bench:
+## Full side-by-side comparison with Redis and the cluster benchmark; rewrite the results
+## in docs/benchmarks.md.
+bench: release
 	bench/compare-redis
+	bench/cluster
 
 ## The embedded default, as the README says.
 run:
