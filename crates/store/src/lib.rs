@@ -8,11 +8,16 @@
 //! # Layout
 //! - [`memory`]: the in-memory engine: packed LWW registers and full records, with byte
 //!   accounting.
+//! - [`disk`]: the disk engine of disk-tier nodes: records in an embedded LSM tree (fjall),
+//!   one keyspace per worker.
 //!
-//! Depends on `lattice`; used by `node`.
+//! Depends on `lattice` and `wire` (records are stored in their protobuf form); used by
+//! `node`.
 #![warn(missing_docs)]
 
+pub mod disk;
 pub mod memory;
 
+pub use disk::{DiskDb, DiskOptions, DiskStore, StoreError};
 pub use lattice::Record;
 pub use memory::{is_live, MemStore, MergeOutcome, RecordRef};
