@@ -42,6 +42,9 @@ pub struct NodeArgs {
     /// Nodes holding each key by default (the cluster's replication factor).
     #[arg(long, env = "LATTICEKV_REPLICATION")]
     replication: Option<u32>,
+    /// Disk-tier nodes holding each key by default (0 = none; no effect without disk nodes).
+    #[arg(long, env = "LATTICEKV_DISK_REPLICATION")]
+    disk_replication: Option<u32>,
     /// Memory budget in bytes (0 = half of RAM).
     #[arg(long, env = "LATTICEKV_MEMORY_BUDGET")]
     memory_budget: Option<u64>,
@@ -127,6 +130,9 @@ pub fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     }
     if let Some(v) = args.default_local_replication {
         config.default_local_replication = v;
+    }
+    if let Some(v) = args.disk_replication {
+        config.cluster.default_disk_replication = v;
     }
     if let Some(v) = args.replication {
         config.cluster.default_global_replication = v;
@@ -364,6 +370,10 @@ fn run_local_cluster(args: LocalArgs) -> Result<()> {
         (
             "--replication",
             Some(config.cluster.default_global_replication.to_string()),
+        ),
+        (
+            "--disk-replication",
+            a.disk_replication.map(|v| v.to_string()),
         ),
         ("--memory-budget", a.memory_budget.map(|v| v.to_string())),
         (

@@ -447,16 +447,31 @@ impl Client {
         }
     }
 
-    /// Sets how many workers of the node hold `key` (its local replication).
+    /// Sets how many workers of each of its nodes hold `key` (its local replication),
+    /// keeping the key's other factors.
     pub async fn set_replication(
         &self,
         key: impl AsRef<[u8]>,
         local: u32,
     ) -> Result<(), ClientError> {
+        let mut vector = self.layout().vector(key.as_ref());
+        vector.memory.local = local;
+        self.set_vector(key, vector).await
+    }
+
+    /// Sets the whole replication vector of `key`: memory-tier nodes × workers and
+    /// disk-tier nodes × workers.
+    pub async fn set_vector(
+        &self,
+        key: impl AsRef<[u8]>,
+        vector: placement::ReplicationVector,
+    ) -> Result<(), ClientError> {
         let op = ReqOp::SetReplication(pb::SetReplication {
             key: bytes_of(key),
-            global: 1,
-            local,
+            global: vector.memory.global,
+            local: vector.memory.local,
+            disk_global: Some(vector.disk.global),
+            disk_local: Some(vector.disk.local),
         });
         let front = self.inner.front.clone();
         self.call_at(&front, op).await?;

@@ -11,7 +11,7 @@ use wire::pb;
 pub struct Layout {
     /// Native address of each worker of the node the topology came from (for status).
     pub workers: Vec<String>,
-    /// The rings of the memory tier's nodes.
+    /// The rings of the storage nodes of every tier.
     view: ClusterView,
     /// Replication of keys without an explicit vector.
     default: ReplicationVector,
@@ -19,13 +19,16 @@ pub struct Layout {
     replication: HashMap<Vec<u8>, ReplicationVector>,
 }
 
-fn vector(global: u32, local: u32) -> ReplicationVector {
+fn vector(global: u32, local: u32, disk_global: u32, disk_local: u32) -> ReplicationVector {
     ReplicationVector {
         memory: Replication {
             global: global.max(1),
             local: local.max(1),
         },
-        disk: Replication::default(),
+        disk: Replication {
+            global: disk_global,
+            local: disk_local.max(1),
+        },
     }
 }
 
@@ -41,11 +44,15 @@ impl Layout {
                 matches!(
                     pb::NodeStatus::try_from(m.status),
                     Ok(pb::NodeStatus::Alive | pb::NodeStatus::Suspect)
-                ) && m.role == "memory"
+                ) && (m.role == "memory" || m.role == "disk")
             })
             .map(|m| NodeInfo {
                 id: m.node_id.clone(),
-                tier: Tier::Memory,
+                tier: if m.role == "disk" {
+                    Tier::Disk
+                } else {
+                    Tier::Memory
+                },
                 workers: m.workers.clone(),
                 front: m.front.clone(),
                 resp: m.resp.clone(),
@@ -65,25 +72,48 @@ impl Layout {
         Layout {
             workers: t.workers.clone(),
             view: ClusterView::new(nodes),
-            default: vector(t.default_global_replication, t.default_local_replication),
+            default: vector(
+                t.default_global_replication,
+                t.default_local_replication,
+                t.default_disk_replication,
+                1,
+            ),
             replication: t
                 .replication
                 .iter()
-                .map(|r| (r.key.to_vec(), vector(r.global, r.local)))
+                .map(|r| {
+                    let v = vector(
+                        r.global,
+                        r.local,
+                        r.disk_global.unwrap_or(t.default_disk_replication),
+                        r.disk_local.unwrap_or(1),
+                    );
+                    (r.key.to_vec(), v)
+                })
                 .collect(),
         }
     }
 
-    /// The replicas holding `key`, primary first.
+    /// The replication vector of `key`.
+    pub fn vector(&self, key: &[u8]) -> ReplicationVector {
+        *self.replication.get(key).unwrap_or(&self.default)
+    }
+
+    /// The replicas holding `key` (memory tier first), primary first.
     pub fn replicas(&self, key: &[u8]) -> Vec<Replica> {
-        let v = self.replication.get(key).unwrap_or(&self.default);
-        self.view.replicas(key, v)
+        self.view.replicas(key, &self.vector(key))
+    }
+
+    /// The replicas requests for `key` go to: its memory-tier replicas, or its disk-tier
+    /// ones for a key with none in memory.
+    pub fn serving_replicas(&self, key: &[u8]) -> Vec<Replica> {
+        self.view.serving_replicas(key, &self.vector(key))
     }
 
     /// The address of the worker a request for `key` goes to: its primary, or a random
-    /// replica for keys with several (spreading hot keys).
+    /// serving replica for keys with several (spreading hot keys).
     pub fn addr_for(&self, key: &[u8]) -> Option<&str> {
-        let replicas = self.replicas(key);
+        let replicas = self.serving_replicas(key);
         let pick = match replicas.len() {
             0 => return None,
             1 => replicas[0],
@@ -135,8 +165,10 @@ mod tests {
                 key: bytes::Bytes::from_static(b"hot"),
                 global: 1,
                 local: 3,
+                ..Default::default()
             }],
             members: vec![member("n", &["a:1", "b:2", "c:3"])],
+            ..Default::default()
         };
         let layout = Layout::from_topology(&t);
         let ring = Ring::<u32>::local(3, 64);
@@ -161,5 +193,36 @@ mod tests {
         let layout = Layout::from_topology(&t);
         assert_eq!(layout.nodes(), 2);
         assert_eq!(layout.replicas(b"k").len(), 2);
+    }
+
+    #[test]
+    fn disk_nodes_hold_replicas_but_requests_go_to_memory() {
+        let mut disk = member("d", &["d:1"]);
+        disk.role = "disk".into();
+        let t = pb::Topology {
+            members: vec![member("a", &["a:1"]), disk],
+            default_global_replication: 1,
+            default_local_replication: 1,
+            default_disk_replication: 1,
+            replication: vec![pb::SetReplication {
+                key: bytes::Bytes::from_static(b"cold"),
+                global: 1,
+                local: 1,
+                disk_global: Some(1),
+                disk_local: Some(1),
+            }],
+            ..Default::default()
+        };
+        let layout = Layout::from_topology(&t);
+        assert_eq!(layout.replicas(b"k").len(), 2, "memory + disk");
+        for _ in 0..20 {
+            assert_eq!(layout.addr_for(b"k"), Some("a:1"));
+        }
+        assert_eq!(layout.vector(b"cold").disk.global, 1);
+        let without_disk = Layout::from_topology(&pb::Topology {
+            default_disk_replication: 0,
+            ..t.clone()
+        });
+        assert_eq!(without_disk.replicas(b"k").len(), 1);
     }
 }

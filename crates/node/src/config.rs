@@ -60,6 +60,9 @@ pub struct ClusterConfig {
     /// Nodes of the memory tier holding each key unless its vector says otherwise.
     /// Default: 1.
     pub default_global_replication: u32,
+    /// Nodes of the disk tier holding each key unless its vector says otherwise (none if
+    /// the cluster has no disk-tier node). Default: 1.
+    pub default_disk_replication: u32,
     /// Period of heartbeats and cluster-metadata gossip, in ms. Default: 200.
     pub gossip_interval_ms: u64,
     /// Silence after which a member is suspected, in ms. Default: 1,500.
@@ -82,6 +85,7 @@ impl Default for ClusterConfig {
         ClusterConfig {
             seeds: Vec::new(),
             default_global_replication: 1,
+            default_disk_replication: 1,
             gossip_interval_ms: 200,
             suspect_after_ms: 1_500,
             failure_timeout_ms: 5_000,

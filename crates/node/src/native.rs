@@ -512,7 +512,12 @@ async fn set_replication(ctx: &WorkerCtx, r: pb::SetReplication) -> Result<(), N
             r.local
         )));
     }
-    let vector = crate::cluster::default_vector(r.global, r.local);
+    let mut vector = crate::cluster::default_vector(r.global, r.local);
+    let default_disk = ctx.shard.borrow().view().default.disk;
+    vector.disk = placement::Replication {
+        global: r.disk_global.unwrap_or(default_disk.global),
+        local: r.disk_local.unwrap_or(default_disk.local).max(1),
+    };
     ctx.shared.agent.set_replication(r.key, vector).await?;
     // Answer once this worker routes by the new vector (the others switch at the same time).
     let target = ctx.shared.snapshots.borrow().view.version;
@@ -540,17 +545,9 @@ pub fn topology(ctx: &WorkerCtx) -> pb::Topology {
         vnodes: shared.config.vnodes,
         default_local_replication: view.default.memory.local,
         default_global_replication: view.default.memory.global,
-        replication: view
-            .replication
-            .iter()
-            .take(TOPOLOGY_VECTORS)
-            .map(|(key, (_, v))| pb::SetReplication {
-                key: Bytes::copy_from_slice(key),
-                global: v.memory.global,
-                local: v.memory.local,
-            })
-            .collect(),
+        replication: view.topology_vectors(TOPOLOGY_VECTORS),
         members: snapshot.members.clone(),
+        default_disk_replication: view.default.disk.global,
     }
 }
 

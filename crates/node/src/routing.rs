@@ -18,7 +18,7 @@ use wire::frame::{self, HEADER_LEN};
 use wire::pb::{self, request::Op as ReqOp, response::Result as RespResult};
 
 use crate::cluster::agent::{self, Agent, AgentConfig, Snapshot};
-use crate::cluster::default_vector;
+use crate::cluster::configured_vector;
 use crate::cluster::membership::{Description, DetectorConfig, Role};
 use crate::config::NodeConfig;
 use crate::error::NodeError;
@@ -66,10 +66,7 @@ impl RoutingNode {
                     dead_after_ms: cluster.failure_timeout_ms.max(cluster.suspect_after_ms),
                 },
                 fanout: cluster.fanout.max(1),
-                default: default_vector(
-                    cluster.default_global_replication,
-                    config.default_local_replication,
-                ),
+                default: configured_vector(&config),
                 max_replication_entries: config.limits.max_replication_entries,
             },
             shutdown.clone(),
@@ -197,7 +194,7 @@ fn error(id: u64, e: &NodeError) -> pb::Response {
 fn redirect(state: &State, key: &[u8]) -> NodeError {
     let view = state.snapshots.borrow().view.clone();
     let addrs = view
-        .replicas(key)
+        .serving_replicas(key)
         .into_iter()
         .filter_map(|r| view.addr(r).map(str::to_string))
         .collect();
@@ -226,18 +223,9 @@ async fn handle(state: &State, req: pb::Request) -> pb::Response {
             vnodes: 0,
             default_local_replication: snapshot.view.default.memory.local,
             default_global_replication: snapshot.view.default.memory.global,
-            replication: snapshot
-                .view
-                .replication
-                .iter()
-                .take(10_000)
-                .map(|(key, (_, v))| pb::SetReplication {
-                    key: bytes::Bytes::copy_from_slice(key),
-                    global: v.memory.global,
-                    local: v.memory.local,
-                })
-                .collect(),
+            replication: snapshot.view.topology_vectors(10_000),
             members: snapshot.members.clone(),
+            default_disk_replication: snapshot.view.default.disk.global,
         })),
         ReqOp::Locate(l) => ok(RespResult::Locations(pb::Locations {
             keys: l

@@ -18,7 +18,7 @@ use placement::{node_key, Replica, Tier};
 use tokio::sync::watch;
 
 use crate::cluster::agent::{self, AgentConfig};
-use crate::cluster::default_vector;
+use crate::cluster::configured_vector;
 use crate::cluster::membership::DetectorConfig;
 use crate::config::NodeConfig;
 use crate::mesh::Mesh;
@@ -160,10 +160,7 @@ impl Node {
         let me = node_key(&config.node_id);
         let (stop, shutdown) = watch::channel(false);
         let cluster = &config.cluster;
-        let default = default_vector(
-            cluster.default_global_replication,
-            config.default_local_replication,
-        );
+        let default = configured_vector(&config);
         let (agent, snapshots, agent_thread) = agent::spawn(
             AgentConfig {
                 node_id: config.node_id.clone(),

@@ -121,7 +121,8 @@ impl ClusterView {
     }
 
     /// Calls `f` on each replica of the key with hash `hash` in `tier` under `replication`,
-    /// node by node in ring order, primary first.
+    /// node by node in ring order, primary first. A `global` factor of 0 means no replica
+    /// in that tier.
     pub fn for_each_replica(
         &self,
         hash: u64,
@@ -129,10 +130,13 @@ impl ClusterView {
         replication: Replication,
         mut f: impl FnMut(Replica),
     ) {
+        if replication.global == 0 {
+            return;
+        }
         let Some(ring) = self.global.get(&tier) else {
             return;
         };
-        ring.for_each_replica(hash, replication.global.max(1) as usize, |&node| {
+        ring.for_each_replica(hash, replication.global as usize, |&node| {
             if let Some(local) = self.local.get(&node) {
                 local.for_each_replica(hash, replication.local.max(1) as usize, |&worker| {
                     f(Replica { node, worker })
@@ -141,19 +145,42 @@ impl ClusterView {
         });
     }
 
-    /// The replicas of `key` in the memory tier (the serving tier) under `vector`.
+    /// Calls `f` on every replica of the key with hash `hash` under `vector`: the memory
+    /// tier's first (primary first), then the disk tier's.
+    pub fn for_each_replica_all(
+        &self,
+        hash: u64,
+        vector: &ReplicationVector,
+        mut f: impl FnMut(Replica),
+    ) {
+        self.for_each_replica(hash, Tier::Memory, vector.memory, &mut f);
+        self.for_each_replica(hash, Tier::Disk, vector.disk, &mut f);
+    }
+
+    /// Every replica of `key` under `vector`, memory tier first: the workers that store it
+    /// and that its writes are gossiped to.
     pub fn replicas(&self, key: &[u8], vector: &ReplicationVector) -> Vec<Replica> {
         let mut out = Vec::new();
-        self.for_each_replica(key_hash(key), Tier::Memory, vector.memory, |r| out.push(r));
+        self.for_each_replica_all(key_hash(key), vector, |r| out.push(r));
         out
     }
 
-    /// True if `replica` is one of `key`'s memory-tier replicas under `vector`.
+    /// The replicas that serve requests for `key`: its memory-tier replicas, or its
+    /// disk-tier replicas if it has none in memory (a cold key).
+    pub fn serving_replicas(&self, key: &[u8], vector: &ReplicationVector) -> Vec<Replica> {
+        let hash = key_hash(key);
+        let mut out = Vec::new();
+        self.for_each_replica(hash, Tier::Memory, vector.memory, |r| out.push(r));
+        if out.is_empty() {
+            self.for_each_replica(hash, Tier::Disk, vector.disk, |r| out.push(r));
+        }
+        out
+    }
+
+    /// True if `replica` is one of `key`'s replicas (any tier) under `vector`.
     pub fn is_replica(&self, key: &[u8], vector: &ReplicationVector, replica: Replica) -> bool {
         let mut found = false;
-        self.for_each_replica(key_hash(key), Tier::Memory, vector.memory, |r| {
-            found |= r == replica
-        });
+        self.for_each_replica_all(key_hash(key), vector, |r| found |= r == replica);
         found
     }
 
@@ -187,6 +214,57 @@ mod tests {
             memory: Replication { global, local },
             disk: Replication::default(),
         }
+    }
+
+    fn disk_node(id: &str, workers: usize) -> NodeInfo {
+        NodeInfo {
+            tier: Tier::Disk,
+            ..node(id, workers)
+        }
+    }
+
+    #[test]
+    fn tiers_memory_replicas_first_then_disk_and_cold_keys_served_from_disk() {
+        let view = ClusterView::new([
+            node("m1", 2),
+            node("m2", 2),
+            disk_node("d1", 2),
+            disk_node("d2", 2),
+        ]);
+        let is_disk = |r: &Replica| view.node(r.node).unwrap().tier == Tier::Disk;
+        let both = ReplicationVector {
+            memory: Replication::ONE,
+            disk: Replication {
+                global: 2,
+                local: 1,
+            },
+        };
+        for i in 0..200 {
+            let key = format!("key{i}");
+            let all = view.replicas(key.as_bytes(), &both);
+            assert_eq!(all.len(), 3, "{key}");
+            assert!(!is_disk(&all[0]) && is_disk(&all[1]) && is_disk(&all[2]));
+            // Requests go to memory; the disk replicas still count as replicas.
+            assert_eq!(view.serving_replicas(key.as_bytes(), &both), vec![all[0]]);
+            assert!(all
+                .iter()
+                .all(|r| view.is_replica(key.as_bytes(), &both, *r)));
+        }
+        let cold = ReplicationVector {
+            memory: Replication {
+                global: 0,
+                local: 1,
+            },
+            disk: Replication::ONE,
+        };
+        let r = view.serving_replicas(b"cold", &cold);
+        assert_eq!(r.len(), 1);
+        assert!(is_disk(&r[0]));
+        assert_eq!(view.replicas(b"cold", &cold), r);
+        // No disk nodes: a disk factor places nothing.
+        let memory_only = ClusterView::new([node("m1", 2)]);
+        assert_eq!(memory_only.replicas(b"k", &both).len(), 1);
+        assert!(memory_only.replicas(b"cold", &cold).is_empty());
     }
 
     #[test]

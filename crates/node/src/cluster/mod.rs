@@ -68,9 +68,31 @@ impl ViewState {
         self.default
     }
 
-    /// The memory-tier replicas of `key`, primary first.
+    /// Every replica of `key` (memory tier first, primary first): where it is stored and
+    /// gossiped.
     pub fn replicas(&self, key: &[u8]) -> Vec<Replica> {
         self.view.replicas(key, &self.vector(key))
+    }
+
+    /// The replicas that serve requests for `key` (memory tier, or disk for a key with no
+    /// memory replica).
+    pub fn serving_replicas(&self, key: &[u8]) -> Vec<Replica> {
+        self.view.serving_replicas(key, &self.vector(key))
+    }
+
+    /// The explicit vectors as they appear in a `Topology` (at most `max`).
+    pub fn topology_vectors(&self, max: usize) -> Vec<wire::pb::SetReplication> {
+        self.replication
+            .iter()
+            .take(max)
+            .map(|(key, (_, v))| wire::pb::SetReplication {
+                key: bytes::Bytes::copy_from_slice(key),
+                global: v.memory.global,
+                local: v.memory.local,
+                disk_global: Some(v.disk.global),
+                disk_local: Some(v.disk.local),
+            })
+            .collect()
     }
 
     /// True if `replica` holds `key`.
@@ -155,6 +177,20 @@ pub fn default_vector(global: u32, local: u32) -> ReplicationVector {
             local: 0,
         },
     }
+}
+
+/// The cluster's default vector from a node's configuration: memory factors as
+/// [`default_vector`], plus `default_disk_replication` disk nodes (one worker each).
+pub fn configured_vector(config: &crate::config::NodeConfig) -> ReplicationVector {
+    let mut v = default_vector(
+        config.cluster.default_global_replication,
+        config.default_local_replication,
+    );
+    v.disk = Replication {
+        global: config.cluster.default_disk_replication,
+        local: 1,
+    };
+    v
 }
 
 /// Fingerprint of a set of ring members: ids, tiers, worker counts and vnodes, order-free.

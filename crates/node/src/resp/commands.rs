@@ -275,7 +275,7 @@ fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
             Ops(Shape::MultiGet, list)
         }
         b"MSET" => {
-            if argc < 3 || argc % 2 == 0 {
+            if argc < 3 || argc.is_multiple_of(2) {
                 return Reply(arity_error(&cmd));
             }
             let list = (1..argc)

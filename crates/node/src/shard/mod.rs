@@ -204,7 +204,7 @@ impl Shard {
         let vector = self.view.vector(key);
         self.view
             .view
-            .for_each_replica(key_hash(key), Tier::Memory, vector.memory, |r| {
+            .for_each_replica_all(key_hash(key), &vector, |r| {
                 first.get_or_insert(r);
             });
         first == Some(self.config.me)
@@ -219,11 +219,12 @@ impl Shard {
         let vector = self.view.vector(key);
         self.view
             .view
-            .for_each_replica(key_hash(key), Tier::Memory, vector.memory, |_| count += 1);
+            .for_each_replica_all(key_hash(key), &vector, |_| count += 1);
         count > 1
     }
 
-    /// Where a request for `key` should run.
+    /// Where a request for `key` should run: here if this worker holds a replica (in any
+    /// tier), else a random one of the key's serving replicas (memory tier first).
     pub fn route(&self, key: &[u8]) -> Route {
         if self.single_worker {
             return Route::Local;
@@ -233,19 +234,29 @@ impl Shard {
         let view = &self.view.view;
         let me = self.config.me;
         let mut local = false;
-        let mut count = 0usize;
+        let mut memory = 0usize;
+        let mut disk = 0usize;
         view.for_each_replica(hash, Tier::Memory, vector.memory, |r| {
             local |= r == me;
-            count += 1;
+            memory += 1;
         });
-        if local || count == 0 {
+        view.for_each_replica(hash, Tier::Disk, vector.disk, |r| {
+            local |= r == me;
+            disk += 1;
+        });
+        if local || memory + disk == 0 {
             return Route::Local;
         }
         // Spread requests for keys with several replicas (hot keys) over them.
+        let (tier, replication, count) = if memory > 0 {
+            (Tier::Memory, vector.memory, memory)
+        } else {
+            (Tier::Disk, vector.disk, disk)
+        };
         let pick = fastrand::usize(..count);
         let mut chosen = None;
         let mut i = 0;
-        view.for_each_replica(hash, Tier::Memory, vector.memory, |r| {
+        view.for_each_replica(hash, tier, replication, |r| {
             if i == pick {
                 chosen = Some(r);
             }
@@ -288,14 +299,9 @@ impl Shard {
     }
 }
 
-/// True if a view has exactly one memory-tier worker in all.
+/// True if a view has exactly one storage worker in all (every key is local).
 fn is_single_worker(view: &ViewState) -> bool {
-    let mut workers = 0;
-    for (_, node) in view.view.nodes() {
-        if node.tier == Tier::Memory {
-            workers += node.workers.len();
-        }
-    }
+    let workers: usize = view.view.nodes().map(|(_, node)| node.workers.len()).sum();
     workers <= 1
 }
 
