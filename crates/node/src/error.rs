@@ -59,6 +59,10 @@ pub enum NodeError {
     /// The node is shutting down.
     #[error("the node is shutting down")]
     ShuttingDown,
+    /// The node's durable storage refused the write (disk full, read-only, failing);
+    /// reads keep working.
+    #[error("storage error: {0}")]
+    Storage(String),
     /// An error from another node that ran a forwarded request, passed through.
     #[error("{message}")]
     Remote {
@@ -92,6 +96,7 @@ impl NodeError {
             NodeError::BadRequest(_) => ErrorCode::BadRequest,
             NodeError::Unavailable(_) => ErrorCode::Unavailable,
             NodeError::ShuttingDown => ErrorCode::ShuttingDown,
+            NodeError::Storage(_) => ErrorCode::Storage,
             NodeError::Remote { code, .. } => {
                 ErrorCode::try_from(*code).unwrap_or(ErrorCode::Unavailable)
             }
@@ -123,6 +128,7 @@ impl NodeError {
             NodeError::Overflow => "ERR increment or decrement would overflow".to_string(),
             NodeError::ShuttingDown => "SHUTDOWN the node is shutting down".to_string(),
             NodeError::Unavailable(_) => format!("TRYAGAIN {self}"),
+            NodeError::Storage(_) => format!("MISCONF {self}"),
             NodeError::Remote { message, .. } => match self.code() {
                 ErrorCode::WrongType => format!(
                     "WRONGTYPE Operation against a key holding the wrong kind of value ({message})"
@@ -132,6 +138,7 @@ impl NodeError {
                 }
                 ErrorCode::Unavailable => format!("TRYAGAIN {message}"),
                 ErrorCode::ShuttingDown => format!("SHUTDOWN {message}"),
+                ErrorCode::Storage => format!("MISCONF {message}"),
                 _ => format!("ERR {message}"),
             },
             _ => format!("ERR {self}"),

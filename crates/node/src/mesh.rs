@@ -37,8 +37,9 @@ pub enum WorkerMsg {
     },
     /// Merge a gossip batch from another worker.
     Gossip(GossipBatch),
-    /// Merge a batch and acknowledge it (synchronous replication).
-    Replicate(GossipBatch, oneshot::Sender<()>),
+    /// Merge a batch and acknowledge it (synchronous replication): `true` if it was merged
+    /// (and, on a disk-tier worker, written).
+    Replicate(GossipBatch, oneshot::Sender<bool>),
     /// Report counters.
     Stats(oneshot::Sender<WorkerStats>),
     /// Serve a connection accepted on a shared port (with its slot in the connection limit,

@@ -374,8 +374,13 @@ async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
         ReqOp::Replicate(r) => {
             let batch = crate::worker::decode_entries(r.entries);
             let n = batch.len() as i64;
-            ctx.shard.borrow_mut().merge_gossip(batch);
-            ack_response(id, n)
+            let mut shard = ctx.shard.borrow_mut();
+            shard.merge_gossip(batch);
+            match shard.take_disk_error() {
+                // The sender keeps the batch and retries.
+                Some(e) => Queued::Ready(error_response(id, &e)),
+                None => ack_response(id, n),
+            }
         }
         ReqOp::Forward(f) if f.ack_replicas > 1 => {
             let mut ops = Vec::with_capacity(f.ops.len());

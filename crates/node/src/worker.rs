@@ -494,7 +494,7 @@ impl WorkerCtx {
             let ok = if replica.node == self.shared.me {
                 let (reply, rx) = oneshot::channel();
                 let msg = WorkerMsg::Replicate(batch.clone(), reply);
-                self.shared.mesh.send(replica.worker, msg).await.is_ok() && rx.await.is_ok()
+                self.shared.mesh.send(replica.worker, msg).await.is_ok() && rx.await == Ok(true)
             } else if let Some(addr) = addr {
                 let op = pb::request::Op::Replicate(pb::Replicate {
                     entries: encode_entries(&batch),
@@ -596,7 +596,9 @@ impl WorkerCtx {
                 Ok(pb::response::Result::Repair(r)) => {
                     let batch = decode_entries(r.entries);
                     tracing::debug!(%addr, asked = keys.len(), found = batch.len(), "fetched");
-                    self.shard.borrow_mut().merge_gossip(batch);
+                    let mut shard = self.shard.borrow_mut();
+                    shard.merge_gossip(batch);
+                    shard.take_disk_error();
                 }
                 other => tracing::debug!(%addr, ?other, "fetch failed"),
             }
@@ -698,6 +700,7 @@ impl WorkerCtx {
         let mine = {
             let mut shard = self.shard.borrow_mut();
             shard.merge_gossip(theirs);
+            shard.take_disk_error();
             shard.bucket_entries(peer, &repair.differing)
         };
         if !mine.is_empty() {
@@ -954,10 +957,17 @@ async fn inbox_loop(ctx: Rc<WorkerCtx>, mut inbox: mpsc::Receiver<WorkerMsg>) {
                 let _ = reply.send(results);
             }
             WorkerMsg::Replicate(batch, reply) => {
-                ctx.shard.borrow_mut().merge_gossip(batch);
-                let _ = reply.send(());
+                let mut shard = ctx.shard.borrow_mut();
+                shard.merge_gossip(batch);
+                let _ = reply.send(shard.take_disk_error().is_none());
             }
-            WorkerMsg::Gossip(batch) => ctx.shard.borrow_mut().merge_gossip(batch),
+            WorkerMsg::Gossip(batch) => {
+                // No acknowledgement within a node: a record a disk error kept out comes
+                // back with anti-entropy.
+                let mut shard = ctx.shard.borrow_mut();
+                shard.merge_gossip(batch);
+                shard.take_disk_error();
+            }
             WorkerMsg::Stats(reply) => {
                 let _ = reply.send(ctx.stats());
             }

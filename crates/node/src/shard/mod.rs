@@ -9,8 +9,11 @@
 //! - this module: the shard's state, placement (which replicas hold a key) and counters;
 //! - [`ops`]: executing client operations;
 //! - [`sync`]: replication — the changeset and gossip, view changes (hand-off and
-//!   re-replication), anti-entropy digests and repair.
+//!   re-replication), anti-entropy digests and repair;
+//! - `disk`: disk-tier shards — the disk engine behind the memory store as a
+//!   write-through cache.
 
+mod disk;
 mod ops;
 mod sync;
 
@@ -125,6 +128,8 @@ pub struct Shard {
     gossip_sent: u64,
     gossip_received: u64,
     handed_off: u64,
+    /// The disk engine of a disk-tier shard (the memory store is then its cache).
+    disk: Option<disk::DiskSide>,
 }
 
 impl Shard {
@@ -160,6 +165,7 @@ impl Shard {
             gossip_sent: 0,
             gossip_received: 0,
             handed_off: 0,
+            disk: None,
         }
     }
 
@@ -196,7 +202,7 @@ impl Shard {
     }
 
     /// True if this worker is `key`'s primary (first) replica.
-    fn is_primary(&self, key: &[u8]) -> bool {
+    pub(crate) fn is_primary(&self, key: &[u8]) -> bool {
         if self.single_worker {
             return true;
         }
@@ -278,7 +284,7 @@ impl Shard {
     /// Current counters.
     pub fn stats(&self) -> ShardStats {
         ShardStats {
-            live_keys: (self.store.live_keys() as u64).saturating_sub(self.metadata_keys),
+            live_keys: (self.live_key_count() as u64).saturating_sub(self.metadata_keys),
             primary_keys: self.primary_keys,
             bytes: self.store.bytes() as u64,
             requests: self.requests,
@@ -290,12 +296,25 @@ impl Shard {
 
     /// True if `key` holds a live value here.
     pub fn holds(&self, key: &[u8]) -> bool {
-        self.store.get(key).is_some_and(|r| r.is_live())
+        if let Some(r) = self.store.get(key) {
+            return r.is_live();
+        }
+        self.disk.as_ref().is_some_and(|d| {
+            d.store
+                .get_owned(key)
+                .ok()
+                .flatten()
+                .is_some_and(|r| store::is_live(&r))
+        })
     }
 
     /// True if this worker stores anything for `key` (tombstones included), replica or not.
     pub fn stores(&self, key: &[u8]) -> bool {
         self.store.get(key).is_some()
+            || self
+                .disk
+                .as_ref()
+                .is_some_and(|d| d.store.contains(key).unwrap_or(false))
     }
 }
 
@@ -305,5 +324,7 @@ fn is_single_worker(view: &ViewState) -> bool {
     workers <= 1
 }
 
+#[cfg(test)]
+mod disk_tests;
 #[cfg(test)]
 mod tests;

@@ -34,6 +34,10 @@ impl Shard {
     }
 
     pub(super) fn check_memory(&self) -> Result<(), NodeError> {
+        if self.is_disk() {
+            // The memory store is a cache: the limit is the disk's free space.
+            return self.check_disk();
+        }
         if self.store.bytes() >= self.config.memory_budget {
             return Err(NodeError::MemoryLimit {
                 used: self.store.bytes(),
@@ -80,11 +84,35 @@ impl Shard {
     pub fn read(&mut self, key: &[u8]) -> Result<Option<RecordRef<'_>>, NodeError> {
         self.requests += 1;
         self.check_key(key)?;
+        if self.is_disk() {
+            self.evict_if_needed();
+            self.fault_in(key);
+            if let Some(e) = self.take_disk_error() {
+                return Err(e);
+            }
+        }
         Ok(self.live(key))
     }
 
     /// Executes one operation on this worker's replica.
     pub fn execute<B: AsRef<[u8]>>(&mut self, op: Op<B>) -> OpResult {
+        if !self.is_disk() {
+            return self.execute_here(op);
+        }
+        self.evict_if_needed();
+        self.fault_in(op.key());
+        if let Some(e) = self.take_disk_error() {
+            return OpResult::Error(e);
+        }
+        let result = self.execute_here(op);
+        match self.take_disk_error() {
+            Some(e) => OpResult::Error(e),
+            None => result,
+        }
+    }
+
+    /// Executes one operation on the (cached) store.
+    fn execute_here<B: AsRef<[u8]>>(&mut self, op: Op<B>) -> OpResult {
         self.requests += 1;
         if let Err(e) = self.check_key(op.key()) {
             return OpResult::Error(e);
@@ -250,6 +278,7 @@ impl Shard {
                 _ => None,
             })?;
         self.track_liveness(key, outcome);
+        self.write_through(key);
         let delta = delta?;
         if self.replicated(key) {
             let record = Record::new(epoch, Some(Value::OrSet(Box::new(delta.clone()))));
@@ -330,6 +359,7 @@ impl Shard {
         });
         if let Some((Some((epoch, added)), outcome)) = in_place {
             self.track_liveness(key, outcome);
+            self.write_through(key);
             let (new_value, counter_delta) = added.ok_or(NodeError::Overflow)?;
             if self.replicated(key) {
                 let record = Record::new(epoch, Some(Value::Counter(counter_delta)));
@@ -370,8 +400,12 @@ impl Shard {
     }
 
     pub(super) fn merge_into_store(&mut self, key: &[u8], record: Record) {
+        self.fault_in(key);
         let outcome = self.store.merge(key, record);
         self.track_liveness(key, outcome);
+        if outcome.changed {
+            self.write_through(key);
+        }
     }
 
     /// Keeps the primary and metadata key counts in step with a write's outcome.

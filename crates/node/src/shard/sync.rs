@@ -82,12 +82,14 @@ impl Shard {
                 }
             }
         }
-        for (to, keys) in self.outbox.drain() {
+        let outbox: Vec<(Replica, Vec<Blob>)> = self.outbox.drain().collect();
+        for (to, keys) in outbox {
             for key in keys {
                 // Still a replica there (views may have moved on), and still held here.
                 if !view.is_replica(&key, to) {
                     continue;
                 }
+                self.fault_in(&key);
                 if let Some(record) = self.store.get(&key) {
                     let record = record.to_record();
                     batches
@@ -135,8 +137,9 @@ impl Shard {
                 self.handoff.remove(key);
                 continue;
             }
-            let outcome_live = self.store.get(key).is_some_and(|r| r.is_live());
+            let outcome_live = self.holds(key);
             self.store.remove(key);
+            self.remove_from_disk(key);
             if outcome_live {
                 self.track_liveness(
                     key,
@@ -154,6 +157,7 @@ impl Shard {
 
     /// Merges records received from another replica (gossip, hand-off, repair).
     pub fn merge_gossip(&mut self, batch: GossipBatch) {
+        self.evict_if_needed();
         for (key, record) in batch {
             self.gossip_received += 1;
             self.hlc.observe(record.epoch);
@@ -171,6 +175,7 @@ impl Shard {
     /// Queues the full state of `key` for its current replicas; once delivered, the key is
     /// dropped here unless this worker is one of them.
     pub fn queue_handoff(&mut self, key: &[u8]) {
+        self.fault_in(key);
         if let Some(record) = self.store.get(key) {
             // The full state supersedes any pending delta of the key.
             self.changeset.insert(Box::from(key), record.to_record());
@@ -182,8 +187,9 @@ impl Shard {
     /// `tombstone_grace_ms`.
     pub fn after_gossip(&mut self, tombstone_grace_ms: u64) {
         let now = (self.now_ms)();
-        self.store
-            .collect_tombstones(now.saturating_sub(tombstone_grace_ms));
+        let before = now.saturating_sub(tombstone_grace_ms);
+        self.store.collect_tombstones(before);
+        self.collect_disk_tombstones(before);
     }
 
     // ---- views ----------------------------------------------------------------------------
@@ -237,12 +243,10 @@ impl Shard {
             }
         };
         if rings_changed {
-            for (key, _) in self.store.iter() {
-                check(key);
-            }
+            self.for_each_key(&mut check);
         } else {
             for key in &changed_keys {
-                if self.store.get(key).is_some() {
+                if self.stores(key) {
                     check(key);
                 }
             }
@@ -280,13 +284,13 @@ impl Shard {
     /// Per-bucket digests of the keys this worker shares with `peer`.
     pub fn digest(&self, peer: Replica) -> AntiEntropyDigest {
         let mut buckets = vec![0u64; BUCKETS];
-        for (key, record) in self.store.iter() {
-            if self.shared_with(key, peer) {
-                let record = record.to_record();
+        self.for_each_record(
+            |key| self.shared_with(key, peer),
+            |key, record| {
                 buckets[bucket_of(key)] =
                     buckets[bucket_of(key)].wrapping_add(entry_hash(key, &record));
-            }
-        }
+            },
+        );
         buckets
     }
 
@@ -308,11 +312,12 @@ impl Shard {
                 *w = true;
             }
         }
-        self.store
-            .iter()
-            .filter(|(key, _)| wanted[bucket_of(key)] && self.shared_with(key, peer))
-            .map(|(key, record)| (Bytes::copy_from_slice(key), record.to_record()))
-            .collect()
+        let mut out = GossipBatch::new();
+        self.for_each_record(
+            |key| wanted[bucket_of(key)] && self.shared_with(key, peer),
+            |key, record| out.push((Bytes::copy_from_slice(key), record)),
+        );
+        out
     }
 }
 
