@@ -84,9 +84,10 @@ pub struct LocalArgs {
 pub struct ServerArgs {
     #[command(flatten)]
     node: NodeArgs,
-    /// Storage tier of this node (the memory tier now; the disk tier comes with durability).
-    #[arg(long, default_value = "memory")]
-    tier: String,
+    /// Storage tier of this node: `memory` (keys in RAM) or `disk` (keys in an embedded LSM
+    /// under --data-dir, RAM as a cache). Default: the config file's `tier`, else memory.
+    #[arg(long, env = "LATTICEKV_TIER", value_parser = ["memory", "disk"])]
+    tier: Option<String>,
     /// On SIGTERM/SIGINT, stop without handing keys to the other nodes first.
     #[arg(long)]
     no_leave: bool,
@@ -252,14 +253,12 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
 /// `latticekv server`.
 pub fn run_server(args: ServerArgs) -> Result<()> {
     init_logging();
-    if args.tier != "memory" {
-        bail!(
-            "--tier {}: only the memory tier exists in this version (the disk tier arrives \
-             with durability)",
-            args.tier
-        );
-    }
     let mut config = node_config(&args.node)?;
+    match args.tier.as_deref() {
+        Some("disk") => config.tier = node::NodeTier::Disk,
+        Some("memory") => config.tier = node::NodeTier::Memory,
+        _ => {}
+    }
     if args.node.node_id.is_none() && config.node_id == NodeConfig::default().node_id {
         // Unique by default: nodes of a cluster must not share an id.
         config.node_id = format!("node-{}", config.listen);

@@ -49,6 +49,57 @@ pub struct NodeConfig {
     pub limits: Limits,
     /// Cluster membership, failure detection, replication across nodes.
     pub cluster: ClusterConfig,
+    /// Which tier this node serves: `memory` (keys in RAM) or `disk` (keys in an embedded
+    /// LSM under `data_dir`, RAM as a cache). Default: `memory`.
+    pub tier: NodeTier,
+    /// Settings of the disk tier's engine.
+    pub disk: DiskConfig,
+}
+
+/// The storage tier a node serves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeTier {
+    /// Keys in RAM.
+    #[default]
+    Memory,
+    /// Keys in the embedded LSM (fjall) under `data_dir`.
+    Disk,
+}
+
+impl NodeTier {
+    /// The placement tier.
+    pub fn tier(self) -> placement::Tier {
+        match self {
+            NodeTier::Memory => placement::Tier::Memory,
+            NodeTier::Disk => placement::Tier::Disk,
+        }
+    }
+}
+
+/// Disk-tier engine settings.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DiskConfig {
+    /// Bytes that must stay free on the data directory's file system: below it writes get
+    /// a STORAGE error (reads keep working) until space is freed. Default: 64 MiB.
+    pub reserve_bytes: u64,
+    /// Block cache of the LSM, bytes, for the whole node. Default: 64 MiB.
+    pub cache_bytes: u64,
+    /// Period of `fdatasync` of the LSM journal, ms; 0 = leave it to the OS. Every write is
+    /// in the OS's buffers when acknowledged (it survives a crash of the process); this
+    /// bounds what a power loss can take. Default: 1,000.
+    pub fsync_ms: u64,
+}
+
+impl Default for DiskConfig {
+    fn default() -> Self {
+        DiskConfig {
+            reserve_bytes: 64 << 20,
+            cache_bytes: 64 << 20,
+            fsync_ms: 1_000,
+        }
+    }
 }
 
 /// Cluster settings. A node with no seeds is a cluster of one until others join it.
@@ -119,6 +170,8 @@ impl Default for NodeConfig {
             pin_workers: false,
             limits: Limits::default(),
             cluster: ClusterConfig::default(),
+            tier: NodeTier::Memory,
+            disk: DiskConfig::default(),
         }
     }
 }

@@ -35,6 +35,6 @@ pub mod server;
 pub mod shard;
 pub mod worker;
 
-pub use config::{ClusterConfig, Limits, NodeConfig};
+pub use config::{ClusterConfig, DiskConfig, Limits, NodeConfig, NodeTier};
 pub use error::NodeError;
 pub use server::{Node, NodeAddresses};

@@ -12,15 +12,16 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use placement::{node_key, Replica, Tier};
+use placement::{node_key, Replica};
+use store::{DiskDb, DiskOptions};
 use tokio::sync::watch;
 
 use crate::cluster::agent::{self, AgentConfig};
 use crate::cluster::configured_vector;
 use crate::cluster::membership::DetectorConfig;
-use crate::config::NodeConfig;
+use crate::config::{NodeConfig, NodeTier};
 use crate::mesh::Mesh;
 use crate::shard::{Shard, ShardConfig};
 use crate::worker::{self, Shared, WorkerSetup};
@@ -56,6 +57,9 @@ pub enum StartError {
     /// The configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The disk tier's engine could not be opened or recovered.
+    #[error("disk engine: {0}")]
+    Disk(store::StoreError),
 }
 
 /// The addresses a running node listens on.
@@ -75,6 +79,8 @@ pub struct Node {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<std::io::Result<()>>>,
     agent_thread: Option<JoinHandle<()>>,
+    /// Periodic `fdatasync` of a disk-tier node's journal.
+    fsync_thread: Option<JoinHandle<()>>,
     /// Held (locked) for the node's lifetime.
     _data_lock: Option<File>,
 }
@@ -139,6 +145,21 @@ impl Node {
             ));
         }
         let data_lock = config.data_dir.as_ref().map(lock_data_dir).transpose()?;
+        let disk = match (config.tier, &config.data_dir) {
+            (NodeTier::Memory, _) => None,
+            (NodeTier::Disk, None) => {
+                return Err(StartError::Config(
+                    "a disk-tier node needs a data directory (data_dir / --data-dir)".into(),
+                ))
+            }
+            (NodeTier::Disk, Some(dir)) => {
+                let options = DiskOptions {
+                    cache_bytes: config.disk.cache_bytes,
+                    background_threads: 2,
+                };
+                Some(DiskDb::open(&dir.join("lsm"), &options).map_err(StartError::Disk)?)
+            }
+        };
 
         let front = bind(config.listen)?;
         let front_addr = local_addr(&front, config.listen)?;
@@ -165,7 +186,7 @@ impl Node {
             AgentConfig {
                 node_id: config.node_id.clone(),
                 desc: agent::storage_description(
-                    Tier::Memory,
+                    config.tier.tier(),
                     front_addr.to_string(),
                     resp_addr.to_string(),
                     worker_addrs.iter().map(|a| a.to_string()).collect(),
@@ -207,20 +228,37 @@ impl Node {
         let mut shared_listeners = Some((front, resp));
         let mut threads = Vec::with_capacity(workers);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        for (i, (inbox, listener)) in inboxes.into_iter().zip(worker_listeners).enumerate() {
-            let shard = Shard::new(
-                ShardConfig {
-                    me: Replica {
-                        node: me,
-                        worker: i as u32,
+        let mut shards: Vec<Shard> = (0..workers)
+            .map(|i| {
+                Shard::new(
+                    ShardConfig {
+                        me: Replica {
+                            node: me,
+                            worker: i as u32,
+                        },
+                        limits: config.limits,
+                        memory_budget: budget,
+                        max_changeset_keys: MAX_CHANGESET_KEYS,
+                        settle_ms: config.cluster.settle_ms,
                     },
-                    limits: config.limits,
-                    memory_budget: budget,
-                    max_changeset_keys: MAX_CHANGESET_KEYS,
-                    settle_ms: config.cluster.settle_ms,
-                },
-                view.clone(),
-            );
+                    view.clone(),
+                )
+            })
+            .collect();
+        let mut fsync_thread = None;
+        if let Some(db) = &disk {
+            attach_disks(db, &mut shards, config.disk.reserve_bytes)?;
+            if config.disk.fsync_ms > 0 {
+                let every = Duration::from_millis(config.disk.fsync_ms);
+                fsync_thread = Some(spawn_fsync(db.clone(), every, shared.stop.subscribe())?);
+            }
+        }
+        for (i, ((inbox, listener), shard)) in inboxes
+            .into_iter()
+            .zip(worker_listeners)
+            .zip(shards)
+            .enumerate()
+        {
             let setup = WorkerSetup {
                 shared: shared.clone(),
                 worker: i as u32,
@@ -250,6 +288,7 @@ impl Node {
             shared,
             threads,
             agent_thread: Some(agent_thread),
+            fsync_thread,
             _data_lock: data_lock,
         })
     }
@@ -271,13 +310,7 @@ impl Node {
 
     /// True if other storage nodes are in this node's cluster view.
     pub fn has_peers(&self) -> bool {
-        self.shared
-            .snapshots
-            .borrow()
-            .view
-            .view
-            .tier_size(Tier::Memory)
-            > 1
+        self.shared.snapshots.borrow().view.view.nodes().count() > 1
     }
 
     /// Leaves the cluster gracefully: out of the rings, every key handed to its other owners
@@ -296,6 +329,9 @@ impl Node {
         let mut result = Ok(());
         if let Some(agent) = self.agent_thread.take() {
             let _ = agent.join();
+        }
+        if let Some(fsync) = self.fsync_thread.take() {
+            let _ = fsync.join();
         }
         for t in self.threads {
             match t.join() {
@@ -344,6 +380,69 @@ pub async fn leave(shared: &Shared) {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     tracing::warn!("leave deadline passed with keys not yet handed off");
+}
+
+/// Opens every worker's keyspace and attaches it to its shard. Keyspaces of workers this
+/// node no longer runs (it restarted with fewer workers) are merged into the shards of the
+/// workers now owning their keys, then emptied.
+fn attach_disks(db: &DiskDb, shards: &mut [Shard], reserve: u64) -> Result<(), StartError> {
+    for (i, shard) in shards.iter_mut().enumerate() {
+        let store = db.shard(i as u32).map_err(StartError::Disk)?;
+        shard
+            .attach_disk(db.clone(), store, reserve)
+            .map_err(StartError::Disk)?;
+    }
+    for orphan in db.orphan_shards(shards.len() as u32) {
+        let mut old = db.shard(orphan).map_err(StartError::Disk)?;
+        let records: Vec<(Box<[u8]>, lattice::Record)> = old
+            .iter()
+            .collect::<Result<_, _>>()
+            .map_err(StartError::Disk)?;
+        tracing::info!(
+            worker = orphan,
+            keys = records.len(),
+            "re-homing the keys of a former worker"
+        );
+        for (key, record) in records {
+            let owner = shards.iter().position(|s| s.is_replica(&key)).unwrap_or(0);
+            let shard = &mut shards[owner];
+            shard.merge_gossip(vec![(bytes::Bytes::from(key.to_vec()), record)]);
+            if let Some(e) = shard.take_disk_error() {
+                return Err(StartError::Config(format!("re-homing keys: {e}")));
+            }
+            old.remove(&key).map_err(StartError::Disk)?;
+        }
+    }
+    Ok(())
+}
+
+/// Calls `fdatasync` on a disk-tier node's journal every `every` until the node stops, and
+/// once more then.
+fn spawn_fsync(
+    db: DiskDb,
+    every: Duration,
+    stop: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>, StartError> {
+    std::thread::Builder::new()
+        .name("lkv-fsync".into())
+        .spawn(move || {
+            let step = every.min(Duration::from_millis(50));
+            let mut next = Instant::now() + every;
+            loop {
+                let stopping = *stop.borrow();
+                if stopping || Instant::now() >= next {
+                    if let Err(e) = db.persist(true) {
+                        tracing::warn!(error = %e, "fdatasync of the disk journal failed");
+                    }
+                    if stopping {
+                        return;
+                    }
+                    next = Instant::now() + every;
+                }
+                std::thread::sleep(step);
+            }
+        })
+        .map_err(StartError::Thread)
 }
 
 fn offset(addr: SocketAddr, by: u16) -> SocketAddr {

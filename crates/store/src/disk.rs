@@ -10,11 +10,11 @@
 //!
 //! # Writes and durability
 //! A write is a read-modify-write: the key's record is read, merged with the incoming one
-//! and written back only if the merge changed it. A written record is in fjall's memtable
-//! and in the journal's buffer in this process; [`DiskDb::persist`] moves the journal to
-//! the OS (`sync = false`: survives a crash of the process) or to the disk (`sync = true`:
-//! `fdatasync`, survives a power loss). The node calls it before acknowledging, per batch
-//! of requests, according to the write's acknowledgement level.
+//! and written back only if the merge changed it. When a write returns, its record is in
+//! fjall's memtable and in the journal, in the OS's buffers: it survives a crash of the
+//! process. [`DiskDb::persist`] with `sync = true` (`fdatasync` of the journal) makes
+//! everything written so far survive a power loss; the node calls it periodically or
+//! before acknowledging, according to its durability settings.
 //!
 //! # Failures
 //! A full disk is refused before it is reached: [`DiskDb::check_space`] fails with
@@ -205,6 +205,20 @@ impl DiskDb {
         };
         self.db.persist(mode)?;
         Ok(())
+    }
+
+    /// Workers at or above `workers` that have a keyspace here (the node ran with more
+    /// workers before).
+    pub fn orphan_shards(&self, workers: u32) -> Vec<u32> {
+        let mut out: Vec<u32> = self
+            .db
+            .list_keyspace_names()
+            .iter()
+            .filter_map(|name| name.strip_prefix('w')?.parse::<u32>().ok())
+            .filter(|&w| w >= workers)
+            .collect();
+        out.sort_unstable();
+        out
     }
 
     /// Bytes the database uses on disk (tables and journal).
