@@ -5,7 +5,9 @@ The binary comes from $LATTICEKV_BIN (set by `make python-test`), else target/de
 import os
 import pathlib
 import signal
+import shutil
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -24,8 +26,11 @@ class Node:
     """A running node: its process and addresses."""
 
     def __init__(self, *extra: str):
+        # The default deployment: a memory node and a disk node, in a fresh data directory.
+        self.data = tempfile.mkdtemp(prefix="lkv-pytest-")
         self.proc = subprocess.Popen(
-            [binary(), "local", "--listen", "127.0.0.1:0", "--resp", "127.0.0.1:0", *extra],
+            [binary(), "local", "--listen", "127.0.0.1:0", "--resp", "127.0.0.1:0",
+             "--data-dir", self.data, *extra],
             stdout=subprocess.PIPE,
             text=True,
             env={**os.environ, "LATTICEKV_LOG": "warn"},
@@ -50,14 +55,17 @@ class Node:
         self.resp_host, self.resp_port = host, int(port)
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                return self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                return self.proc.wait()
-        return self.proc.returncode
+        try:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    return self.proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    return self.proc.wait()
+            return self.proc.returncode
+        finally:
+            shutil.rmtree(self.data, ignore_errors=True)
 
 
 @pytest.fixture

@@ -59,6 +59,8 @@ impl Node {
         let mut child = Command::new(latticekv_bin())
             .args(["local", "--listen", "127.0.0.1:0", "--resp", "127.0.0.1:0"])
             .args(["--workers", &workers.to_string()])
+            // Compared with a Redis without persistence: the memory tier alone.
+            .args(["--disk-nodes", "0"])
             .env("LATTICEKV_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -77,6 +77,44 @@ pub struct LocalArgs {
     /// node, instead of one in-process node.
     #[arg(long, default_value_t = 1)]
     nodes: usize,
+    /// Disk-tier nodes to run beside the memory tier (keys in an embedded LSM under the data
+    /// directory, default ./latticekv-data). 0: the memory tier only.
+    #[arg(long, default_value_t = 1)]
+    disk_nodes: usize,
+}
+
+/// Where `latticekv local` keeps its state when no data directory is configured.
+pub const DEFAULT_LOCAL_DATA_DIR: &str = "latticekv-data";
+
+/// The port `by` above `addr`'s, or 0 (ephemeral) if `addr` uses port 0.
+fn shifted(addr: SocketAddr, by: u16) -> SocketAddr {
+    let port = if addr.port() == 0 {
+        0
+    } else {
+        addr.port().saturating_add(by)
+    };
+    SocketAddr::new(addr.ip(), port)
+}
+
+/// The configuration of disk node `i` of a local deployment whose memory node has `config`
+/// and answers at `seed`: ports 100 × (i + 1) above the memory node's, data under
+/// `data/disk<i>`.
+fn local_disk_config(
+    config: &NodeConfig,
+    i: usize,
+    seed: String,
+    data: &std::path::Path,
+) -> NodeConfig {
+    let by = 100 * (i as u16 + 1);
+    let mut c = config.clone();
+    c.node_id = format!("{}-disk{}", config.node_id, i + 1);
+    c.tier = node::NodeTier::Disk;
+    c.listen = shifted(config.listen, by);
+    c.resp = shifted(config.resp, by);
+    c.worker_listen = config.worker_listen.map(|w| shifted(w, by));
+    c.data_dir = Some(data.join(format!("disk{}", i + 1)));
+    c.cluster.seeds = vec![seed];
+    c
 }
 
 /// `latticekv server`: one storage node of a cluster.
@@ -246,8 +284,53 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
     if args.nodes > 1 {
         return run_local_cluster(args);
     }
-    let config = node_config(&args.node)?;
-    run_node(config, false)
+    let mut config = node_config(&args.node)?;
+    if args.disk_nodes == 0 {
+        return run_node(config, false);
+    }
+    if args.disk_nodes > 16 {
+        bail!(
+            "--disk-nodes {}: at most 16 in one process",
+            args.disk_nodes
+        );
+    }
+    // A memory node and disk nodes in this process, one cluster.
+    let data = config
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| std::path::PathBuf::from(DEFAULT_LOCAL_DATA_DIR));
+    config.data_dir = Some(data.join("memory"));
+    let memory = Node::start(config.clone()).context("starting the memory node")?;
+    let seed = memory.addresses().front.to_string();
+    let mut disks = Vec::new();
+    for i in 0..args.disk_nodes {
+        let c = local_disk_config(&config, i, seed.clone(), &data);
+        let node = Node::start(c.clone())
+            .with_context(|| format!("starting disk node {} in {}", i + 1, data.display()))?;
+        disks.push((c, node));
+    }
+    for (c, node) in &disks {
+        println!(
+            "disk    {} {} ({})",
+            c.node_id,
+            node.addresses().front,
+            c.data_dir
+                .as_ref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default()
+        );
+    }
+    print_node(&config, &memory);
+    let ending = wait(Some(&memory))?;
+    if matches!(ending, Ending::Signal) {
+        eprintln!("stopping…");
+    }
+    for (_, node) in disks {
+        node.stop().context("stopping a disk node")?;
+    }
+    memory.stop().context("stopping the memory node")?;
+    eprintln!("stopped");
+    Ok(())
 }
 
 /// `latticekv server`.
@@ -347,8 +430,11 @@ fn node_addr(base: SocketAddr, i: usize) -> SocketAddr {
 /// `latticekv local --nodes N`: N storage processes and one routing process, supervised.
 fn run_local_cluster(args: LocalArgs) -> Result<()> {
     let n = args.nodes;
-    if n > 200 {
-        bail!("--nodes {n}: at most 200 local nodes");
+    if n + args.disk_nodes > 200 {
+        bail!(
+            "--nodes {n} --disk-nodes {}: at most 200 local nodes",
+            args.disk_nodes
+        );
     }
     let config = node_config(&args.node)?;
     let mut common: Vec<String> = Vec::new();
@@ -393,6 +479,7 @@ fn run_local_cluster(args: LocalArgs) -> Result<()> {
         }
     }
     let mut children: Vec<ChildNode> = Vec::new();
+    let mut disk_children: Vec<ChildNode> = Vec::new();
     let mut seed: Option<String> = None;
     let result = (|| -> Result<()> {
         for i in 0..n {
@@ -422,6 +509,31 @@ fn run_local_cluster(args: LocalArgs) -> Result<()> {
             }
             children.push(child);
         }
+        let data = config
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| std::path::PathBuf::from(DEFAULT_LOCAL_DATA_DIR));
+        for i in 0..args.disk_nodes {
+            let mut child_args = vec![
+                "server".to_string(),
+                "--no-leave".into(),
+                "--tier".into(),
+                "disk".into(),
+                "--node-id".into(),
+                format!("disk{}", i + 1),
+                "--listen".into(),
+                node_addr(config.listen, n + i).to_string(),
+                "--resp".into(),
+                node_addr(config.resp, n + i).to_string(),
+                "--data-dir".into(),
+                data.join(format!("disk{}", i + 1)).display().to_string(),
+            ];
+            child_args.extend(common.iter().cloned());
+            if let Some(s) = &seed {
+                child_args.extend(["--seeds".into(), s.clone()]);
+            }
+            disk_children.push(spawn_child(&child_args)?);
+        }
         let routing_listen = SocketAddr::new(
             config.listen.ip(),
             if config.listen.port() == 0 {
@@ -446,6 +558,7 @@ fn run_local_cluster(args: LocalArgs) -> Result<()> {
     })();
     if let Err(e) = result {
         stop_children(&mut children);
+        stop_children(&mut disk_children);
         return Err(e);
     }
     println!(
@@ -460,6 +573,13 @@ fn run_local_cluster(args: LocalArgs) -> Result<()> {
             field(&c.lines, "native").unwrap_or_default(),
             field(&c.lines, "resp").unwrap_or_default(),
             field(&c.lines, "workers").unwrap_or_default()
+        );
+    }
+    for (i, c) in disk_children.iter().enumerate() {
+        println!(
+            "disk{} native {} (disk tier)",
+            i + 1,
+            field(&c.lines, "native").unwrap_or_default()
         );
     }
     if let Some(r) = children.last() {
@@ -480,6 +600,7 @@ fn run_local_cluster(args: LocalArgs) -> Result<()> {
     wait(None)?;
     eprintln!("stopping the local cluster…");
     stop_children(&mut children);
+    stop_children(&mut disk_children);
     eprintln!("stopped");
     Ok(())
 }

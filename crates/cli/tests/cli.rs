@@ -168,6 +168,7 @@ fn a_port_in_use_is_reported() {
     let addr = taken.local_addr().unwrap().to_string();
     let out = std::process::Command::new(common::bin())
         .args(["local", "--listen", &addr, "--resp", "127.0.0.1:0"])
+        .args(["--disk-nodes", "0"])
         .output()
         .unwrap();
     assert!(!out.status.success());

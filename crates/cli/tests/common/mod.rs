@@ -18,15 +18,27 @@ pub struct NodeProc {
     pub native: SocketAddr,
     pub resp: SocketAddr,
     pub workers: Vec<SocketAddr>,
+    /// The data directory `start` made for the node (its disk tier), removed on drop.
+    pub data: Option<tempfile::TempDir>,
 }
 
 impl NodeProc {
-    /// Starts a node with `extra` flags on ephemeral ports and waits until it listens.
+    /// Starts `latticekv local` (a memory node and, by default, a disk node) with `extra`
+    /// flags on ephemeral ports, in a fresh data directory unless `extra` names one, and
+    /// waits until it listens.
     pub fn start(extra: &[&str]) -> NodeProc {
-        Self::spawn(
-            &["local", "--listen", "127.0.0.1:0", "--resp", "127.0.0.1:0"],
-            extra,
-        )
+        let own_dir = !extra.contains(&"--data-dir");
+        let data = own_dir.then(|| tempfile::tempdir().expect("temp dir"));
+        let dir = data
+            .as_ref()
+            .map(|d| d.path().to_str().expect("utf-8 temp path").to_string());
+        let mut base = vec!["local", "--listen", "127.0.0.1:0", "--resp", "127.0.0.1:0"];
+        if let Some(d) = &dir {
+            base.extend(["--data-dir", d.as_str()]);
+        }
+        let mut node = Self::spawn(&base, extra);
+        node.data = data;
+        node
     }
 
     /// Starts `latticekv server` (a cluster node) named `id`, joining through `seed`.
@@ -78,6 +90,7 @@ impl NodeProc {
             native: native.expect("node printed its native address"),
             resp: resp.expect("node printed its RESP address"),
             workers,
+            data: None,
         }
     }
 

@@ -271,9 +271,11 @@ impl Shard {
         chosen.map_or(Route::Local, Route::Remote)
     }
 
-    /// The native addresses of `key`'s replicas.
+    /// The native addresses of the replicas requests for `key` go to (a redirect's list):
+    /// its memory-tier replicas, or its disk-tier ones for a key with none in memory.
     pub fn replica_addrs(&self, key: &[u8]) -> Vec<String> {
-        self.replicas(key)
+        self.view
+            .serving_replicas(key)
             .into_iter()
             .filter_map(|r| self.view.addr(r).map(str::to_string))
             .collect()
