@@ -164,3 +164,89 @@ fn writes_to_a_memory_node_reach_the_disk_tier() {
     });
     assert!(all_on_disk, "the disk node does not hold every key");
 }
+
+/// Worker addresses of the members of `role` in a node's topology.
+fn workers_of(front: std::net::SocketAddr, role: &str) -> Vec<std::net::SocketAddr> {
+    let mut n = common::Native::connect(front);
+    let resp = n.call(wire::pb::request::Op::Topology(wire::pb::GetTopology {}));
+    let Some(wire::pb::response::Result::Topology(t)) = resp.result else {
+        panic!("{resp:?}")
+    };
+    t.members
+        .iter()
+        .filter(|m| m.role == role && m.status == wire::pb::NodeStatus::Alive as i32)
+        .flat_map(|m| m.workers.iter().map(|w| w.parse().unwrap()))
+        .collect()
+}
+
+/// How many of `keys` the workers at `addrs` hold, in all.
+fn held(addrs: &[std::net::SocketAddr], keys: &[String]) -> usize {
+    let mut total = 0;
+    for addr in addrs {
+        let mut n = common::Native::connect(*addr);
+        let resp = n.call(wire::pb::request::Op::Holds(wire::pb::Holds {
+            keys: keys.iter().map(|k| k.clone().into()).collect(),
+        }));
+        if let Some(wire::pb::response::Result::Multi(m)) = resp.result {
+            total += m
+                .results
+                .iter()
+                .filter(|r| {
+                    matches!(r.result, Some(wire::pb::key_result::Result::Ack(ref a)) if a.count == 1)
+                })
+                .count();
+        }
+    }
+    total
+}
+
+#[test]
+fn local_serves_every_key_right_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let keys: Vec<String> = (0..1_000).map(|i| format!("key{i}")).collect();
+    let rt = rt();
+    {
+        let node = NodeProc::start(&["--data-dir", data, "--workers", "2"]);
+        rt.block_on(async {
+            let c = Client::connect(&node.native.to_string()).await.unwrap();
+            for k in &keys {
+                c.assign(k, format!("v-{k}")).await.unwrap();
+            }
+        });
+        let disk = workers_of(node.native, "disk");
+        assert!(!disk.is_empty(), "local runs a disk node");
+        assert!(
+            eventually(Duration::from_secs(20), || held(&disk, &keys) == keys.len()),
+            "the disk tier did not receive every key"
+        );
+        // Killed: the memory tier's copy is gone.
+    }
+    let node = NodeProc::start(&["--data-dir", data, "--workers", "2"]);
+    rt.block_on(async {
+        let c = Client::connect(&node.native.to_string()).await.unwrap();
+        // Wait until the memory node sees its disk node (the same process starts both).
+        for _ in 0..200 {
+            let t = c.refresh_topology().await.unwrap();
+            if t.members.iter().filter(|m| m.status == 0).count() >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        for k in &keys {
+            let want = format!("v-{k}");
+            assert_eq!(
+                c.get_lww(k).await.unwrap().as_deref(),
+                Some(want.as_bytes()),
+                "{k} after the restart"
+            );
+        }
+    });
+    // And the memory tier pulls its copy back from the disk tier.
+    let memory = node.workers.clone();
+    assert!(
+        eventually(Duration::from_secs(20), || held(&memory, &keys)
+            == keys.len()),
+        "the memory tier did not recover its keys from the disk tier"
+    );
+}

@@ -653,28 +653,49 @@ impl WorkerCtx {
             .after_gossip(self.shared.config.tombstone_grace_secs * 1000);
     }
 
-    /// One anti-entropy exchange with a random replica of another worker.
+    /// Every other worker of the cluster.
+    fn anti_entropy_peers(&self) -> Vec<Replica> {
+        let shard = self.shard.borrow();
+        let me = shard.me();
+        shard
+            .view()
+            .view
+            .nodes()
+            .flat_map(|(&node, info)| {
+                (0..info.workers.len() as u32).map(move |worker| Replica { node, worker })
+            })
+            .filter(|r| *r != me)
+            .collect()
+    }
+
+    /// One anti-entropy exchange with a random other worker.
     async fn anti_entropy_round(&self) {
-        let (peer, addr, digest, me) = {
+        let candidates = self.anti_entropy_peers();
+        if candidates.is_empty() {
+            return;
+        }
+        let peer = candidates[fastrand::usize(..candidates.len())];
+        self.anti_entropy_with(peer).await;
+    }
+
+    /// Anti-entropy with every other worker: after a view change, so a worker that just
+    /// became a replica (a restarted or new node, a key range that moved) pulls what its
+    /// peers hold at once instead of waiting for random rounds to reach them.
+    async fn anti_entropy_all(&self) {
+        for peer in self.anti_entropy_peers() {
+            self.anti_entropy_with(peer).await;
+        }
+    }
+
+    /// One anti-entropy exchange with `peer`: it answers with its records of the buckets
+    /// where our digests differ, and we send ours of those buckets.
+    async fn anti_entropy_with(&self, peer: Replica) {
+        let (addr, digest, me) = {
             let shard = self.shard.borrow();
-            let view = shard.view().clone();
-            let me = shard.me();
-            let candidates: Vec<Replica> = view
-                .view
-                .nodes()
-                .flat_map(|(&node, info)| {
-                    (0..info.workers.len() as u32).map(move |worker| Replica { node, worker })
-                })
-                .filter(|r| *r != me)
-                .collect();
-            if candidates.is_empty() {
-                return;
-            }
-            let peer = candidates[fastrand::usize(..candidates.len())];
-            let Some(addr) = view.addr(peer).map(str::to_string) else {
+            let Some(addr) = shard.view().addr(peer).map(str::to_string) else {
                 return;
             };
-            (peer, addr, shard.digest(peer), me)
+            (addr, shard.digest(peer), shard.me())
         };
         let node_id = match self.shard.borrow().view().view.node(me.node) {
             Some(info) => info.id.clone(),
@@ -1029,17 +1050,38 @@ async fn anti_entropy_loop(ctx: Rc<WorkerCtx>) {
     let mut shutdown = ctx.shutdown();
     // Workers start their rounds at different times.
     let jitter = Duration::from_millis(fastrand::u64(0..=period.as_millis() as u64));
-    tokio::select! {
-        _ = tokio::time::sleep(jitter) => {}
-        _ = shutdown.wait_for(|s| *s) => return,
-    }
-    let mut tick = tokio::time::interval(period);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + jitter, period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut views = ctx.shared.snapshots.clone();
+    let mut rings = views.borrow_and_update().view.rings;
     loop {
+        let view_changed = tokio::select! {
+            _ = tick.tick() => false,
+            changed = views.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                true
+            }
+            _ = shutdown.wait_for(|s| *s) => return,
+        };
+        if !view_changed {
+            ctx.anti_entropy_round().await;
+            continue;
+        }
+        let now = views.borrow_and_update().view.rings;
+        if now == rings {
+            continue;
+        }
+        rings = now;
+        // Let hand-off move the bulk first; then pull what is still missing.
         tokio::select! {
-            _ = tick.tick() => {}
+            _ = tokio::time::sleep(AFTER_VIEW_CHANGE) => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
-        ctx.anti_entropy_round().await;
+        ctx.anti_entropy_all().await;
     }
 }
+
+/// Delay between a change of the rings and the full anti-entropy round that follows it.
+const AFTER_VIEW_CHANGE: Duration = Duration::from_millis(500);
