@@ -250,3 +250,98 @@ fn local_serves_every_key_right_after_a_restart() {
         "the memory tier did not recover its keys from the disk tier"
     );
 }
+
+/// A tmpfs of `size` mounted on a fresh directory (needs root, as on the CI machine: the
+/// test fails, not skips, without it), unmounted on drop.
+struct Tmpfs {
+    dir: std::path::PathBuf,
+    _parent: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Tmpfs {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("fs");
+        std::fs::create_dir(&dir).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "cannot mount a tmpfs for the full-disk test (run the tests as root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Tmpfs {
+            dir,
+            _parent: parent,
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+#[test]
+fn a_full_disk_gives_writers_an_error_and_reads_keep_working() {
+    let fs = Tmpfs::mount("48m");
+    let config = fs.dir.join("node.toml");
+    std::fs::write(&config, "[disk]\nreserve_bytes = 8388608\n").unwrap();
+    let ballast = fs.dir.join("ballast");
+    let data = fs.dir.join("data");
+    let node = NodeProc::server(
+        "full",
+        None,
+        &[
+            "--tier",
+            "disk",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--workers",
+            "1",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    // Fill the file system until writes are refused.
+    std::fs::write(&ballast, vec![0u8; 24 << 20]).unwrap();
+    let mut resp = common::Resp::connect(node.resp);
+    let value = vec![b'x'; 64 * 1024];
+    let mut written = 0;
+    let error = loop {
+        let key = format!("k{written}");
+        resp.send(&[b"SET", key.as_bytes(), &value]);
+        let line = resp.line().trim_end().to_string();
+        if line != "+OK" {
+            break line;
+        }
+        written += 1;
+        assert!(written < 10_000, "the disk never filled up");
+    };
+    assert!(written > 10, "only {written} writes fit: {error}");
+    assert!(
+        error.starts_with("-MISCONF storage error: disk full"),
+        "unexpected answer to a write on a full disk: {error}"
+    );
+    // Reads of acknowledged writes keep working, and so does the node.
+    for i in [0, written / 2, written - 1] {
+        let key = format!("k{i}");
+        resp.send(&[b"GET", key.as_bytes()]);
+        assert_eq!(resp.line().trim_end(), format!("${}", value.len()), "{key}");
+        let mut body = vec![0u8; value.len() + 2];
+        std::io::Read::read_exact(&mut resp.stream, &mut body).unwrap();
+        assert_eq!(&body[..value.len()], &value[..], "{key}");
+    }
+    resp.roundtrip(&[b"PING"], b"+PONG\r\n");
+    // Space comes back: writes resume without a restart.
+    std::fs::remove_file(&ballast).unwrap();
+    resp.roundtrip(&[b"SET", b"after", b"1"], b"+OK\r\n");
+    resp.roundtrip(&[b"GET", b"after"], b"$1\r\n1\r\n");
+}
