@@ -695,3 +695,43 @@ fn out_of_order_lsn_is_corruption() {
     assert_eq!(log.len(), 2);
     assert!(rec.corruption.unwrap().reason.contains("out of order"));
 }
+
+#[test]
+fn damaged_segment_header_ends_the_log_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    write_segment(dir.path(), 1, &[(1, b"a"), (2, b"b")], &[]);
+    write_segment(dir.path(), 3, &[(3, b"c")], &[]);
+    write_segment(dir.path(), 4, &[(4, b"d")], &[]);
+    let second = dir.path().join(format::segment_name(3));
+    let mut bytes = fs::read(&second).unwrap();
+    bytes[3] ^= 0xff;
+    fs::write(&second, bytes).unwrap();
+    let (_wal, rec, _, log) = open(dir.path(), opts(FsyncPolicy::Always));
+    assert_eq!(log.len(), 2);
+    let c = rec.corruption.expect("reported");
+    assert_eq!((c.segment, c.offset), (second, 0));
+    assert_eq!(rec.segments_discarded, 1);
+}
+
+#[test]
+fn waits_end_when_the_log_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let (wal, ..) = open(dir.path(), opts(FsyncPolicy::Always));
+        let mut watch = wal.watch();
+        let lsn = wal.append(payload(1)).await.unwrap();
+        wal.close().await.unwrap();
+        watch.wait_durable(lsn).await.unwrap();
+        assert!(matches!(
+            wal.append(payload(2)).await,
+            Err(WalError::Closed)
+        ));
+        // An LSN that will never come: the wait ends instead of hanging.
+        assert!(matches!(
+            watch.wait_durable(lsn + 1).await,
+            Err(WalError::Closed)
+        ));
+        drop(wal);
+        assert!(watch.wait_durable(lsn).await.is_ok());
+    });
+}

@@ -174,7 +174,13 @@ impl Wal {
     /// full (back-pressure; the wait is for the writer to take the queue, not for an
     /// fsync). Fails like [`try_append`](Self::try_append) otherwise.
     pub async fn append(&self, payload: Bytes) -> Result<Lsn, WalError> {
-        let mut payload = payload;
+        let mut payload = match self.enqueue(payload) {
+            Ok(lsn) => return Ok(lsn),
+            Err(Refused::Error(e)) => return Err(e),
+            Err(Refused::Full(back)) => back,
+        };
+        // Slow path: register for the writer's "space freed" signal before trying again,
+        // so a signal between the try and the wait is not missed.
         loop {
             let notified = self.shared.space.notified();
             tokio::pin!(notified);
