@@ -118,6 +118,11 @@ impl DirLock {
             .truncate(false)
             .write(true)
             .open(&path)
+            .or_else(|e| match e.raw_os_error() {
+                // A read-only file system: a lock file that exists can still be locked.
+                Some(libc::EROFS) => File::open(&path),
+                _ => Err(e),
+            })
             .map_err(|e| WalError::io("create", &path, &e))?;
         // SAFETY: flock on a file descriptor we own; failure is reported through the
         // return value.

@@ -9,7 +9,7 @@ use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::error::WalError;
+use crate::error::{DiskError, WalError};
 use crate::format::{self, FileKind, Next, RecordReader, SEGMENT_HEADER_LEN};
 use crate::fsio;
 use crate::snapshot::read_snapshot;
@@ -348,7 +348,7 @@ fn replace_with_delete(actions: &mut Vec<Action>, path: &Path) {
 /// in between leaves a directory that scans to the same result — then fsyncs the remaining segments (recovered records
 /// may have been in the page cache only, e.g. after `kill -9` under a periodic policy; a
 /// new segment must never be durable before them) and the directory.
-pub(crate) fn apply(dir: &Path, scan: &Scan) -> Result<(), WalError> {
+pub(crate) fn apply(dir: &Path, scan: &Scan) -> Result<(), DiskError> {
     let truncations = scan
         .actions
         .iter()
@@ -362,22 +362,24 @@ pub(crate) fn apply(dir: &Path, scan: &Scan) -> Result<(), WalError> {
             Action::Delete(path) => match fs::remove_file(path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(WalError::io("remove", path, &e)),
+                Err(e) => return Err(DiskError::new("remove", path, &e)),
             },
             Action::Truncate(path, len) => {
                 let f = OpenOptions::new()
                     .write(true)
                     .open(path)
-                    .map_err(|e| WalError::io("open", path, &e))?;
+                    .map_err(|e| DiskError::new("open", path, &e))?;
                 f.set_len(*len)
-                    .map_err(|e| WalError::io("truncate", path, &e))?;
-                f.sync_all().map_err(|e| WalError::io("fsync", path, &e))?;
+                    .map_err(|e| DiskError::new("truncate", path, &e))?;
+                f.sync_all()
+                    .map_err(|e| DiskError::new("fsync", path, &e))?;
             }
         }
     }
     for path in &scan.keep {
-        let f = File::open(path).map_err(|e| WalError::io("open", path, &e))?;
-        f.sync_data().map_err(|e| WalError::io("fsync", path, &e))?;
+        let f = File::open(path).map_err(|e| DiskError::new("open", path, &e))?;
+        f.sync_data()
+            .map_err(|e| DiskError::new("fsync", path, &e))?;
     }
-    fsio::sync_dir(dir).map_err(WalError::Disk)
+    fsio::sync_dir(dir)
 }

@@ -66,9 +66,10 @@ impl Wal {
     /// thread. If `replay` fails, nothing on disk is changed and the error is returned as
     /// [`WalError::Replay`].
     ///
-    /// If the disk refuses the new segment (full, read-only), the log still opens, in its
-    /// failed state: appends are refused until a retry succeeds, and everything recovered
-    /// was replayed — the caller can serve reads.
+    /// If the disk refuses the repair or the new segment (full, read-only), the log still
+    /// opens, in its failed state: everything recovered was replayed, so the caller can
+    /// serve reads; appends are refused until a retry (which first completes the repair)
+    /// succeeds.
     pub fn open<F, E>(
         dir: impl AsRef<Path>,
         options: WalOptions,
@@ -84,12 +85,17 @@ impl Wal {
         let lock = DirLock::acquire(&dir)?;
         let mut replay =
             |item: Replayed<'_>| replay(item).map_err(|e| WalError::Replay(Arc::from(e.into())));
-        let scan = recovery::scan(&dir, &mut replay)?;
-        recovery::apply(&dir, &scan)?;
-        let recovered = scan.recovery;
+        let mut scan = recovery::scan(&dir, &mut replay)?;
+        let recovered = std::mem::take(&mut scan.recovery);
         let last = recovered.last_lsn;
         let prealloc = options.preallocate.then_some(options.segment_bytes);
-        let segment = fsio::create_segment(&dir, last + 1, prealloc);
+        // A disk that refuses the repair or the new segment (full, read-only) still lets
+        // the caller serve what was recovered: the log starts failed, and the writer's
+        // retries finish the repair before creating the segment.
+        let start = match recovery::apply(&dir, &scan) {
+            Ok(()) => fsio::create_segment(&dir, last + 1, prealloc).map_err(|e| (e, None)),
+            Err(e) => Err((e, Some(scan))),
+        };
 
         let (progress, rx) = watch::channel(Progress {
             written: last,
@@ -122,7 +128,7 @@ impl Wal {
             faults: Mutex::new(crate::tests::Faults::default()),
             lock: Mutex::new(Some(lock)),
         });
-        let writer = Writer::new(Arc::clone(&shared), segment, last);
+        let writer = Writer::new(Arc::clone(&shared), start, last);
         let thread = writer::spawn(writer)
             .map_err(|e| WalError::Internal(format!("cannot start the writer thread: {e}")))?;
         tracing::info!(

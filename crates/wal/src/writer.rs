@@ -31,6 +31,7 @@ use crate::config::FsyncPolicy;
 use crate::error::DiskError;
 use crate::format::{self, SEGMENT_HEADER_LEN};
 use crate::fsio::{self, SegmentFile};
+use crate::recovery::{self, Scan};
 use crate::shared::{Entry, Shared, State};
 use crate::stats::batch_bucket;
 use crate::Lsn;
@@ -62,14 +63,22 @@ pub(crate) struct Writer {
     last_sync: Instant,
     /// While failed: the error, and when to retry.
     failed: Option<(DiskError, Instant)>,
+    /// Repairs recovery decided on but the disk refused at open; done before any segment
+    /// is created.
+    repair: Option<Scan>,
     /// Reused queue storage.
     spare: VecDeque<Entry>,
 }
 
 impl Writer {
     /// A writer continuing after `last` (everything up to it is on disk), appending to
-    /// `seg`, or failed if the first segment could not be created.
-    pub fn new(shared: Arc<Shared>, seg: Result<SegmentFile, DiskError>, last: Lsn) -> Self {
+    /// `seg`, or failed if the recovery's repair (returned with the error, to be retried)
+    /// or the first segment failed.
+    pub fn new(
+        shared: Arc<Shared>,
+        seg: Result<SegmentFile, (DiskError, Option<Scan>)>,
+        last: Lsn,
+    ) -> Self {
         let now = Instant::now();
         let mut w = Writer {
             shared,
@@ -83,15 +92,17 @@ impl Writer {
             burned: last,
             last_sync: now,
             failed: None,
+            repair: None,
             spare: VecDeque::new(),
         };
         match seg {
             Ok(seg) => w.seg = Some(seg),
-            Err(e) => {
+            Err((e, repair)) => {
                 tracing::error!(
                     "write-ahead log cannot start a segment, appends are refused until a \
                      retry succeeds: {e}"
                 );
+                w.repair = repair;
                 w.shared
                     .counters
                     .write_errors
@@ -387,7 +398,14 @@ impl Writer {
             .options
             .preallocate
             .then_some(self.shared.options.segment_bytes);
-        match self.create_segment(base, prealloc) {
+        let repaired = match self.repair.as_ref() {
+            Some(scan) => recovery::apply(&self.shared.dir, scan),
+            None => Ok(()),
+        };
+        if repaired.is_ok() {
+            self.repair = None;
+        }
+        match repaired.and_then(|()| self.create_segment(base, prealloc)) {
             Ok(seg) => {
                 self.seg = Some(seg);
                 self.synced_offset = SEGMENT_HEADER_LEN as u64;

@@ -1,8 +1,14 @@
-//! A real full disk: the log lives on a 1 MiB tmpfs. Appenders get a clear `ENOSPC` error
+//! A real full disk and a real read-only file system.
+//!
+//! Full disk: the log lives on a 1 MiB tmpfs. Appenders get a clear `ENOSPC` error
 //! (waiters on records that did not make it, then `Unavailable` for new appends), the
 //! process keeps running, everything acknowledged stays readable, a reopen on the full disk
 //! still recovers (the log opens in its failed state), and once space is freed the log
 //! accepts appends again.
+//!
+//! Read-only: a log with a torn tail on a tmpfs remounted read-only still opens and
+//! replays everything good (so the node can serve reads), refuses appends with `EROFS`, and
+//! once the file system is writable again completes its repair and accepts appends.
 //!
 //! Mounting needs root (or CAP_SYS_ADMIN). Where it is not permitted the test says why and
 //! passes, unless `LATTICEKV_REQUIRE_TMPFS` is set, which makes it fail instead.
@@ -23,6 +29,15 @@ struct Tmpfs {
 }
 
 impl Tmpfs {
+    fn remount(&self, mode: &str) {
+        let status = Command::new("mount")
+            .args(["-o", &format!("remount,{mode}")])
+            .arg(&self.path)
+            .status()
+            .unwrap();
+        assert!(status.success(), "remount {mode}");
+    }
+
     fn mount(size: &str) -> Result<Tmpfs, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let out = Command::new("mount")
@@ -162,4 +177,64 @@ fn full_disk_gives_writers_an_error_and_keeps_reads() {
         check(&dir, preallocate);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+#[test]
+fn read_only_file_system_still_recovers_and_serves_reads() {
+    let Some(fs) = tmpfs_or_skip() else { return };
+    let dir = fs.path.join("wal");
+    let options = WalOptions {
+        fsync: FsyncPolicy::Always,
+        segment_bytes: 64 << 10,
+        retry_interval_ms: 50,
+        ..WalOptions::default()
+    };
+    rt().block_on(async {
+        let (wal, ..) = open(&dir, options.clone());
+        for i in 1..=20 {
+            wal.append(payload(i)).await.unwrap();
+        }
+        wal.close().await.unwrap();
+    });
+    // A torn record at the end, which recovery must cut (a write the disk refuses).
+    let seg = segments(&dir).pop().unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes.extend_from_slice(&[0x55; 10]);
+    std::fs::write(&seg, bytes).unwrap();
+    fs.remount("ro");
+
+    let (wal, rec, log) = open(&dir, options.clone());
+    assert_eq!(log.len(), 20, "{rec:?}");
+    assert!(rec.corruption.is_some());
+    let refused = wal.health().unwrap_err();
+    assert!(
+        matches!(&refused, WalError::Unavailable(e) if e.kind == DiskErrorKind::ReadOnly),
+        "{refused}"
+    );
+    rt().block_on(async {
+        let err = wal
+            .append(bytes::Bytes::from_static(b"x"))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, WalError::Unavailable(_)), "{err}");
+        fs.remount("rw");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while wal.health().is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "never recovered after remount rw"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let lsn = wal
+            .append(bytes::Bytes::from_static(b"after"))
+            .await
+            .unwrap();
+        assert_eq!(lsn, 21);
+        wal.wait_durable(lsn).await.unwrap();
+        wal.close().await.unwrap();
+    });
+    let (rec, log) = read_back(&dir);
+    assert_eq!(rec.corruption, None, "the torn tail was cut once writable");
+    assert_eq!(log.len(), 21);
 }
