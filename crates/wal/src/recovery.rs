@@ -171,7 +171,11 @@ pub(crate) fn scan(dir: &Path, replay: &mut ReplayFn<'_>) -> Result<Scan, WalErr
             continue;
         }
         if *base > last.saturating_add(1) {
-            let reason = format!("records {} to {} are missing", last + 1, base - 1);
+            let reason = format!(
+                "records {} to {} are missing",
+                last.saturating_add(1),
+                base - 1
+            );
             if first_read {
                 return Err(WalError::Corrupt(format!(
                     "{reason}: the oldest segment {} starts at LSN {base}, but the snapshot \
@@ -206,7 +210,7 @@ pub(crate) fn scan(dir: &Path, replay: &mut ReplayFn<'_>) -> Result<Scan, WalErr
             }
         };
         if let Err(reason) = header_ok {
-            if next_base.is_some_and(|nb| nb <= last + 1) {
+            if next_base.is_some_and(|nb| nb <= last.saturating_add(1)) {
                 out.recovery.bytes_abandoned += len;
                 out.actions.push(Action::Delete(path.clone()));
                 continue;
@@ -232,9 +236,9 @@ pub(crate) fn scan(dir: &Path, replay: &mut ReplayFn<'_>) -> Result<Scan, WalErr
                 Next::Bad(bad) => bad.to_string(),
                 Next::Record(lsn) => {
                     let expected = if records == 0 {
-                        (*base).max(prev + 1)
+                        (*base).max(prev.saturating_add(1))
                     } else {
-                        prev + 1
+                        prev.saturating_add(1)
                     };
                     let in_order = if records == 0 {
                         lsn >= expected
@@ -272,7 +276,7 @@ pub(crate) fn scan(dir: &Path, replay: &mut ReplayFn<'_>) -> Result<Scan, WalErr
             let cut = reader
                 .data_after(start)
                 .map_err(|e| WalError::io("read", path, &e))?;
-            if next_base.is_some_and(|nb| nb <= last + 1) {
+            if next_base.is_some_and(|nb| nb <= last.saturating_add(1)) {
                 // The next segment starts right after the last good record: this tail was
                 // abandoned after a disk failure.
                 out.recovery.bytes_abandoned += cut;
