@@ -8,6 +8,7 @@
 //! # Layout
 //! - [`cluster`]: membership, failure detection, cluster views, the cluster agent.
 //! - [`config`]: node configuration and limits, with documented defaults.
+//! - [`durability`]: write-ahead logs, the disk journal syncer, acknowledgement levels.
 //! - [`error`]: [`NodeError`], every error a request can get, with its wire code and RESP text.
 //! - [`op`]: the protocol-neutral operations both protocols are translated into.
 //! - [`forward`]: those operations in protobuf form, for running them on another node.
@@ -24,6 +25,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod durability;
 pub mod error;
 pub mod forward;
 pub mod mesh;

@@ -14,6 +14,7 @@
 //!   write-through cache.
 
 mod disk;
+mod journal;
 mod ops;
 mod sync;
 
@@ -130,6 +131,8 @@ pub struct Shard {
     handed_off: u64,
     /// The disk engine of a disk-tier shard (the memory store is then its cache).
     disk: Option<disk::DiskSide>,
+    /// Changes waiting to be written to the write-ahead log (`None`: no log).
+    journal: Option<GossipBatch>,
 }
 
 impl Shard {
@@ -166,6 +169,7 @@ impl Shard {
             gossip_received: 0,
             handed_off: 0,
             disk: None,
+            journal: None,
         }
     }
 

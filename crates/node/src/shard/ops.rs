@@ -280,9 +280,13 @@ impl Shard {
         self.track_liveness(key, outcome);
         self.write_through(key);
         let delta = delta?;
-        if self.replicated(key) {
+        let replicated = self.replicated(key);
+        if replicated || self.journal_enabled() {
             let record = Record::new(epoch, Some(Value::OrSet(Box::new(delta.clone()))));
-            self.add_to_changeset(key, record);
+            self.log_change(key, &record);
+            if replicated {
+                self.add_to_changeset(key, record);
+            }
         }
         Some(delta)
     }
@@ -361,9 +365,13 @@ impl Shard {
             self.track_liveness(key, outcome);
             self.write_through(key);
             let (new_value, counter_delta) = added.ok_or(NodeError::Overflow)?;
-            if self.replicated(key) {
+            let replicated = self.replicated(key);
+            if replicated || self.journal_enabled() {
                 let record = Record::new(epoch, Some(Value::Counter(counter_delta)));
-                self.add_to_changeset(key, record);
+                self.log_change(key, &record);
+                if replicated {
+                    self.add_to_changeset(key, record);
+                }
             }
             return Ok(OpResult::Int(new_value));
         }
@@ -400,6 +408,7 @@ impl Shard {
     }
 
     pub(super) fn merge_into_store(&mut self, key: &[u8], record: Record) {
+        self.log_change(key, &record);
         self.fault_in(key);
         let outcome = self.store.merge(key, record);
         self.track_liveness(key, outcome);

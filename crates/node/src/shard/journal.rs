@@ -1,0 +1,64 @@
+//! The shard's side of the write-ahead log: which changes to log, and replaying them.
+//!
+//! When the journal is enabled (a memory-tier worker with a data directory), every record
+//! merged into the store — a client write's delta, an in-place OR-set or counter delta, a
+//! record received by gossip, hand-off or repair — is also queued here; the worker drains
+//! the queue after each batch of work into one log record. Replaying the log merges the
+//! same records back: merges are idempotent and commutative, so replaying a record twice,
+//! or after a snapshot that already contains it, changes nothing.
+
+use lattice::Record;
+
+use super::{GossipBatch, Shard};
+
+impl Shard {
+    /// Starts queueing every change to the store for the write-ahead log.
+    pub fn enable_journal(&mut self) {
+        if self.journal.is_none() {
+            self.journal = Some(Vec::new());
+        }
+    }
+
+    /// True if changes are queued for a write-ahead log.
+    pub fn journal_enabled(&self) -> bool {
+        self.journal.is_some()
+    }
+
+    /// The changes queued since the last call (empty if the journal is off).
+    pub fn take_journal(&mut self) -> GossipBatch {
+        match self.journal.as_mut() {
+            Some(j) if !j.is_empty() => std::mem::take(j),
+            _ => Vec::new(),
+        }
+    }
+
+    /// True if changes are waiting to be logged.
+    pub fn journal_pending(&self) -> bool {
+        self.journal.as_ref().is_some_and(|j| !j.is_empty())
+    }
+
+    /// Queues a change of `key` for the log.
+    pub(super) fn log_change(&mut self, key: &[u8], record: &Record) {
+        if let Some(j) = self.journal.as_mut() {
+            j.push((bytes::Bytes::copy_from_slice(key), record.clone()));
+        }
+    }
+
+    /// Merges records replayed from the log (or a snapshot) into the store, without
+    /// queueing them for gossip or for the log again.
+    pub fn restore(&mut self, batch: GossipBatch) {
+        for (key, record) in batch {
+            self.hlc.observe(record.epoch);
+            if let Some(lattice::Value::Lww(l)) = &record.value {
+                self.hlc.observe(l.ts);
+            }
+            let outcome = self.store.merge(&key, record);
+            self.track_liveness(&key, outcome);
+        }
+    }
+
+    /// Every key stored here with its record (for snapshots).
+    pub fn for_each_stored(&self, f: impl FnMut(&[u8], Record)) {
+        self.for_each_record(|_| true, f);
+    }
+}
