@@ -37,4 +37,4 @@ pub mod worker;
 
 pub use config::{ClusterConfig, Limits, NodeConfig};
 pub use error::NodeError;
-pub use server::{Node, NodeAddresses};
+pub use server::{Node, NodeAddresses, PublishedAddresses};

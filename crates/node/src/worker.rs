@@ -63,6 +63,8 @@ pub struct Shared {
     pub front_addr: SocketAddr,
     /// The RESP address.
     pub resp_addr: SocketAddr,
+    /// The addresses published to peers and clients (bound ports, advertised host).
+    pub published: crate::server::PublishedAddresses,
     /// When the node started.
     pub started: Instant,
     /// Open client connections on the whole node: only touched when a connection opens or
