@@ -1,7 +1,7 @@
 //! Running nodes: `latticekv local`, `server` and `routing` — configuration layering,
 //! the foreground process, signals, and the local cluster supervisor (`local --nodes N`).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -171,6 +171,8 @@ fn init_logging() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only on a terminal: not in files, pipes or `docker logs`.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }
 
