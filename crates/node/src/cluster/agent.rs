@@ -254,8 +254,20 @@ impl AgentState {
         let mut incoming = Membership::new();
         merge_members(&mut incoming, &state.members);
         // A peer cannot change what this node says about itself, except to suspect it or
-        // declare it dead — which `beat` refutes with a new incarnation.
+        // declare it dead (at its latest heartbeat: this node stalled) — refuted at once
+        // with a new incarnation, before anything is published: a view without this node
+        // would make its workers hand every key away.
         let mut changed = self.membership.merge(incoming);
+        let me = self.config.node_id.clone();
+        if !self.leaving
+            && self
+                .membership
+                .get(&me)
+                .is_some_and(|m| m.status != Status::Alive)
+        {
+            membership::beat(&mut self.membership, &me, system_now_ms(), false);
+            changed = true;
+        }
         if state.has_replication {
             let mut table = (*self.replication).clone();
             if merge_replication_pb(&mut table, &state.replication) {
