@@ -430,10 +430,17 @@ impl AgentState {
                         })),
                         ..Default::default()
                     };
-                    if let Ok(Ok(resp)) = tokio::time::timeout(SYNC_TIMEOUT, conn.call(req)).await {
-                        if let Some(pb::response::Result::Cluster(s)) = resp.result {
-                            state = Some(s);
+                    match tokio::time::timeout(SYNC_TIMEOUT, conn.call(req)).await {
+                        Ok(Ok(resp)) => {
+                            if let Some(pb::response::Result::Cluster(s)) = resp.result {
+                                state = Some(s);
+                            }
                         }
+                        Ok(Err(_)) => {}
+                        // A silent peer (partitioned away) never breaks the socket; keeping
+                        // it would make every later exchange wait on it, long after the
+                        // network is back. The next exchange reconnects.
+                        Err(_) => conn.abandon(),
                     }
                 }
                 let _ = replies.send(Reply { addr, conn, state }).await;
@@ -445,10 +452,10 @@ impl AgentState {
     fn on_reply(&mut self, reply: Reply) {
         self.in_flight.remove(&reply.addr);
         match reply.conn {
-            Some(c) => {
+            Some(c) if !c.is_broken() => {
                 self.peers.insert(reply.addr, c);
             }
-            None => {
+            _ => {
                 self.peers.remove(&reply.addr);
             }
         }
