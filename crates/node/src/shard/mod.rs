@@ -87,8 +87,11 @@ pub type GossipBatch = Vec<(Bytes, Record)>;
 pub struct Shard {
     /// Static settings.
     config: ShardConfig,
-    /// The writer id of this worker's timestamps, OR-set dots and counter entries: random per
-    /// process start, so a restarted worker never reuses an old incarnation's dots.
+    /// The writer id of this worker's OR-set dots and counter entries: random per process
+    /// start, so a restarted worker never reuses an old incarnation's dots — and replaced
+    /// whenever the worker drops keys it handed off (see [`Shard::delivered`]), so a key
+    /// that comes back never reuses them either. (Its timestamps' writer id stays the one
+    /// `hlc` started with.)
     actor: u64,
     /// Hybrid logical clock; observes every epoch merged here, so a delete or write issued
     /// here is newer than everything this worker has seen.
@@ -140,7 +143,7 @@ impl Shard {
         actor: u64,
         now_ms: fn() -> u64,
     ) -> Self {
-        let single_worker = is_single_worker(&view);
+        let single_worker = is_single_worker(&view, config.me);
         Shard {
             config,
             actor,
@@ -288,15 +291,16 @@ impl Shard {
     }
 }
 
-/// True if a view has exactly one memory-tier worker in all.
-fn is_single_worker(view: &ViewState) -> bool {
+/// True if `me` is the only memory-tier worker of a view (or the view has none): every key
+/// is then local. A view whose one worker is another node's is not that case.
+fn is_single_worker(view: &ViewState, me: Replica) -> bool {
     let mut workers = 0;
     for (_, node) in view.view.nodes() {
         if node.tier == Tier::Memory {
             workers += node.workers.len();
         }
     }
-    workers <= 1
+    workers == 0 || (workers == 1 && view.has_node(me.node) && me.worker == 0)
 }
 
 #[cfg(test)]
