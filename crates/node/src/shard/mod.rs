@@ -40,8 +40,8 @@ pub fn system_now_ms() -> u64 {
 pub enum Route {
     /// This worker holds a replica.
     Local,
-    /// Another worker (of this node or another) holds one: a random one among the key's
-    /// replicas.
+    /// Another worker holds one: a random one among the key's replicas on this node if
+    /// there are any, else among all its replicas.
     Remote(Replica),
 }
 
@@ -237,18 +237,33 @@ impl Shard {
         let me = self.config.me;
         let mut local = false;
         let mut count = 0usize;
+        let mut on_this_node = 0usize;
         view.for_each_replica(hash, Tier::Memory, vector.memory, |r| {
             local |= r == me;
             count += 1;
+            on_this_node += usize::from(r.node == me.node);
         });
         if local || count == 0 {
             return Route::Local;
         }
-        // Spread requests for keys with several replicas (hot keys) over them.
-        let pick = fastrand::usize(..count);
+        // A replica on this node first: no network hop, and a node cut off from the others
+        // keeps serving the keys it holds (a random remote replica would send requests
+        // into the partition until the failure detector takes the others out of the view).
+        // Requests for keys with several replicas here (hot keys) are spread over them;
+        // across nodes, load spreads by clients connecting to different nodes (placement-
+        // aware clients pick a random replica themselves).
+        let (pool, this_node_only) = if on_this_node > 0 {
+            (on_this_node, true)
+        } else {
+            (count, false)
+        };
+        let pick = fastrand::usize(..pool);
         let mut chosen = None;
         let mut i = 0;
         view.for_each_replica(hash, Tier::Memory, vector.memory, |r| {
+            if this_node_only && r.node != me.node {
+                return;
+            }
             if i == pick {
                 chosen = Some(r);
             }

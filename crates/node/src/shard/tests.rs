@@ -501,3 +501,47 @@ fn a_key_that_comes_back_keeps_every_write() {
     };
     assert_eq!(members, vec![b"x".to_vec(), b"y".to_vec()]);
 }
+
+/// A worker that does not hold a key sends its requests to a replica on its own node when
+/// there is one (no network hop; a partitioned node keeps serving the keys it holds), and
+/// to any replica otherwise.
+#[test]
+fn requests_go_to_a_replica_on_this_node_first() {
+    let view = Arc::new(ViewState::of(
+        vec![node("a", 2), node("b", 2), node("c", 2)],
+        ReplicationTable::new(),
+        default_vector(2, 1),
+    ));
+    let shards: Vec<Shard> = (0..2)
+        .map(|w| Shard::with_clock(config("a", w), view.clone(), 10 + w as u64, fixed_now))
+        .collect();
+    let (mut via_this_node, mut elsewhere) = (0, 0);
+    for i in 0..200 {
+        let key = format!("k{i}");
+        let replicas = view.replicas(key.as_bytes());
+        let here: Vec<Replica> = replicas
+            .iter()
+            .copied()
+            .filter(|r| r.node == node_key("a"))
+            .collect();
+        for s in &shards {
+            for _ in 0..20 {
+                match s.route(key.as_bytes()) {
+                    Route::Local => assert!(replicas.contains(&s.me())),
+                    Route::Remote(r) if here.is_empty() => {
+                        assert!(replicas.contains(&r));
+                        elsewhere += 1;
+                    }
+                    Route::Remote(r) => {
+                        assert_eq!(vec![r], here, "{key}: a replica on this node");
+                        via_this_node += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        via_this_node > 100 && elsewhere > 100,
+        "{via_this_node} {elsewhere}"
+    );
+}
