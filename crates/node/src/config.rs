@@ -146,7 +146,7 @@ impl NodeConfig {
     /// with `bound`'s port, or `bound` itself when no host is advertised.
     ///
     /// Fails if `advertise` is not a usable host (see [`advertised_host`]).
-    pub fn published(&self, bound: SocketAddr) -> Result<String, String> {
+    pub fn published(&self, bound: SocketAddr) -> Result<String, AdvertiseError> {
         match &self.advertise {
             Some(host) => Ok(join_host_port(&advertised_host(host)?, bound.port())),
             None => Ok(bound.to_string()),
@@ -154,20 +154,37 @@ impl NodeConfig {
     }
 }
 
+/// Why an advertised host was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AdvertiseError {
+    /// A wildcard address (`0.0.0.0`, `::`): nobody can connect to it.
+    #[error(
+        "advertise {0:?}: a wildcard address cannot be reached; advertise the address peers \
+         and clients should use"
+    )]
+    Wildcard(String),
+    /// A port was given: the node publishes the ports it binds.
+    #[error(
+        "advertise {0:?}: give a host only (an IP address or a DNS name); the node \
+         publishes the ports it binds"
+    )]
+    WithPort(String),
+    /// Neither an IP address nor a DNS name.
+    #[error("advertise {0:?}: not an IP address or a DNS name")]
+    NotAHost(String),
+}
+
 /// Validates an advertised host and returns it in canonical form: an IP address (IPv6
 /// with or without brackets) or a DNS name (letters, digits, `-`, `.`; at most 253
 /// characters). A port is not accepted: the node publishes the ports it binds.
-pub fn advertised_host(host: &str) -> Result<String, String> {
+pub fn advertised_host(host: &str) -> Result<String, AdvertiseError> {
     let bare = host
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
     if let Ok(ip) = bare.parse::<IpAddr>() {
         if ip.is_unspecified() {
-            return Err(format!(
-                "advertise {host:?}: a wildcard address cannot be reached; advertise the \
-                 address peers and clients should use"
-            ));
+            return Err(AdvertiseError::Wildcard(host.to_string()));
         }
         return Ok(ip.to_string());
     }
@@ -185,14 +202,9 @@ pub fn advertised_host(host: &str) -> Result<String, String> {
     if valid {
         Ok(host.to_string())
     } else if host.contains(':') {
-        Err(format!(
-            "advertise {host:?}: give a host only (an IP address or a DNS name); the node \
-             publishes the ports it binds"
-        ))
+        Err(AdvertiseError::WithPort(host.to_string()))
     } else {
-        Err(format!(
-            "advertise {host:?}: not an IP address or a DNS name"
-        ))
+        Err(AdvertiseError::NotAHost(host.to_string()))
     }
 }
 

@@ -48,7 +48,7 @@ impl RoutingNode {
         listener
             .set_nonblocking(true)
             .map_err(|source| StartError::Bind { addr, source })?;
-        let published = config.published(addr).map_err(StartError::Config)?;
+        let published = config.published(addr)?;
         let (stop, shutdown) = watch::channel(false);
         let cluster = &config.cluster;
         let (agent, snapshots, agent_thread) = agent::spawn(

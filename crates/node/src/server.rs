@@ -56,6 +56,9 @@ pub enum StartError {
     /// The configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The advertised host is not usable.
+    #[error("invalid configuration: {0}")]
+    Advertise(#[from] crate::config::AdvertiseError),
 }
 
 /// The addresses a running node listens on.
@@ -171,7 +174,7 @@ impl Node {
             worker_listeners.push(l);
         }
 
-        let publish = |bound: SocketAddr| config.published(bound).map_err(StartError::Config);
+        let publish = |bound: SocketAddr| config.published(bound).map_err(StartError::Advertise);
         let published = PublishedAddresses {
             front: publish(front_addr)?,
             resp: publish(resp_addr)?,
