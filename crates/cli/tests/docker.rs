@@ -924,13 +924,24 @@ fn a_partitioned_node_rejoins_and_every_replica_converges() {
 
     let keys = ledger.keys();
     let mut last = String::new();
-    let ok = wait_until(CONVERGE_WITHIN, || match converged(&h, &ledger, &keys) {
-        Ok(()) => true,
-        Err(e) => {
-            last = e;
-            false
+    let mut first: Option<(f64, String)> = None;
+    let mut checks = 0;
+    let ok = wait_until(CONVERGE_WITHIN, || {
+        checks += 1;
+        match converged(&h, &ledger, &keys) {
+            Ok(()) => true,
+            Err(e) => {
+                if first.is_none() {
+                    first = Some((healed.elapsed().as_secs_f64(), e.clone()));
+                }
+                last = e;
+                false
+            }
         }
     });
+    if let Some((at, e)) = &first {
+        eprintln!("    not converged yet {at:.1} s after the heal (check 1 of {checks}): {e}");
+    }
     assert!(
         ok,
         "replicas did not converge within {CONVERGE_WITHIN:?} of the writers stopping:\n{last}"
