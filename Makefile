@@ -5,11 +5,12 @@ PYTHON ?= python3
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test deps build lint unit python-test bench-smoke bench release run clean
+.PHONY: test deps build lint unit python-test bench-smoke docker-image docker-test bench release run clean
 
 ## Everything CI checks: dependencies, formatting, lints, unit/property/integration tests,
-## the redis-py suite against a real node, and the benchmarks in smoke mode (no thresholds).
-test: deps lint build unit python-test bench-smoke
+## the redis-py suite against a real node, the benchmarks in smoke mode (no thresholds),
+## and the partition test in Docker containers.
+test: deps lint build unit python-test bench-smoke docker-test
 
 ## Tools the tests drive: redis-cli (and redis-server for benchmarks), the redis and pytest
 ## Python packages. Installed only when missing.
@@ -41,6 +42,17 @@ bench-smoke: build
 	LKV_BENCH_KEYS=10000 LKV_BENCH_UPDATES=2000 $(CARGO) test --benches -p lattice -p node -p wal
 	bench/compare-redis --smoke --bin $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/cluster --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
+
+## A FROM-scratch image of the statically linked binary, tagged latticekv:dev (no registry).
+docker-image:
+	CARGO=$(CARGO) docker/build-image.sh latticekv:dev
+
+## Three nodes in containers on a private network; one is cut off for 30 s while both sides
+## take writes, then reconnected: every replica must converge, no acknowledged write lost.
+## Builds the static binary and the image itself; fails loudly if Docker is not usable;
+## removes its containers, networks and image even on failure (docs/cluster-testing.md).
+docker-test:
+	CARGO=$(CARGO) tests/docker/run.sh
 
 release:
 	$(CARGO) build --release

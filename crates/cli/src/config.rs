@@ -1,7 +1,7 @@
 //! Running nodes: `latticekv local`, `server` and `routing` — configuration layering,
 //! the foreground process, signals, and the local cluster supervisor (`local --nodes N`).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -27,6 +27,11 @@ pub struct NodeArgs {
     /// First per-worker native address (worker i listens on port + i).
     #[arg(long, env = "LATTICEKV_WORKER_LISTEN")]
     worker_listen: Option<SocketAddr>,
+    /// Host (IP address or DNS name, no port) peers and clients reach this node at; every
+    /// published address is this host with the bound port. Needed when listening on
+    /// 0.0.0.0 (e.g. in a container).
+    #[arg(long, env = "LATTICEKV_ADVERTISE")]
+    advertise: Option<String>,
     /// Directory for node state.
     #[arg(long, env = "LATTICEKV_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -158,6 +163,9 @@ pub fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     if let Some(v) = args.worker_listen {
         config.worker_listen = Some(v);
     }
+    if let Some(v) = &args.advertise {
+        config.advertise = Some(v.clone());
+    }
     if let Some(v) = &args.data_dir {
         config.data_dir = Some(v.clone());
     }
@@ -208,13 +216,16 @@ fn init_logging() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only on a terminal: not in files, pipes or `docker logs`.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }
 
-/// Prints a running node's addresses in the format the tests and scripts parse.
+/// Prints a running node's addresses in the format the tests and scripts parse: the
+/// published ones (what clients connect to), and where it listens if that differs.
 fn print_node(config: &NodeConfig, node: &Node) {
-    let a = node.addresses();
-    let workers: Vec<String> = a.workers.iter().map(|w| w.to_string()).collect();
+    let a = node.published();
+    let workers = &a.workers;
     println!(
         "latticekv {} running: node \"{}\", {} worker(s)",
         env!("CARGO_PKG_VERSION"),
@@ -224,6 +235,10 @@ fn print_node(config: &NodeConfig, node: &Node) {
     println!("native  {}", a.front);
     println!("resp    {}", a.resp);
     println!("workers {}", workers.join(" "));
+    let bound = node.addresses();
+    if bound.front.to_string() != a.front {
+        println!("listen  {} (resp {})", bound.front, bound.resp);
+    }
     println!("press Ctrl-C to stop");
     let _ = std::io::stdout().flush();
 }
@@ -343,10 +358,18 @@ pub fn run_server(args: ServerArgs) -> Result<()> {
         _ => {}
     }
     if args.node.node_id.is_none() && config.node_id == NodeConfig::default().node_id {
-        // Unique by default: nodes of a cluster must not share an id.
-        config.node_id = format!("node-{}", config.listen);
+        // Unique by default: nodes of a cluster must not share an id (the advertised host,
+        // not a wildcard every container binds alike).
+        config.node_id = format!("node-{}", default_id_addr(&config));
     }
     run_node(config, !args.no_leave)
+}
+
+/// The address a default node id is made from: the front address as published.
+fn default_id_addr(config: &NodeConfig) -> String {
+    config
+        .published(config.listen)
+        .unwrap_or_else(|_| config.listen.to_string())
 }
 
 /// `latticekv routing`.
@@ -357,10 +380,10 @@ pub fn run_routing(args: RoutingArgs) -> Result<()> {
         config.listen = SocketAddr::from(([127, 0, 0, 1], 7600));
     }
     if args.node.node_id.is_none() {
-        config.node_id = format!("routing-{}", config.listen);
+        config.node_id = format!("routing-{}", default_id_addr(&config));
     }
     let routing = RoutingNode::start(config).context("starting the routing node")?;
-    println!("routing {}", routing.addr());
+    println!("routing {}", routing.published());
     println!("press Ctrl-C to stop");
     let _ = std::io::stdout().flush();
     wait(None)?;
@@ -461,6 +484,7 @@ fn run_local_cluster(args: LocalArgs) -> Result<()> {
             a.disk_replication.map(|v| v.to_string()),
         ),
         ("--memory-budget", a.memory_budget.map(|v| v.to_string())),
+        ("--advertise", a.advertise.clone()),
         (
             "--failure-timeout-ms",
             a.failure_timeout_ms.map(|v| v.to_string()),

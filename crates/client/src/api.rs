@@ -147,7 +147,11 @@ impl Client {
         let conn = self.connection(addr).await?;
         let resp = tokio::time::timeout(self.inner.options.timeout, conn.call(req))
             .await
-            .map_err(|_| ClientError::Timeout)??;
+            .map_err(|_| {
+                // A silent peer (partitioned away) never breaks the socket: don't reuse it.
+                conn.abandon();
+                ClientError::Timeout
+            })??;
         match resp.result {
             Some(RespResult::Error(e)) => Err(ClientError::from_pb(e)),
             Some(r) => Ok(r),

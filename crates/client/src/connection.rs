@@ -5,6 +5,11 @@
 //! task, which matches responses (the server answers in request order, and each response's
 //! id is checked). Any I/O error fails every request in flight on this connection; the next
 //! request opens a new connection.
+//!
+//! A peer cut off by the network (a partition, a host gone) produces no I/O error at all:
+//! TCP retransmits silently for many minutes. Callers that time a request out therefore
+//! [`abandon`](Connection::abandon) the connection, so that later requests open a new one
+//! instead of queueing behind a silent socket.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -34,6 +39,8 @@ pub struct Connection {
     addr: String,
     calls: mpsc::Sender<(pb::Request, Reply)>,
     broken: Arc<AtomicBool>,
+    /// The writer and reader tasks (aborted by `abandon`).
+    tasks: Arc<[tokio::task::AbortHandle; 2]>,
 }
 
 impl Connection {
@@ -50,19 +57,30 @@ impl Connection {
         let (calls, calls_rx) = mpsc::channel(QUEUE);
         let (order_tx, order_rx) = mpsc::channel(IN_FLIGHT);
         let broken = Arc::new(AtomicBool::new(false));
-        tokio::spawn(writer(
+        let writer = tokio::spawn(writer(
             write,
             calls_rx,
             order_tx,
             broken.clone(),
             addr.to_string(),
         ));
-        tokio::spawn(reader(read, order_rx, broken.clone(), addr.to_string()));
+        let reader = tokio::spawn(reader(read, order_rx, broken.clone(), addr.to_string()));
         Ok(Connection {
             addr: addr.to_string(),
             calls,
             broken,
+            tasks: Arc::new([writer.abort_handle(), reader.abort_handle()]),
         })
+    }
+
+    /// Gives the connection up: it is marked broken and closed, and requests still waiting
+    /// on it fail. For a caller whose request timed out — the peer may be unreachable
+    /// without the socket ever reporting an error.
+    pub fn abandon(&self) {
+        self.broken.store(true, Ordering::Relaxed);
+        for task in self.tasks.iter() {
+            task.abort();
+        }
     }
 
     /// The address this connection talks to.

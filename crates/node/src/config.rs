@@ -3,7 +3,7 @@
 //! Every field has a documented default (see `docs/configuration.md`); the `latticekv` binary
 //! fills a [`NodeConfig`] from a TOML file, `LATTICEKV_*` environment variables and flags.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -27,6 +27,13 @@ pub struct NodeConfig {
     /// `port + i`. Default (unset): the `listen` host, ports `listen + 1 ..`; ephemeral
     /// ports if `listen` uses port 0.
     pub worker_listen: Option<SocketAddr>,
+    /// Host (an IP address, or a DNS name) that peers and clients reach this node at. Every
+    /// address the node publishes — its membership entry, its workers' addresses in
+    /// topologies and redirects, its status — is this host with the port the node actually
+    /// bound. Needed when the node binds a wildcard address (`0.0.0.0`, e.g. in a container)
+    /// or is reached through another address than the one it binds. Default: unset (the
+    /// bound addresses are published as they are).
+    pub advertise: Option<String>,
     /// Directory for node state (the node identity now; the write-ahead log later).
     /// Default: unset (nothing written to disk).
     pub data_dir: Option<PathBuf>,
@@ -162,6 +169,7 @@ impl Default for NodeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 7700)),
             resp: SocketAddr::from(([127, 0, 0, 1], 6380)),
             worker_listen: None,
+            advertise: None,
             data_dir: None,
             gossip_period_ms: 100,
             default_local_replication: 1,
@@ -189,6 +197,80 @@ impl NodeConfig {
     /// The gossip period as a duration (at least 1 ms).
     pub fn gossip_period(&self) -> Duration {
         Duration::from_millis(self.gossip_period_ms.max(1))
+    }
+
+    /// The address this node publishes for a socket bound at `bound`: the advertised host
+    /// with `bound`'s port, or `bound` itself when no host is advertised.
+    ///
+    /// Fails if `advertise` is not a usable host (see [`advertised_host`]).
+    pub fn published(&self, bound: SocketAddr) -> Result<String, AdvertiseError> {
+        match &self.advertise {
+            Some(host) => Ok(join_host_port(&advertised_host(host)?, bound.port())),
+            None => Ok(bound.to_string()),
+        }
+    }
+}
+
+/// Why an advertised host was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AdvertiseError {
+    /// A wildcard address (`0.0.0.0`, `::`): nobody can connect to it.
+    #[error(
+        "advertise {0:?}: a wildcard address cannot be reached; advertise the address peers \
+         and clients should use"
+    )]
+    Wildcard(String),
+    /// A port was given: the node publishes the ports it binds.
+    #[error(
+        "advertise {0:?}: give a host only (an IP address or a DNS name); the node \
+         publishes the ports it binds"
+    )]
+    WithPort(String),
+    /// Neither an IP address nor a DNS name.
+    #[error("advertise {0:?}: not an IP address or a DNS name")]
+    NotAHost(String),
+}
+
+/// Validates an advertised host and returns it in canonical form: an IP address (IPv6
+/// with or without brackets) or a DNS name (letters, digits, `-`, `.`; at most 253
+/// characters). A port is not accepted: the node publishes the ports it binds.
+pub fn advertised_host(host: &str) -> Result<String, AdvertiseError> {
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        if ip.is_unspecified() {
+            return Err(AdvertiseError::Wildcard(host.to_string()));
+        }
+        return Ok(ip.to_string());
+    }
+    let valid = !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
+    if valid {
+        Ok(host.to_string())
+    } else if host.contains(':') {
+        Err(AdvertiseError::WithPort(host.to_string()))
+    } else {
+        Err(AdvertiseError::NotAHost(host.to_string()))
+    }
+}
+
+/// `host:port`, with an IPv6 host in brackets.
+fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 
@@ -266,5 +348,33 @@ mod tests {
         assert!(c.worker_count() >= 1);
         assert!(c.limits.memory_budget_bytes() > 0);
         assert!(c.limits.max_frame_size > c.limits.max_value_size);
+    }
+
+    #[test]
+    fn published_addresses_use_the_advertised_host_and_the_bound_port() {
+        let bound: SocketAddr = "0.0.0.0:7701".parse().unwrap();
+        let mut c = NodeConfig::default();
+        assert_eq!(c.published(bound).unwrap(), "0.0.0.0:7701");
+        c.advertise = Some("10.1.2.3".into());
+        assert_eq!(c.published(bound).unwrap(), "10.1.2.3:7701");
+        c.advertise = Some("node-1.cluster.local".into());
+        assert_eq!(c.published(bound).unwrap(), "node-1.cluster.local:7701");
+        c.advertise = Some("fd00::5".into());
+        assert_eq!(c.published(bound).unwrap(), "[fd00::5]:7701");
+        c.advertise = Some("[fd00::5]".into());
+        assert_eq!(c.published(bound).unwrap(), "[fd00::5]:7701");
+        for bad in [
+            "",
+            "10.1.2.3:7700",
+            "0.0.0.0",
+            "::",
+            "a b",
+            "-x.y",
+            "a..b",
+            "é",
+        ] {
+            c.advertise = Some(bad.into());
+            assert!(c.published(bound).is_err(), "{bad:?} accepted");
+        }
     }
 }

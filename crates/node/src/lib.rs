@@ -39,4 +39,4 @@ pub mod worker;
 
 pub use config::{ClusterConfig, DiskConfig, Limits, NodeConfig, NodeTier};
 pub use error::NodeError;
-pub use server::{Node, NodeAddresses};
+pub use server::{Node, NodeAddresses, PublishedAddresses};

@@ -546,7 +546,7 @@ pub fn topology(ctx: &WorkerCtx) -> pb::Topology {
     pb::Topology {
         protocol_version: wire::PROTOCOL_VERSION,
         node_id: shared.config.node_id.clone(),
-        workers: shared.worker_addrs.iter().map(|a| a.to_string()).collect(),
+        workers: shared.published.workers.clone(),
         vnodes: shared.config.vnodes,
         default_local_replication: view.default.memory.local,
         default_global_replication: view.default.memory.global,
@@ -583,9 +583,10 @@ pub async fn status(ctx: &WorkerCtx) -> pb::Status {
             .map(|w| pb::WorkerStatus {
                 worker: w.worker,
                 address: shared
-                    .worker_addrs
+                    .published
+                    .workers
                     .get(w.worker as usize)
-                    .map(|a| a.to_string())
+                    .cloned()
                     .unwrap_or_default(),
                 keys: w.shard.live_keys,
                 memory_bytes: w.shard.bytes,
@@ -594,8 +595,8 @@ pub async fn status(ctx: &WorkerCtx) -> pb::Status {
             })
             .collect(),
         memory_budget_bytes: shared.config.limits.memory_budget_bytes(),
-        resp_address: shared.resp_addr.to_string(),
-        front_address: shared.front_addr.to_string(),
+        resp_address: shared.published.resp.clone(),
+        front_address: shared.published.front.clone(),
         members: snapshot.members.clone(),
         ownership,
     }

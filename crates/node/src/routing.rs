@@ -27,6 +27,7 @@ use crate::server::StartError;
 /// A running routing node.
 pub struct RoutingNode {
     addr: SocketAddr,
+    published: String,
     stop: watch::Sender<bool>,
     thread: std::thread::JoinHandle<()>,
     agent_thread: std::thread::JoinHandle<()>,
@@ -47,6 +48,7 @@ impl RoutingNode {
         listener
             .set_nonblocking(true)
             .map_err(|source| StartError::Bind { addr, source })?;
+        let published = config.published(addr)?;
         let (stop, shutdown) = watch::channel(false);
         let cluster = &config.cluster;
         let (agent, snapshots, agent_thread) = agent::spawn(
@@ -54,7 +56,7 @@ impl RoutingNode {
                 node_id: config.node_id.clone(),
                 desc: Description {
                     role: Role::Routing,
-                    front: addr.to_string(),
+                    front: published.clone(),
                     resp: String::new(),
                     workers: Vec::new(),
                     vnodes: config.vnodes,
@@ -93,15 +95,22 @@ impl RoutingNode {
             .map_err(StartError::Thread)?;
         Ok(RoutingNode {
             addr,
+            published,
             stop,
             thread,
             agent_thread,
         })
     }
 
-    /// The address clients and nodes reach it at.
+    /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address clients and nodes are told to reach it at (the advertised host, if one
+    /// is configured, with the bound port).
+    pub fn published(&self) -> &str {
+        &self.published
     }
 
     /// Stops it and waits.

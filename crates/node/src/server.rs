@@ -60,6 +60,9 @@ pub enum StartError {
     /// The disk tier's engine could not be opened or recovered.
     #[error("disk engine: {0}")]
     Disk(store::StoreError),
+    /// The advertised host is not usable.
+    #[error("invalid configuration: {0}")]
+    Advertise(#[from] crate::config::AdvertiseError),
 }
 
 /// The addresses a running node listens on.
@@ -73,9 +76,23 @@ pub struct NodeAddresses {
     pub workers: Vec<SocketAddr>,
 }
 
+/// The addresses a node publishes — in its membership entry, topologies, redirects and
+/// status: the ports it bound, with the advertised host if one is configured
+/// ([`NodeConfig::advertise`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublishedAddresses {
+    /// Native front address.
+    pub front: String,
+    /// RESP address.
+    pub resp: String,
+    /// Native address of each worker.
+    pub workers: Vec<String>,
+}
+
 /// A running node.
 pub struct Node {
     addresses: NodeAddresses,
+    published: PublishedAddresses,
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<std::io::Result<()>>>,
     agent_thread: Option<JoinHandle<()>>,
@@ -178,6 +195,23 @@ impl Node {
             worker_listeners.push(l);
         }
 
+        let publish = |bound: SocketAddr| config.published(bound).map_err(StartError::Advertise);
+        let published = PublishedAddresses {
+            front: publish(front_addr)?,
+            resp: publish(resp_addr)?,
+            workers: worker_addrs
+                .iter()
+                .map(|a| publish(*a))
+                .collect::<Result<_, _>>()?,
+        };
+        if config.advertise.is_none() && front_addr.ip().is_unspecified() {
+            tracing::warn!(
+                front = %front_addr,
+                "listening on a wildcard address without `advertise`: other nodes and \
+                 clients are told {front_addr}, which they cannot reach from another machine"
+            );
+        }
+
         let me = node_key(&config.node_id);
         let (stop, shutdown) = watch::channel(false);
         let cluster = &config.cluster;
@@ -187,9 +221,9 @@ impl Node {
                 node_id: config.node_id.clone(),
                 desc: agent::storage_description(
                     config.tier.tier(),
-                    front_addr.to_string(),
-                    resp_addr.to_string(),
-                    worker_addrs.iter().map(|a| a.to_string()).collect(),
+                    published.front.clone(),
+                    published.resp.clone(),
+                    published.workers.clone(),
                     config.vnodes,
                 ),
                 seeds: cluster.seeds.clone(),
@@ -217,6 +251,7 @@ impl Node {
             worker_addrs: worker_addrs.clone(),
             front_addr,
             resp_addr,
+            published: published.clone(),
             started: Instant::now(),
             connections: AtomicUsize::new(0),
             shutdown,
@@ -285,6 +320,7 @@ impl Node {
                 resp: resp_addr,
                 workers: worker_addrs,
             },
+            published,
             shared,
             threads,
             agent_thread: Some(agent_thread),
@@ -296,6 +332,11 @@ impl Node {
     /// Where the node listens.
     pub fn addresses(&self) -> &NodeAddresses {
         &self.addresses
+    }
+
+    /// Where peers and clients are told to reach the node.
+    pub fn published(&self) -> &PublishedAddresses {
+        &self.published
     }
 
     /// Asks every worker to stop (returns at once; see [`join`](Self::join)).

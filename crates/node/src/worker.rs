@@ -63,6 +63,8 @@ pub struct Shared {
     pub front_addr: SocketAddr,
     /// The RESP address.
     pub resp_addr: SocketAddr,
+    /// The addresses published to peers and clients (bound ports, advertised host).
+    pub published: crate::server::PublishedAddresses,
     /// When the node started.
     pub started: Instant,
     /// Open client connections on the whole node: only touched when a connection opens or
@@ -267,7 +269,13 @@ impl WorkerCtx {
         };
         let resp = tokio::time::timeout(PEER_TIMEOUT, conn.call(req))
             .await
-            .map_err(|_| NodeError::Unavailable(format!("{addr} timed out")))?
+            .map_err(|_| {
+                // A peer cut off by a partition never breaks the socket: TCP retransmits
+                // silently. Reusing the connection would queue every later request behind
+                // it until long after the network is back; the next call reconnects.
+                conn.abandon();
+                NodeError::Unavailable(format!("{addr} timed out"))
+            })?
             .map_err(|e| NodeError::Unavailable(e.to_string()))?;
         match resp.result {
             Some(pb::response::Result::Error(e)) => Err(forward::error_from_pb(e)),

@@ -59,7 +59,9 @@ impl NodeProc {
         Self::spawn(&args, extra)
     }
 
-    fn spawn(base: &[&str], extra: &[&str]) -> NodeProc {
+    /// Starts the binary with `base` and `extra` arguments and waits until it prints its
+    /// addresses.
+    pub fn spawn(base: &[&str], extra: &[&str]) -> NodeProc {
         let mut child = Command::new(bin())
             .args(base)
             .args(extra)

@@ -30,6 +30,9 @@ use crate::shard::system_now_ms;
 const MAILBOX: usize = 1024;
 /// Time allowed for one metadata exchange with a peer.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(1);
+/// Every this many rounds, one member believed dead is contacted too (see
+/// [`AgentState::probe_dead`]).
+const DEAD_PROBE_ROUNDS: u64 = 5;
 
 /// Settings of a node's agent.
 #[derive(Clone, Debug)]
@@ -128,6 +131,8 @@ struct AgentState {
     replication: Arc<ReplicationTable>,
     replication_digest: u64,
     leaving: bool,
+    /// Gossip rounds run so far.
+    rounds: u64,
     /// Fingerprint of what the last published view was built from.
     published: u64,
     version: u64,
@@ -187,6 +192,7 @@ pub fn spawn(
         replication,
         replication_digest: 0,
         leaving: false,
+        rounds: 0,
         version: 0,
         peers: HashMap::new(),
         snapshots,
@@ -248,8 +254,20 @@ impl AgentState {
         let mut incoming = Membership::new();
         merge_members(&mut incoming, &state.members);
         // A peer cannot change what this node says about itself, except to suspect it or
-        // declare it dead — which `beat` refutes with a new incarnation.
+        // declare it dead (at its latest heartbeat: this node stalled) — refuted at once
+        // with a new incarnation, before anything is published: a view without this node
+        // would make its workers hand every key away.
         let mut changed = self.membership.merge(incoming);
+        let me = self.config.node_id.clone();
+        if !self.leaving
+            && self
+                .membership
+                .get(&me)
+                .is_some_and(|m| m.status != Status::Alive)
+        {
+            membership::beat(&mut self.membership, &me, system_now_ms(), false);
+            changed = true;
+        }
         if state.has_replication {
             let mut table = (*self.replication).clone();
             if merge_replication_pb(&mut table, &state.replication) {
@@ -322,7 +340,34 @@ impl AgentState {
         }
         membership::apply_changes(&mut self.membership, changes);
         self.exchange(self.config.fanout);
+        self.rounds += 1;
+        if self.rounds.is_multiple_of(DEAD_PROBE_ROUNDS) {
+            self.probe_dead();
+        }
         self.publish();
+    }
+
+    /// Contacts one random member believed dead. Without this a partition never heals:
+    /// each side declares the other dead and then gossips only with the members it
+    /// believes alive, and a node contacts its seeds only while it knows no live member —
+    /// so once the network is back, nobody would ever talk across it again (e.g. a
+    /// bootstrap node, which has no seeds, cut off from the rest). A member that is really
+    /// gone costs one failed connection attempt every few rounds; members that left
+    /// gracefully are not contacted.
+    fn probe_dead(&mut self) {
+        let dead: Vec<String> = self
+            .membership
+            .iter()
+            .filter(|(id, m)| {
+                *id != self.me() && m.status == Status::Dead && !m.desc.front.is_empty()
+            })
+            .map(|(_, m)| m.desc.front.clone())
+            .collect();
+        if dead.is_empty() {
+            return;
+        }
+        let target = dead[fastrand::usize(..dead.len())].clone();
+        self.sync_with(vec![target]);
     }
 
     /// Push-pull with up to `fanout` random members (or the seeds while none is known).
@@ -352,6 +397,12 @@ impl AgentState {
                 .cloned()
                 .collect();
         }
+        self.sync_with(targets);
+    }
+
+    /// Starts a push-pull exchange with each of `targets` (front addresses) that has none
+    /// under way.
+    fn sync_with(&mut self, targets: Vec<String>) {
         let request = self.state(false);
         for addr in targets {
             if self.in_flight.contains(&addr) {
@@ -379,10 +430,17 @@ impl AgentState {
                         })),
                         ..Default::default()
                     };
-                    if let Ok(Ok(resp)) = tokio::time::timeout(SYNC_TIMEOUT, conn.call(req)).await {
-                        if let Some(pb::response::Result::Cluster(s)) = resp.result {
-                            state = Some(s);
+                    match tokio::time::timeout(SYNC_TIMEOUT, conn.call(req)).await {
+                        Ok(Ok(resp)) => {
+                            if let Some(pb::response::Result::Cluster(s)) = resp.result {
+                                state = Some(s);
+                            }
                         }
+                        Ok(Err(_)) => {}
+                        // A silent peer (partitioned away) never breaks the socket; keeping
+                        // it would make every later exchange wait on it, long after the
+                        // network is back. The next exchange reconnects.
+                        Err(_) => conn.abandon(),
                     }
                 }
                 let _ = replies.send(Reply { addr, conn, state }).await;
@@ -394,10 +452,10 @@ impl AgentState {
     fn on_reply(&mut self, reply: Reply) {
         self.in_flight.remove(&reply.addr);
         match reply.conn {
-            Some(c) => {
+            Some(c) if !c.is_broken() => {
                 self.peers.insert(reply.addr, c);
             }
-            None => {
+            _ => {
                 self.peers.remove(&reply.addr);
             }
         }

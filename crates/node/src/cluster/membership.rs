@@ -4,15 +4,21 @@
 //! role and addresses). Nodes exchange it by gossip and merge; the merge is a lattice, so
 //! every node converges on the same membership whatever the order of messages.
 //!
-//! - **Member merge:** the higher incarnation wins wholesale; for equal incarnations status,
-//!   heartbeat and description each take their maximum (status order: alive < suspect <
+//! - **Member merge:** the higher `(incarnation, heartbeat)` wins wholesale; for equal
+//!   ones status and description take their maximum (status order: alive < suspect <
 //!   dead < left).
 //! - **Liveness:** a node increments its own heartbeat every gossip round. The
 //!   [`Detector`] (local, not gossiped) records when each member's heartbeat last grew; a
-//!   member silent for `suspect_after` becomes *suspect* and after `dead_after` *dead*.
+//!   member silent for `suspect_after` becomes *suspect* and after `dead_after` *dead* — at
+//!   the heartbeat it was last seen with. A verdict is about that heartbeat: a later
+//!   heartbeat of the same incarnation, seen by anyone, supersedes it. So after a
+//!   partition, where each side declared the other dead while every node kept beating,
+//!   one exchange across it restores everyone — no stale verdict from one side can take
+//!   a node the other side is hearing from out of the rings.
 //! - **Refutation (SWIM):** a node that learns it is suspected or declared dead at its
-//!   current incarnation takes a new, higher incarnation, which overrides the suspicion.
-//!   A restarted node starts with a new incarnation (the clock), so it rejoins.
+//!   current heartbeat (it stopped beating for a while: a stalled process) takes a new,
+//!   higher incarnation, which overrides the verdict. A restarted node starts with a new
+//!   incarnation (the clock), so it rejoins.
 //!
 //! Everything here is pure (time is passed in), so the simulation drives it directly.
 
@@ -100,22 +106,21 @@ pub struct Member {
 }
 
 impl Lattice for Member {
-    /// Higher incarnation wins; equal incarnations take the maximum of each part.
+    /// The higher `(incarnation, heartbeat)` wins; equal ones take the maximum of status
+    /// and description. (A lexicographic product of a chain and a lattice: a lattice.)
     fn merge(&mut self, other: Self) -> bool {
-        if other.incarnation > self.incarnation {
+        let mine = (self.incarnation, self.heartbeat);
+        let theirs = (other.incarnation, other.heartbeat);
+        if theirs > mine {
             *self = other;
             return true;
         }
-        if other.incarnation < self.incarnation {
+        if theirs < mine {
             return false;
         }
         let mut changed = false;
         if other.status > self.status {
             self.status = other.status;
-            changed = true;
-        }
-        if other.heartbeat > self.heartbeat {
-            self.heartbeat = other.heartbeat;
             changed = true;
         }
         if other.desc > self.desc {
@@ -265,8 +270,11 @@ mod tests {
             member(1, Status::Alive, 5),
             member(1, Status::Suspect, 3),
             member(1, Status::Dead, 9),
+            member(1, Status::Dead, 5),
+            member(1, Status::Alive, 9),
             member(2, Status::Alive, 0),
             member(2, Status::Left, 1),
+            member(2, Status::Suspect, 1),
         ];
         for a in &samples {
             lattice::laws::check_idempotent(a).unwrap();
@@ -305,6 +313,53 @@ mod tests {
             d.check(&m, "a", 3_100, CONFIG).is_empty(),
             "a new incarnation is progress"
         );
+    }
+
+    /// Each side of a partition declares the other dead while every node keeps beating.
+    /// Once they talk again, the later heartbeats override the verdicts everywhere: nobody
+    /// needs a new incarnation, and a stale verdict from one side never takes out a node
+    /// the other side hears from.
+    #[test]
+    fn a_healed_partition_needs_no_refutation() {
+        let mut cluster = Membership::new();
+        for id in ["a", "b", "c"] {
+            cluster.insert_merge(id.into(), member(1, Status::Alive, 10));
+        }
+        // `a` is cut off from `b` and `c`.
+        let (mut side_a, mut side_bc) = (cluster.clone(), cluster.clone());
+        let mut detector_a = Detector::new();
+        let mut detector_bc = Detector::new();
+        assert!(detector_a.check(&side_a, "a", 0, CONFIG).is_empty());
+        assert!(detector_bc.check(&side_bc, "b", 0, CONFIG).is_empty());
+        for t in 1..=40u64 {
+            let now = t * 100;
+            beat(&mut side_a, "a", now, false);
+            beat(&mut side_bc, "b", now, false);
+            beat(&mut side_bc, "c", now, false);
+            let verdicts = detector_a.check(&side_a, "a", now, CONFIG);
+            apply_changes(&mut side_a, verdicts);
+            let verdicts = detector_bc.check(&side_bc, "b", now, CONFIG);
+            apply_changes(&mut side_bc, verdicts);
+        }
+        assert_eq!(side_a.get("b").unwrap().status, Status::Dead);
+        assert_eq!(side_a.get("c").unwrap().status, Status::Dead);
+        assert_eq!(side_bc.get("a").unwrap().status, Status::Dead);
+        // Heal: one push-pull exchange.
+        let mut healed_a = side_a.clone();
+        healed_a.merge(side_bc.clone());
+        let mut healed_bc = side_bc.clone();
+        healed_bc.merge(side_a.clone());
+        assert_eq!(healed_a, healed_bc);
+        for (id, m) in healed_a.iter() {
+            assert_eq!(m.status, Status::Alive, "{id}");
+            assert_eq!(m.incarnation, 1, "{id} needed no new incarnation");
+        }
+        // A verdict at the latest heartbeat (the member stopped beating) still holds.
+        let mut stalled = healed_a.clone();
+        apply_changes(&mut stalled, vec![("c".to_string(), 1, Status::Dead)]);
+        let mut merged = healed_a.clone();
+        merged.merge(stalled);
+        assert_eq!(merged.get("c").unwrap().status, Status::Dead);
     }
 
     #[test]

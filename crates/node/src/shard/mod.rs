@@ -44,8 +44,8 @@ pub fn system_now_ms() -> u64 {
 pub enum Route {
     /// This worker holds a replica.
     Local,
-    /// Another worker (of this node or another) holds one: a random one among the key's
-    /// replicas.
+    /// Another worker holds one: a random one among the key's replicas on this node if
+    /// there are any, else among all its replicas.
     Remote(Replica),
 }
 
@@ -91,8 +91,11 @@ pub type GossipBatch = Vec<(Bytes, Record)>;
 pub struct Shard {
     /// Static settings.
     config: ShardConfig,
-    /// The writer id of this worker's timestamps, OR-set dots and counter entries: random per
-    /// process start, so a restarted worker never reuses an old incarnation's dots.
+    /// The writer id of this worker's OR-set dots and counter entries: random per process
+    /// start, so a restarted worker never reuses an old incarnation's dots — and replaced
+    /// whenever the worker drops keys it handed off (see [`Shard::delivered`]), so a key
+    /// that comes back never reuses them either. (Its timestamps' writer id stays the one
+    /// `hlc` started with.)
     actor: u64,
     /// Hybrid logical clock; observes every epoch merged here, so a delete or write issued
     /// here is newer than everything this worker has seen.
@@ -148,7 +151,7 @@ impl Shard {
         actor: u64,
         now_ms: fn() -> u64,
     ) -> Self {
-        let single_worker = is_single_worker(&view);
+        let single_worker = is_single_worker(&view, config.me);
         Shard {
             config,
             actor,
@@ -246,27 +249,45 @@ impl Shard {
         let mut local = false;
         let mut memory = 0usize;
         let mut disk = 0usize;
+        let mut memory_here = 0usize;
+        let mut disk_here = 0usize;
         view.for_each_replica(hash, Tier::Memory, vector.memory, |r| {
             local |= r == me;
             memory += 1;
+            memory_here += usize::from(r.node == me.node);
         });
         view.for_each_replica(hash, Tier::Disk, vector.disk, |r| {
             local |= r == me;
             disk += 1;
+            disk_here += usize::from(r.node == me.node);
         });
         if local || memory + disk == 0 {
             return Route::Local;
         }
-        // Spread requests for keys with several replicas (hot keys) over them.
-        let (tier, replication, count) = if memory > 0 {
-            (Tier::Memory, vector.memory, memory)
+        // Requests go to the serving tier: memory, or disk for a key with no memory replica.
+        // Within it, a replica on this node first: no network hop, and a node cut off from
+        // the others keeps serving the keys it holds (a random remote replica would send
+        // requests into the partition until the failure detector takes the others out of
+        // the view). Requests for keys with several replicas here (hot keys) are spread over
+        // them; across nodes, load spreads by clients connecting to different nodes
+        // (placement-aware clients pick a random replica themselves).
+        let (tier, replication, count, here) = if memory > 0 {
+            (Tier::Memory, vector.memory, memory, memory_here)
         } else {
-            (Tier::Disk, vector.disk, disk)
+            (Tier::Disk, vector.disk, disk, disk_here)
         };
-        let pick = fastrand::usize(..count);
+        let (pool, this_node_only) = if here > 0 {
+            (here, true)
+        } else {
+            (count, false)
+        };
+        let pick = fastrand::usize(..pool);
         let mut chosen = None;
         let mut i = 0;
         view.for_each_replica(hash, tier, replication, |r| {
+            if this_node_only && r.node != me.node {
+                return;
+            }
             if i == pick {
                 chosen = Some(r);
             }
@@ -324,10 +345,11 @@ impl Shard {
     }
 }
 
-/// True if a view has exactly one storage worker in all (every key is local).
-fn is_single_worker(view: &ViewState) -> bool {
+/// True if `me` is the only storage worker of a view (or the view has none): every key
+/// is then local. A view whose one worker is another node's is not that case.
+fn is_single_worker(view: &ViewState, me: Replica) -> bool {
     let workers: usize = view.view.nodes().map(|(_, node)| node.workers.len()).sum();
-    workers <= 1
+    workers == 0 || (workers == 1 && view.has_node(me.node) && me.worker == 0)
 }
 
 #[cfg(test)]

@@ -125,10 +125,20 @@ impl Shard {
 
     /// Records that a batch reached its destination: handed-off keys that are no longer
     /// replicated here and have nothing pending are dropped.
+    ///
+    /// Dropping a key forgets this worker's own contributions to it: its counter entry and
+    /// the dots of its OR-set adds. If the key came back here later (the views changed
+    /// back, e.g. after a partition healed) and took a write before its state arrived, the
+    /// write would reuse them — a counter entry restarting from zero (the merge keeps the
+    /// larger, older count: the new increments are lost) or an OR-set dot already used by
+    /// another member (each replica then sees the other's member as removed). So once it
+    /// has dropped keys, the worker writes under a new actor id: its old entries stay as
+    /// they are everywhere, new writes add to a fresh one.
     pub fn delivered<'k>(&mut self, keys: impl IntoIterator<Item = &'k [u8]>) {
         if self.handoff.is_empty() {
             return;
         }
+        let dropped_before = self.handed_off;
         for key in keys {
             if !self.handoff.contains(key) || self.changeset.contains_key(key) {
                 continue;
@@ -152,6 +162,17 @@ impl Shard {
             }
             self.handoff.remove(key);
             self.handed_off += 1;
+        }
+        if self.handed_off != dropped_before {
+            self.new_actor();
+        }
+    }
+
+    /// Switches to a new, random actor id for dots and counter entries.
+    fn new_actor(&mut self) {
+        let old = self.actor;
+        while self.actor == old {
+            self.actor = fastrand::u64(..);
         }
     }
 
@@ -197,7 +218,7 @@ impl Shard {
     /// Switches to a new view and queues the moves it implies (see the module docs).
     pub fn set_view(&mut self, next: Arc<ViewState>) {
         let old = std::mem::replace(&mut self.view, next);
-        self.single_worker = super::is_single_worker(&self.view);
+        self.single_worker = super::is_single_worker(&self.view, self.config.me);
         let new = self.view.clone();
         let me = self.config.me;
 

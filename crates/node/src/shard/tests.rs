@@ -440,3 +440,108 @@ fn anti_entropy_repairs_a_lost_update() {
         6
     );
 }
+
+/// A key handed off and later handed back (views changing back and forth, as around a
+/// partition) takes writes before its state returns: none of them, and none of the
+/// writes before the hand-off, is lost — the worker does not reuse its old counter entry
+/// or OR-set dots for the key it forgot.
+#[test]
+fn a_key_that_comes_back_keeps_every_write() {
+    let v1 = default_vector(1, 1);
+    let view = |nodes: Vec<NodeInfo>, version| {
+        let mut v = ViewState::of(nodes, ReplicationTable::new(), v1);
+        v.version = version;
+        Arc::new(v)
+    };
+    let only_a = view(vec![node("a", 1)], 1);
+    let mut a = Shard::with_clock(config("a", 0), only_a.clone(), 1, fixed_now);
+    let mut b = Shard::with_clock(config("b", 0), only_a, 2, fixed_now);
+    let add = |s: &mut Shard, member: &'static [u8]| {
+        s.execute(Op::SetAdd {
+            key: &b"s"[..],
+            members: vec![member],
+        })
+    };
+    let incr = |s: &mut Shard, delta| {
+        s.execute(Op::CounterAdd {
+            key: &b"c"[..],
+            delta,
+        })
+    };
+    incr(&mut a, 5);
+    add(&mut a, b"x");
+    // The keys move to b; a drops them once delivered.
+    let only_b = view(vec![node("b", 1)], 2);
+    a.set_view(only_b.clone());
+    b.set_view(only_b);
+    for o in a.take_gossip() {
+        assert_eq!(o.to, b.me());
+        let keys: Vec<Bytes> = o.entries.iter().map(|(k, _)| k.clone()).collect();
+        b.merge_gossip(o.entries);
+        a.delivered(keys.iter().map(|k| &k[..]));
+    }
+    assert!(
+        !a.stores(b"c") && !a.stores(b"s"),
+        "a dropped the handed-off keys"
+    );
+    // They come back to a, which takes writes before b's copy arrives.
+    let only_a = view(vec![node("a", 1)], 3);
+    a.set_view(only_a.clone());
+    b.set_view(only_a);
+    incr(&mut a, 3);
+    add(&mut a, b"y");
+    for o in b.take_gossip() {
+        assert_eq!(o.to, a.me());
+        a.merge_gossip(o.entries);
+    }
+    assert_eq!(int(incr(&mut a, 0)), 8, "5 before the moves + 3 after");
+    let members = match get(&mut a, b"s") {
+        Some(Value::OrSet(s)) => s.iter().map(|m| m.to_vec()).collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(members, vec![b"x".to_vec(), b"y".to_vec()]);
+}
+
+/// A worker that does not hold a key sends its requests to a replica on its own node when
+/// there is one (no network hop; a partitioned node keeps serving the keys it holds), and
+/// to any replica otherwise.
+#[test]
+fn requests_go_to_a_replica_on_this_node_first() {
+    let view = Arc::new(ViewState::of(
+        vec![node("a", 2), node("b", 2), node("c", 2)],
+        ReplicationTable::new(),
+        default_vector(2, 1),
+    ));
+    let shards: Vec<Shard> = (0..2)
+        .map(|w| Shard::with_clock(config("a", w), view.clone(), 10 + w as u64, fixed_now))
+        .collect();
+    let (mut via_this_node, mut elsewhere) = (0, 0);
+    for i in 0..200 {
+        let key = format!("k{i}");
+        let replicas = view.replicas(key.as_bytes());
+        let here: Vec<Replica> = replicas
+            .iter()
+            .copied()
+            .filter(|r| r.node == node_key("a"))
+            .collect();
+        for s in &shards {
+            for _ in 0..20 {
+                match s.route(key.as_bytes()) {
+                    Route::Local => assert!(replicas.contains(&s.me())),
+                    Route::Remote(r) if here.is_empty() => {
+                        assert!(replicas.contains(&r));
+                        elsewhere += 1;
+                    }
+                    Route::Remote(r) => {
+                        assert_eq!(vec![r], here, "{key}: a replica on this node");
+                        via_this_node += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        via_this_node > 100 && elsewhere > 100,
+        "{via_this_node} {elsewhere}"
+    );
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Builds latticekv as a statically linked binary and a `FROM scratch` Docker image of it.
+# Nothing is pulled from a registry: the build context holds only the binary and
+# docker/Dockerfile.
+#
+#   docker/build-image.sh [TAG]             (default tag: latticekv:dev)
+#
+# Environment:
+#   PROFILE=debug|release   cargo profile (default debug: enough for tests, and much faster
+#                           to build on a small machine)
+#   CARGO, CARGO_TARGET_DIR as for cargo; IMAGE_LABEL=key=value adds a label to the image.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TAG=${1:-latticekv:dev}
+PROFILE=${PROFILE:-debug}
+CARGO=${CARGO:-cargo}
+TARGET=x86_64-unknown-linux-gnu
+TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
+
+die() { echo "build-image: $*" >&2; exit 1; }
+
+if ! err=$(docker info 2>&1 >/dev/null); then
+  die "docker is not usable here ('docker info' failed: $(echo "$err" | head -n 3 | tr '\n' ' '))"
+fi
+
+case "$PROFILE" in
+  debug) profile_flag=() ;;
+  release) profile_flag=(--release) ;;
+  *) die "PROFILE must be debug or release, not '$PROFILE'" ;;
+esac
+
+# +crt-static: glibc, libgcc and mimalloc (built from source by libmimalloc-sys) all linked in.
+# With --target, RUSTFLAGS applies to the binary only, not to build scripts and proc macros.
+echo "build-image: building the static binary ($PROFILE, $TARGET)"
+RUSTFLAGS="-C target-feature=+crt-static -C strip=debuginfo" \
+  "$CARGO" build --target "$TARGET" "${profile_flag[@]}" -p cli --bin latticekv
+BIN="$TARGET_DIR/$TARGET/$PROFILE/latticekv"
+[ -x "$BIN" ] || die "no binary at $BIN"
+
+# It must really be static: a scratch image has no dynamic loader and no libraries.
+if command -v file >/dev/null; then
+  desc=$(file -b "$BIN")
+  case "$desc" in
+    *"statically linked"* | *"static-pie linked"*) ;;
+    *) die "$BIN is not statically linked: $desc" ;;
+  esac
+fi
+if ldd_out=$(ldd "$BIN" 2>&1); then
+  case "$ldd_out" in
+    *"statically linked"* | *"not a dynamic executable"*) ;;
+    *) die "$BIN has dynamic dependencies: $ldd_out" ;;
+  esac
+fi
+# mimalloc is the global allocator: check it is in the binary, not expected from a library.
+if command -v nm >/dev/null; then
+  nm "$BIN" | grep ' T mi_malloc_aligned$' >/dev/null || die "mimalloc (mi_malloc_aligned) is not linked into $BIN"
+fi
+
+CONTEXT=$(mktemp -d)
+trap 'rm -rf "$CONTEXT"' EXIT
+cp docker/Dockerfile "$CONTEXT/Dockerfile"
+cp "$BIN" "$CONTEXT/latticekv"
+label_args=()
+[ -n "${IMAGE_LABEL:-}" ] && label_args=(--label "$IMAGE_LABEL")
+echo "build-image: building image $TAG (FROM scratch, context: the binary only)"
+# The legacy builder warns that it is deprecated when buildx is missing; it still works.
+docker build --quiet "${label_args[@]}" --tag "$TAG" "$CONTEXT" 2> >(grep -v -e DEPRECATED -e buildx -e 'docs.docker.com' -e '^ *$' >&2)
+echo "build-image: $TAG ($(docker image inspect --format '{{.Size}}' "$TAG") bytes)"

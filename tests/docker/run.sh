@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The Docker partition test (crates/cli/tests/docker.rs), end to end: builds the static
+# binary and a FROM-scratch image (docker/build-image.sh), runs the test against it, and
+# removes every container, network and image of the run — also when it fails or is
+# interrupted. See docs/cluster-testing.md.
+#
+# Environment: CARGO, CARGO_TARGET_DIR; LATTICEKV_DOCKER_PARTITION_SECS (default 30).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+CARGO=${CARGO:-cargo}
+
+die() { echo "docker-test: $*" >&2; exit 1; }
+
+command -v docker >/dev/null || die "the docker CLI is not installed; this test needs Docker Engine"
+if ! err=$(docker info 2>&1 >/dev/null); then
+  die "docker is not usable here ('docker info' failed: $(echo "$err" | head -n 3 | tr '\n' ' ')). \
+This test needs a running Docker Engine and permission to use it."
+fi
+
+RUN="lkvtest-$$-$(date +%s)"
+IMAGE="latticekv-test:$RUN"
+LABEL="latticekv.test=$RUN"
+
+cleanup() {
+  local status=$?
+  set +e
+  local containers networks
+  containers=$(docker ps -aq --filter "label=$LABEL" 2>/dev/null || true)
+  if [ -n "$containers" ]; then docker rm -f -v $containers >/dev/null 2>&1 || true; fi
+  networks=$(docker network ls -q --filter "label=$LABEL" 2>/dev/null || true)
+  if [ -n "$networks" ]; then docker network rm $networks >/dev/null 2>&1 || true; fi
+  docker image rm -f "$IMAGE" >/dev/null 2>&1 || true
+  local left
+  left=$( (docker ps -aq --filter "label=$LABEL"; docker network ls -q --filter "label=$LABEL"; \
+          docker image ls -q --filter "label=$LABEL") 2>/dev/null)
+  if [ -n "$left" ]; then echo "docker-test: could not remove: $left" >&2; fi
+  exit $status
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+start=$(date +%s)
+IMAGE_LABEL="$LABEL" docker/build-image.sh "$IMAGE"
+echo "docker-test: image ready after $(( $(date +%s) - start )) s"
+LATTICEKV_DOCKER_IMAGE="$IMAGE" LATTICEKV_DOCKER_RUN="$RUN" \
+  "$CARGO" test -p cli --test docker -- --ignored --nocapture --test-threads=1
+echo "docker-test: passed in $(( $(date +%s) - start )) s"
