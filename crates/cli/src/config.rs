@@ -50,6 +50,14 @@ pub struct NodeArgs {
     /// Disk-tier nodes holding each key by default (0 = none; no effect without disk nodes).
     #[arg(long, env = "LATTICEKV_DISK_REPLICATION")]
     disk_replication: Option<u32>,
+    /// When writes that ask for no level are acknowledged: `merged` (after the merge at the
+    /// replica that ran them) or `durable` (once on disk there; needs --data-dir).
+    #[arg(long, env = "LATTICEKV_ACK", value_parser = ["merged", "durable"])]
+    ack: Option<String>,
+    /// Write-ahead log fsync policy: `always` (group commit), `periodic` / `periodic:250ms`,
+    /// or `never` (the OS decides).
+    #[arg(long, env = "LATTICEKV_FSYNC")]
+    fsync: Option<String>,
     /// Memory budget in bytes (0 = half of RAM).
     #[arg(long, env = "LATTICEKV_MEMORY_BUDGET")]
     memory_budget: Option<u64>,
@@ -177,6 +185,14 @@ pub fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     }
     if let Some(v) = args.default_local_replication {
         config.default_local_replication = v;
+    }
+    if let Some(v) = &args.ack {
+        config.ack = v
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!("--ack: {e}"))?;
+    }
+    if let Some(v) = &args.fsync {
+        config.wal.fsync = v.parse().map_err(|e| anyhow::anyhow!("--fsync {v}: {e}"))?;
     }
     if let Some(v) = args.disk_replication {
         config.cluster.default_disk_replication = v;
@@ -483,6 +499,8 @@ fn run_local_cluster(args: LocalArgs) -> Result<()> {
             "--disk-replication",
             a.disk_replication.map(|v| v.to_string()),
         ),
+        ("--ack", a.ack.clone()),
+        ("--fsync", a.fsync.clone()),
         ("--memory-budget", a.memory_budget.map(|v| v.to_string())),
         ("--advertise", a.advertise.clone()),
         (

@@ -25,6 +25,9 @@ pub struct ClientOptions {
     /// Replicas that must hold each write before it is acknowledged (0 or 1: the replica
     /// receiving it; others then get it by gossip). Default: 0.
     pub ack_replicas: u32,
+    /// Acknowledge writes only once they are on disk at the replicas counted (the durable
+    /// level, see docs/durability.md). Default: false (the node's default level).
+    pub durable: bool,
 }
 
 impl Default for ClientOptions {
@@ -33,6 +36,7 @@ impl Default for ClientOptions {
             timeout: Duration::from_secs(10),
             max_redirects: 10,
             ack_replicas: 0,
+            durable: false,
         }
     }
 }
@@ -143,6 +147,7 @@ impl Client {
             id,
             op: Some(op),
             ack_replicas: self.inner.options.ack_replicas,
+            durable: self.inner.options.durable,
         };
         let conn = self.connection(addr).await?;
         let resp = tokio::time::timeout(self.inner.options.timeout, conn.call(req))

@@ -61,6 +61,15 @@ pub struct NodeConfig {
     pub tier: NodeTier,
     /// Settings of the disk tier's engine.
     pub disk: DiskConfig,
+    /// Acknowledgement level of writes that do not ask for one (every RESP write, native
+    /// requests without `durable`): `merged` or `durable`. Default: `merged`.
+    pub ack: crate::durability::AckLevel,
+    /// The write-ahead log of memory-tier workers, kept under `data_dir/wal/worker-<i>` when
+    /// `data_dir` is set (fsync policy `always` by default: see docs/durability.md).
+    pub wal: wal::WalOptions,
+    /// Snapshot a memory-tier worker's state (and drop the log it covers) once this many
+    /// bytes of log were written since the last snapshot. Default: 256 MiB.
+    pub snapshot_after_bytes: u64,
 }
 
 /// The storage tier a node serves.
@@ -180,6 +189,9 @@ impl Default for NodeConfig {
             cluster: ClusterConfig::default(),
             tier: NodeTier::Memory,
             disk: DiskConfig::default(),
+            ack: crate::durability::AckLevel::Merged,
+            wal: wal::WalOptions::default(),
+            snapshot_after_bytes: 256 << 20,
         }
     }
 }

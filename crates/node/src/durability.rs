@@ -54,12 +54,117 @@ impl std::str::FromStr for AckLevel {
     }
 }
 
+/// The acknowledgement a write asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ack {
+    /// Replicas (counting the one that ran it) that must hold the write: 0 or 1 is the
+    /// replica that ran it alone.
+    pub replicas: usize,
+    /// Each of them must have it on disk.
+    pub durable: bool,
+}
+
+impl Ack {
+    /// The default: after the merge at the replica that ran the write.
+    pub const MERGED: Ack = Ack {
+        replicas: 1,
+        durable: false,
+    };
+
+    /// True for the default level (no fan-out, no wait for the disk).
+    pub fn is_default(&self) -> bool {
+        self.replicas <= 1 && !self.durable
+    }
+}
+
+/// What a worker waits on to make its writes durable.
+pub enum Durability {
+    /// Nothing durable (a memory-tier node without a data directory): durable
+    /// acknowledgements are refused.
+    None,
+    /// A memory-tier worker's write-ahead log.
+    Wal(WalState),
+    /// A disk-tier worker: the node's LSM journal and its syncer.
+    Lsm(LsmSyncer),
+}
+
+/// A worker's write-ahead log and its bookkeeping.
+pub struct WalState {
+    /// The log.
+    pub log: wal::Wal,
+    /// Bytes appended since the last snapshot.
+    pub since_snapshot: std::cell::Cell<u64>,
+    /// A snapshot is being written.
+    pub snapshotting: std::cell::Cell<bool>,
+    /// Take a snapshot once this many bytes were appended since the last one.
+    pub snapshot_after: u64,
+}
+
+/// Appends the shard's pending changes to the worker's log (waiting only while the log's
+/// queue is full). Returns the LSN covering every change made so far, if there is a log.
+pub async fn flush_journal(
+    shard: &std::cell::RefCell<Shard>,
+    durability: &Durability,
+) -> Result<Option<wal::Lsn>, NodeError> {
+    let Durability::Wal(state) = durability else {
+        return Ok(None);
+    };
+    let batch = shard.borrow_mut().take_journal();
+    if batch.is_empty() {
+        return Ok(Some(state.log.last_lsn()));
+    }
+    let payload = encode_batch(&batch);
+    let size = payload.len() as u64;
+    let result = match state.log.try_append(payload.clone()) {
+        Err(wal::WalError::QueueFull) => state.log.append(payload).await,
+        other => other,
+    };
+    match result {
+        Ok(lsn) => {
+            state.since_snapshot.set(state.since_snapshot.get() + size);
+            shard.borrow_mut().set_journal_failure(None);
+            Ok(Some(lsn))
+        }
+        Err(e) => {
+            let err = wal_error(&e);
+            tracing::warn!(error = %e, changes = batch.len(), "write-ahead log append failed");
+            shard
+                .borrow_mut()
+                .set_journal_failure(Some(err.to_string()));
+            Err(err)
+        }
+    }
+}
+
+/// Waits until every change this worker made so far is durable.
+pub async fn make_durable(
+    shard: &std::cell::RefCell<Shard>,
+    durability: &Durability,
+) -> Result<(), NodeError> {
+    match durability {
+        Durability::None => Err(NodeError::Storage(
+            "durable acknowledgement needs durable storage: start the node with a data \
+             directory (--data-dir)"
+                .into(),
+        )),
+        Durability::Wal(state) => {
+            let lsn = flush_journal(shard, durability).await?.unwrap_or(0);
+            state.log.wait_durable(lsn).await.map_err(|e| wal_error(&e))
+        }
+        Durability::Lsm(syncer) => syncer.sync().await,
+    }
+}
+
+/// How often a worker moves its pending changes to its log.
+pub const JOURNAL_FLUSH: Duration = Duration::from_millis(2);
+
 /// Encodes a batch of records as one WAL payload (the `Replicate` message: the same
 /// entries gossip carries).
 pub fn encode_batch(batch: &GossipBatch) -> Bytes {
     let msg = pb::Replicate {
         entries: crate::worker::encode_entries(batch),
         sender: String::new(),
+        durable: false,
     };
     Bytes::from(msg.encode_to_vec())
 }

@@ -30,16 +30,16 @@ pub enum WorkerMsg {
     Exec {
         /// The ops.
         ops: Vec<Op<Bytes>>,
-        /// Replicas that must hold each write before the answer (1 = this one).
-        ack: usize,
+        /// The acknowledgement each write needs before the answer.
+        ack: crate::durability::Ack,
         /// Where to answer.
         reply: oneshot::Sender<Vec<OpResult>>,
     },
     /// Merge a gossip batch from another worker.
     Gossip(GossipBatch),
     /// Merge a batch and acknowledge it (synchronous replication): `true` if it was merged
-    /// (and, on a disk-tier worker, written).
-    Replicate(GossipBatch, oneshot::Sender<bool>),
+    /// (and, on a disk-tier worker, written; and, if the flag says durable, on disk).
+    Replicate(GossipBatch, bool, oneshot::Sender<bool>),
     /// Report counters.
     Stats(oneshot::Sender<WorkerStats>),
     /// Serve a connection accepted on a shared port (with its slot in the connection limit,
@@ -106,7 +106,8 @@ impl Mesh {
     /// Executes `ops` on `worker` and waits for the results.
     pub async fn exec(&self, worker: u32, ops: Vec<Op<Bytes>>) -> Option<Vec<OpResult>> {
         let (reply, rx) = oneshot::channel();
-        self.send(worker, WorkerMsg::Exec { ops, ack: 1, reply })
+        let ack = crate::durability::Ack::MERGED;
+        self.send(worker, WorkerMsg::Exec { ops, ack, reply })
             .await
             .ok()?;
         rx.await.ok()

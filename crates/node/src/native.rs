@@ -20,6 +20,7 @@ use wire::convert::{value_from_pb, value_to_pb};
 use wire::frame::{self, FrameError, HEADER_LEN};
 use wire::pb::{self, request::Op as ReqOp, response::Result as RespResult};
 
+use crate::durability::{Ack, AckLevel};
 use crate::error::NodeError;
 use crate::forward;
 use crate::op::{Condition, Op, OpResult};
@@ -250,7 +251,7 @@ async fn run_ops(
     shape: Shape,
     ops: Vec<Op<Bytes>>,
     front: bool,
-    ack: usize,
+    ack: Ack,
 ) -> Queued {
     let max = ctx.shared.config.limits.max_request_items;
     if ops.len() > max {
@@ -260,7 +261,7 @@ async fn run_ops(
         ));
         return Queued::Ready(error_response(id, &e));
     }
-    if ack > 1 && ops.iter().any(Op::is_write) {
+    if !ack.is_default() && ops.iter().any(Op::is_write) {
         let results = ctx.dispatch_acked(ops, !front, ack).await;
         return Queued::Ready(build_response(id, shape, results));
     }
@@ -285,7 +286,10 @@ fn ack_response(id: u64, count: i64) -> Queued {
 
 async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
     let id = req.id;
-    let ack = req.ack_replicas as usize;
+    let ack = Ack {
+        replicas: req.ack_replicas as usize,
+        durable: req.durable || ctx.shared.config.ack == AckLevel::Durable,
+    };
     let op = match req.op {
         Some(op) => op,
         None => {
@@ -374,15 +378,25 @@ async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
         ReqOp::Replicate(r) => {
             let batch = crate::worker::decode_entries(r.entries);
             let n = batch.len() as i64;
-            let mut shard = ctx.shard.borrow_mut();
-            shard.merge_gossip(batch);
-            match shard.take_disk_error() {
+            let failed = {
+                let mut shard = ctx.shard.borrow_mut();
+                shard.merge_gossip(batch);
+                shard.take_disk_error()
+            };
+            let result = match failed {
+                Some(e) => Err(e),
+                None if r.durable => {
+                    crate::durability::make_durable(&ctx.shard, &ctx.durability).await
+                }
+                None => Ok(()),
+            };
+            match result {
                 // The sender keeps the batch and retries.
-                Some(e) => Queued::Ready(error_response(id, &e)),
-                None => ack_response(id, n),
+                Err(e) => Queued::Ready(error_response(id, &e)),
+                Ok(()) => ack_response(id, n),
             }
         }
-        ReqOp::Forward(f) if f.ack_replicas > 1 => {
+        ReqOp::Forward(f) if f.ack_replicas > 1 || f.durable => {
             let mut ops = Vec::with_capacity(f.ops.len());
             let mut bad = Vec::new();
             for (i, op) in f.ops.into_iter().enumerate() {
@@ -391,7 +405,11 @@ async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
                     Err(e) => bad.push((i, e)),
                 }
             }
-            let mut results = ctx.run_acked_here(ops, f.ack_replicas as usize).await;
+            let ack = Ack {
+                replicas: f.ack_replicas as usize,
+                durable: f.durable,
+            };
+            let mut results = ctx.run_acked_here(ops, ack).await;
             for (i, e) in bad {
                 results.insert(i.min(results.len()), OpResult::Error(e));
             }

@@ -22,6 +22,7 @@ use crate::cluster::agent::{self, AgentConfig};
 use crate::cluster::configured_vector;
 use crate::cluster::membership::DetectorConfig;
 use crate::config::{NodeConfig, NodeTier};
+use crate::durability::{open_wal, Durability, LsmSyncer, WalState};
 use crate::mesh::Mesh;
 use crate::shard::{Shard, ShardConfig};
 use crate::worker::{self, Shared, WorkerSetup};
@@ -57,6 +58,14 @@ pub enum StartError {
     /// The configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A worker's write-ahead log could not be opened or recovered.
+    #[error("write-ahead log {path}: {source}")]
+    Wal {
+        /// The log's directory.
+        path: PathBuf,
+        /// The cause.
+        source: wal::WalError,
+    },
     /// The disk tier's engine could not be opened or recovered.
     #[error("disk engine: {0}")]
     Disk(store::StoreError),
@@ -281,17 +290,62 @@ impl Node {
             })
             .collect();
         let mut fsync_thread = None;
+        let mut durabilities: Vec<Durability> = Vec::with_capacity(workers);
         if let Some(db) = &disk {
             attach_disks(db, &mut shards, config.disk.reserve_bytes)?;
-            if config.disk.fsync_ms > 0 {
-                let every = Duration::from_millis(config.disk.fsync_ms);
-                fsync_thread = Some(spawn_fsync(db.clone(), every, shared.stop.subscribe())?);
+            let every = Duration::from_millis(config.disk.fsync_ms);
+            let (syncer, thread) =
+                LsmSyncer::start(db.clone(), every).map_err(StartError::Thread)?;
+            fsync_thread = Some(thread);
+            durabilities.extend((0..workers).map(|_| Durability::Lsm(syncer.clone())));
+        } else if let Some(dir) = &config.data_dir {
+            // Every worker replays its own log; in parallel, as they will run.
+            let opened: Vec<Result<wal::Wal, StartError>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = shards
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, shard)| {
+                        let wal_dir = dir.join("wal").join(format!("worker-{i}"));
+                        let options = config.wal.clone();
+                        scope.spawn(move || {
+                            open_wal(&wal_dir, options, shard)
+                                .map(|(log, _recovery)| log)
+                                .map_err(|source| StartError::Wal {
+                                    path: wal_dir.clone(),
+                                    source,
+                                })
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(StartError::Config(
+                                "replaying a write-ahead log panicked".into(),
+                            ))
+                        })
+                    })
+                    .collect()
+            });
+            for (shard, log) in shards.iter_mut().zip(opened) {
+                let log = log?;
+                shard.enable_journal();
+                durabilities.push(Durability::Wal(WalState {
+                    log,
+                    since_snapshot: std::cell::Cell::new(0),
+                    snapshotting: std::cell::Cell::new(false),
+                    snapshot_after: config.snapshot_after_bytes.max(1 << 20),
+                }));
             }
+        } else {
+            durabilities.extend((0..workers).map(|_| Durability::None));
         }
-        for (i, ((inbox, listener), shard)) in inboxes
+        for (i, (((inbox, listener), shard), durability)) in inboxes
             .into_iter()
             .zip(worker_listeners)
             .zip(shards)
+            .zip(durabilities)
             .enumerate()
         {
             let setup = WorkerSetup {
@@ -301,6 +355,7 @@ impl Node {
                 inbox,
                 listener,
                 shared_listeners: shared_listeners.take(),
+                durability,
             };
             let pin = config.pin_workers.then_some(i % cores);
             let thread = std::thread::Builder::new()
@@ -371,9 +426,6 @@ impl Node {
         if let Some(agent) = self.agent_thread.take() {
             let _ = agent.join();
         }
-        if let Some(fsync) = self.fsync_thread.take() {
-            let _ = fsync.join();
-        }
         for t in self.threads {
             match t.join() {
                 Ok(Ok(())) => {}
@@ -388,6 +440,10 @@ impl Node {
                     }
                 }
             }
+        }
+        // The syncer ends (after a last sync) once the workers dropped their handles.
+        if let Some(fsync) = self.fsync_thread.take() {
+            let _ = fsync.join();
         }
         result
     }
@@ -455,35 +511,6 @@ fn attach_disks(db: &DiskDb, shards: &mut [Shard], reserve: u64) -> Result<(), S
         }
     }
     Ok(())
-}
-
-/// Calls `fdatasync` on a disk-tier node's journal every `every` until the node stops, and
-/// once more then.
-fn spawn_fsync(
-    db: DiskDb,
-    every: Duration,
-    stop: watch::Receiver<bool>,
-) -> Result<JoinHandle<()>, StartError> {
-    std::thread::Builder::new()
-        .name("lkv-fsync".into())
-        .spawn(move || {
-            let step = every.min(Duration::from_millis(50));
-            let mut next = Instant::now() + every;
-            loop {
-                let stopping = *stop.borrow();
-                if stopping || Instant::now() >= next {
-                    if let Err(e) = db.persist(true) {
-                        tracing::warn!(error = %e, "fdatasync of the disk journal failed");
-                    }
-                    if stopping {
-                        return;
-                    }
-                    next = Instant::now() + every;
-                }
-                std::thread::sleep(step);
-            }
-        })
-        .map_err(StartError::Thread)
 }
 
 fn offset(addr: SocketAddr, by: u16) -> SocketAddr {

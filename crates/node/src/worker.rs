@@ -30,6 +30,7 @@ use wire::pb;
 
 use crate::cluster::agent::{Agent, Snapshot};
 use crate::config::NodeConfig;
+use crate::durability::{self, Ack, Durability};
 use crate::error::NodeError;
 use crate::forward;
 use crate::mesh::{Mesh, Protocol, WorkerMsg, WorkerStats};
@@ -125,6 +126,9 @@ pub struct WorkerCtx {
     peers: RefCell<HashMap<String, Connection>>,
     /// Replication batches in flight to other nodes.
     remote_batches: Cell<usize>,
+    /// What makes this worker's writes durable (its write-ahead log, the disk journal, or
+    /// nothing).
+    pub durability: Durability,
 }
 
 /// Counts a connection on its worker while alive.
@@ -197,10 +201,20 @@ impl Pending {
 }
 
 impl WorkerCtx {
+    /// True if writes that ask for no acknowledgement level wait for the disk (`ack =
+    /// "durable"` in the node's configuration).
+    pub fn durable_by_default(&self) -> bool {
+        self.shared.config.ack == durability::AckLevel::Durable
+    }
+
     /// Runs `op` on this worker's shard if it holds the key and the answer is final; gives
     /// the op back otherwise. The single-key fast path: no allocation beyond what the op
     /// itself needs.
     pub fn run_local<B: AsRef<[u8]>>(&self, op: Op<B>) -> Result<OpResult, Op<B>> {
+        if op.is_write() && self.durable_by_default() {
+            // Its answer waits for the disk: the slow path.
+            return Err(op);
+        }
         let mut shard = self.shard.borrow_mut();
         if shard.route(op.key()) != Route::Local {
             return Err(op);
@@ -330,7 +344,11 @@ impl WorkerCtx {
         for (replica, (positions, ops)) in remote {
             let (reply, rx) = oneshot::channel();
             if replica.node == self.shared.me {
-                let msg = WorkerMsg::Exec { ops, ack: 1, reply };
+                let msg = WorkerMsg::Exec {
+                    ops,
+                    ack: Ack::MERGED,
+                    reply,
+                };
                 if self.shared.mesh.send(replica.worker, msg).await.is_err() {
                     for pos in positions {
                         results[pos] = Some(OpResult::Error(NodeError::ShuttingDown));
@@ -392,13 +410,15 @@ impl WorkerCtx {
         Pending { results, waits }
     }
 
-    /// Runs `ops` like [`dispatch`](Self::dispatch), but answers a write only once `ack`
-    /// replicas of its key hold it (see `Request.ack_replicas`). Ops run one by one.
+    /// Runs `ops` like [`dispatch`](Self::dispatch), but answers a write only once it has
+    /// the acknowledgement `ack` asks for: `ack.replicas` replicas of its key hold it
+    /// (`Request.ack_replicas`), each on disk if `ack.durable` (`Request.durable`). Ops run
+    /// one by one.
     pub async fn dispatch_acked<B: AsRef<[u8]>>(
         self: &Rc<Self>,
         ops: Vec<Op<B>>,
         redirect: bool,
-        ack: usize,
+        ack: Ack,
     ) -> Vec<OpResult> {
         let mut results = Vec::with_capacity(ops.len());
         for op in ops {
@@ -447,29 +467,45 @@ impl WorkerCtx {
         results
     }
 
-    /// Runs ops on this worker, then waits until `ack` replicas hold each successful write.
-    pub async fn run_acked_here(&self, ops: Vec<Op<Bytes>>, ack: usize) -> Vec<OpResult> {
+    /// Runs ops on this worker, then waits until each successful write has the
+    /// acknowledgement `ack` asks for (on disk here first if durable, then on
+    /// `ack.replicas` replicas).
+    pub async fn run_acked_here(&self, ops: Vec<Op<Bytes>>, ack: Ack) -> Vec<OpResult> {
         let mut results = Vec::with_capacity(ops.len());
+        let mut written: Vec<(usize, Bytes)> = Vec::new();
         for op in ops {
             let key = op.key_bytes().clone();
             let write = op.is_write();
             let result = self.shard.borrow_mut().execute(op);
-            let result = if write && !matches!(result, OpResult::Error(_)) {
-                match self.sync_replicas(&key, ack).await {
-                    Ok(()) => result,
-                    Err(e) => OpResult::Error(e),
-                }
-            } else {
-                result
-            };
+            if write && !matches!(result, OpResult::Error(_)) {
+                written.push((results.len(), key));
+            }
             results.push(result);
+        }
+        if written.is_empty() {
+            return results;
+        }
+        if ack.durable {
+            if let Err(e) = durability::make_durable(&self.shard, &self.durability).await {
+                for (i, _) in &written {
+                    results[*i] = OpResult::Error(e.clone());
+                }
+                return results;
+            }
+        }
+        for (i, key) in written {
+            if let Err(e) = self.sync_replicas(&key, ack).await {
+                results[i] = OpResult::Error(e);
+            }
         }
         results
     }
 
-    /// Sends `key`'s record to `ack - 1` of its other replicas and waits for them to merge
-    /// it.
-    async fn sync_replicas(&self, key: &Bytes, ack: usize) -> Result<(), NodeError> {
+    /// Sends `key`'s record to `ack.replicas - 1` of its other replicas and waits for them
+    /// to merge it (and make it durable, if `ack.durable`).
+    async fn sync_replicas(&self, key: &Bytes, ack: Ack) -> Result<(), NodeError> {
+        let durable = ack.durable;
+        let ack = ack.replicas;
         if ack <= 1 {
             return Ok(());
         }
@@ -501,12 +537,13 @@ impl WorkerCtx {
             }
             let ok = if replica.node == self.shared.me {
                 let (reply, rx) = oneshot::channel();
-                let msg = WorkerMsg::Replicate(batch.clone(), reply);
+                let msg = WorkerMsg::Replicate(batch.clone(), durable, reply);
                 self.shared.mesh.send(replica.worker, msg).await.is_ok() && rx.await == Ok(true)
             } else if let Some(addr) = addr {
                 let op = pb::request::Op::Replicate(pb::Replicate {
                     entries: encode_entries(&batch),
                     sender: String::new(),
+                    durable,
                 });
                 self.call_peer(&addr, op).await.is_ok()
             } else {
@@ -527,12 +564,13 @@ impl WorkerCtx {
         &self,
         addr: &str,
         ops: Vec<Op<Bytes>>,
-        ack: usize,
+        ack: Ack,
     ) -> Result<Vec<OpResult>, NodeError> {
         let n = ops.len();
         let request = pb::request::Op::Forward(pb::Forward {
             ops: ops.iter().map(forward::op_to_pb).collect(),
-            ack_replicas: ack as u32,
+            ack_replicas: ack.replicas as u32,
+            durable: ack.durable,
         });
         match self.call_peer(addr, request).await? {
             pb::response::Result::Forwarded(f) if f.results.len() == n => {
@@ -570,7 +608,7 @@ impl WorkerCtx {
 
     /// Runs ops on another node's worker.
     async fn forward(&self, addr: &str, ops: Vec<Op<Bytes>>) -> Result<Vec<OpResult>, NodeError> {
-        self.forward_acked(addr, ops, 0).await
+        self.forward_acked(addr, ops, Ack::default()).await
     }
 
     /// Asks where `keys` lived before the last view change for their records, and merges
@@ -736,6 +774,7 @@ impl WorkerCtx {
             let op = pb::request::Op::Replicate(pb::Replicate {
                 entries: encode_entries(&mine),
                 sender: String::new(),
+                durable: false,
             });
             let _ = self.call_peer(&addr, op).await;
         }
@@ -750,6 +789,7 @@ async fn send_remote(ctx: Rc<WorkerCtx>, out: Outgoing) {
             let op = pb::request::Op::Replicate(pb::Replicate {
                 entries: encode_entries(&out.entries),
                 sender: String::new(),
+                durable: false,
             });
             ctx.call_peer(addr, op).await.map(|_| ())
         }
@@ -805,6 +845,8 @@ pub struct WorkerSetup {
     pub listener: std::net::TcpListener,
     /// For the worker that accepts on the shared ports: the front and RESP listeners.
     pub shared_listeners: Option<(std::net::TcpListener, std::net::TcpListener)>,
+    /// What makes this worker's writes durable.
+    pub durability: Durability,
 }
 
 /// Runs a worker until the node stops. Call on the worker's own thread.
@@ -821,6 +863,7 @@ pub fn run(setup: WorkerSetup) -> std::io::Result<()> {
             inbox,
             listener,
             shared_listeners,
+            durability,
         } = setup;
         let ctx = Rc::new(WorkerCtx {
             shared: shared.clone(),
@@ -831,6 +874,7 @@ pub fn run(setup: WorkerSetup) -> std::io::Result<()> {
             gossip_now: Notify::new(),
             peers: RefCell::new(HashMap::new()),
             remote_batches: Cell::new(0),
+            durability,
         });
         let listener = TcpListener::from_std(listener)?;
         spawn_local(accept_own(ctx.clone(), listener));
@@ -850,6 +894,9 @@ pub fn run(setup: WorkerSetup) -> std::io::Result<()> {
         spawn_local(view_loop(ctx.clone()));
         spawn_local(gossip_loop(ctx.clone()));
         spawn_local(anti_entropy_loop(ctx.clone()));
+        if matches!(ctx.durability, Durability::Wal(_)) {
+            spawn_local(journal_loop(ctx.clone()));
+        }
 
         let mut shutdown = ctx.shutdown();
         let _ = shutdown.wait_for(|stop| *stop).await;
@@ -958,7 +1005,7 @@ async fn accept_error(e: std::io::Error) {
 async fn inbox_loop(ctx: Rc<WorkerCtx>, mut inbox: mpsc::Receiver<WorkerMsg>) {
     while let Some(msg) = inbox.recv().await {
         match msg {
-            WorkerMsg::Exec { ops, ack, reply } if ack > 1 => {
+            WorkerMsg::Exec { ops, ack, reply } if !ack.is_default() => {
                 let ctx = ctx.clone();
                 spawn_local(async move {
                     let results = ctx.run_acked_here(ops, ack).await;
@@ -985,10 +1032,23 @@ async fn inbox_loop(ctx: Rc<WorkerCtx>, mut inbox: mpsc::Receiver<WorkerMsg>) {
                 };
                 let _ = reply.send(results);
             }
-            WorkerMsg::Replicate(batch, reply) => {
-                let mut shard = ctx.shard.borrow_mut();
-                shard.merge_gossip(batch);
-                let _ = reply.send(shard.take_disk_error().is_none());
+            WorkerMsg::Replicate(batch, durable, reply) => {
+                let merged = {
+                    let mut shard = ctx.shard.borrow_mut();
+                    shard.merge_gossip(batch);
+                    shard.take_disk_error().is_none()
+                };
+                if durable && merged {
+                    let ctx = ctx.clone();
+                    spawn_local(async move {
+                        let ok = durability::make_durable(&ctx.shard, &ctx.durability)
+                            .await
+                            .is_ok();
+                        let _ = reply.send(ok);
+                    });
+                } else {
+                    let _ = reply.send(merged);
+                }
             }
             WorkerMsg::Gossip(batch) => {
                 // No acknowledgement within a node: a record a disk error kept out comes
@@ -1053,6 +1113,84 @@ async fn gossip_loop(ctx: Rc<WorkerCtx>) {
 }
 
 /// Compares digests with a random replica every anti-entropy period.
+/// Moves the shard's pending changes to the write-ahead log every few milliseconds (one
+/// record per flush: group commit at the worker), notices when a failed log accepts
+/// appends again, and snapshots the shard once enough log has accumulated.
+async fn journal_loop(ctx: Rc<WorkerCtx>) {
+    let Durability::Wal(state) = &ctx.durability else {
+        return;
+    };
+    let mut shutdown = ctx.shutdown();
+    let mut tick = tokio::time::interval(durability::JOURNAL_FLUSH);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.wait_for(|s| *s) => break,
+        }
+        let failed = ctx.shard.borrow().journal_failure().is_some();
+        if failed {
+            if state.log.health().is_err() {
+                continue;
+            }
+            tracing::info!(worker = ctx.worker, "write-ahead log accepts appends again");
+            ctx.shard.borrow_mut().set_journal_failure(None);
+        }
+        if ctx.shard.borrow().journal_pending() {
+            let _ = durability::flush_journal(&ctx.shard, &ctx.durability).await;
+        }
+        if state.since_snapshot.get() >= state.snapshot_after && !state.snapshotting.get() {
+            take_snapshot(&ctx, state).await;
+        }
+    }
+    // Last changes, then close (waits for the writer to finish).
+    let _ = durability::flush_journal(&ctx.shard, &ctx.durability).await;
+    if let Err(e) = state.log.close().await {
+        tracing::warn!(worker = ctx.worker, error = %e, "closing the write-ahead log");
+    }
+}
+
+/// Writes a snapshot of the shard covering the log so far, so older segments can go.
+/// Encoding runs on the worker (the store is its own); the fsync and rename off it.
+async fn take_snapshot(ctx: &Rc<WorkerCtx>, state: &durability::WalState) {
+    if durability::flush_journal(&ctx.shard, &ctx.durability)
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let lsn = state.log.last_lsn();
+    let started = std::time::Instant::now();
+    let writer = {
+        let shard = ctx.shard.borrow();
+        durability::snapshot(&state.log, lsn, &shard)
+    };
+    let writer = match writer {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!(worker = ctx.worker, error = %e, "snapshot failed");
+            return;
+        }
+    };
+    state.snapshotting.set(true);
+    let done = tokio::task::spawn_blocking(move || writer.finish()).await;
+    state.snapshotting.set(false);
+    match done {
+        Ok(Ok(info)) => {
+            state.since_snapshot.set(0);
+            tracing::info!(
+                worker = ctx.worker,
+                lsn,
+                took_ms = started.elapsed().as_millis() as u64,
+                ?info,
+                "snapshot written"
+            );
+        }
+        Ok(Err(e)) => tracing::warn!(worker = ctx.worker, error = %e, "snapshot failed"),
+        Err(e) => tracing::warn!(worker = ctx.worker, error = %e, "snapshot task failed"),
+    }
+}
+
 async fn anti_entropy_loop(ctx: Rc<WorkerCtx>) {
     let period = ctx.shared.config.cluster.anti_entropy_period();
     let mut shutdown = ctx.shutdown();

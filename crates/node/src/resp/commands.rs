@@ -197,6 +197,14 @@ async fn dispatch(
     out: &mut Vec<u8>,
     direct: bool,
 ) -> Option<Queued> {
+    if ctx.durable_by_default() && list.iter().any(Op::is_write) {
+        let ack = crate::durability::Ack {
+            replicas: 1,
+            durable: true,
+        };
+        let results = ctx.dispatch_acked(list, false, ack).await;
+        return emit(out, direct, |o| encode(o, v, &shape, &results));
+    }
     let pending = ctx.dispatch(list, false).await;
     if !pending.is_ready() {
         return Some(Queued::Ops {

@@ -37,6 +37,17 @@ impl Shard {
         self.journal.as_ref().is_some_and(|j| !j.is_empty())
     }
 
+    /// Records that the log refuses appends (`Some(why)`) or accepts them again (`None`).
+    /// While it refuses, writes fail with a STORAGE error; reads keep working.
+    pub fn set_journal_failure(&mut self, why: Option<String>) {
+        self.journal_failure = why;
+    }
+
+    /// Why the log refuses appends, if it does.
+    pub fn journal_failure(&self) -> Option<&str> {
+        self.journal_failure.as_deref()
+    }
+
     /// Queues a change of `key` for the log.
     pub(super) fn log_change(&mut self, key: &[u8], record: &Record) {
         if let Some(j) = self.journal.as_mut() {

@@ -136,6 +136,8 @@ pub struct Shard {
     disk: Option<disk::DiskSide>,
     /// Changes waiting to be written to the write-ahead log (`None`: no log).
     journal: Option<GossipBatch>,
+    /// Why the write-ahead log refuses appends, while it does: writes are refused too.
+    journal_failure: Option<String>,
 }
 
 impl Shard {
@@ -173,6 +175,7 @@ impl Shard {
             handed_off: 0,
             disk: None,
             journal: None,
+            journal_failure: None,
         }
     }
 

@@ -117,6 +117,12 @@ impl Shard {
         if let Err(e) = self.check_key(op.key()) {
             return OpResult::Error(e);
         }
+        if op.is_write() {
+            if let Some(why) = &self.journal_failure {
+                // The log refuses appends: a write could not be made durable.
+                return OpResult::Error(NodeError::Storage(why.clone()));
+            }
+        }
         if op.is_write() && !matches!(op, Op::Delete { .. }) {
             if let Err(e) = self.check_memory() {
                 return OpResult::Error(e);
