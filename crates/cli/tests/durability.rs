@@ -1,0 +1,324 @@
+//! Durability of memory-tier nodes (`latticekv server --data-dir`): the write-ahead log
+//! survives `kill -9` under concurrent writes, a torn or corrupted log tail, and a full disk.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use client::{Client, ClientOptions};
+use common::NodeProc;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn node(dir: &Path, extra: &[&str]) -> NodeProc {
+    let mut flags = vec!["--workers", "2", "--data-dir", dir.to_str().unwrap()];
+    flags.extend(extra);
+    NodeProc::server("n1", None, &flags)
+}
+
+/// Writers on `writers` connections write unique keys until `stop`; returns every
+/// acknowledged key with the time of its acknowledgement.
+async fn write_until_killed(
+    addr: String,
+    writers: usize,
+    durable: bool,
+) -> Arc<Mutex<BTreeMap<String, Instant>>> {
+    let acked = Arc::new(Mutex::new(BTreeMap::new()));
+    for w in 0..writers {
+        let acked = acked.clone();
+        let addr = addr.clone();
+        tokio::spawn(async move {
+            let options = ClientOptions {
+                durable,
+                timeout: Duration::from_secs(2),
+                ..Default::default()
+            };
+            let Ok(c) = Client::connect_with(&addr, options).await else {
+                return;
+            };
+            for i in 0.. {
+                let key = format!("w{w}-{i:06}");
+                match c.assign(&key, key.as_bytes()).await {
+                    Ok(()) => {
+                        acked.lock().unwrap().insert(key, Instant::now());
+                    }
+                    Err(_) => return, // the node is gone
+                }
+            }
+        });
+    }
+    acked
+}
+
+/// Which of `keys` a (restarted) node has, with the right value.
+async fn present(addr: &str, keys: impl Iterator<Item = String>) -> (usize, Vec<String>) {
+    let c = Client::connect(addr).await.unwrap();
+    let mut found = 0;
+    let mut missing = Vec::new();
+    for k in keys {
+        match c.get_lww(&k).await.unwrap() {
+            Some(v) if v.as_ref() == k.as_bytes() => found += 1,
+            _ => missing.push(k),
+        }
+    }
+    (found, missing)
+}
+
+#[test]
+fn kill_9_under_load_keeps_every_durably_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = rt();
+    let acked = {
+        let mut n = node(dir.path(), &[]);
+        rt.block_on(async {
+            let acked = write_until_killed(n.native.to_string(), 8, true).await;
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            n.stop_with(libc::SIGKILL);
+            let acked = acked.lock().unwrap().clone();
+            acked
+        })
+    };
+    assert!(
+        acked.len() > 100,
+        "only {} writes acknowledged",
+        acked.len()
+    );
+    eprintln!(
+        "{} writes acknowledged durably before the kill",
+        acked.len()
+    );
+    let n = node(dir.path(), &[]);
+    let (found, missing) = rt.block_on(present(&n.native.to_string(), acked.keys().cloned()));
+    assert!(
+        missing.is_empty(),
+        "{} of {} durably acknowledged writes lost, e.g. {:?}",
+        missing.len(),
+        acked.len(),
+        &missing[..missing.len().min(5)]
+    );
+    assert_eq!(found, acked.len());
+}
+
+#[test]
+fn with_periodic_fsync_a_crash_loses_at_most_the_documented_window() {
+    // Acknowledged at the merged level, logged within JOURNAL_FLUSH (2 ms) and written to
+    // the OS by the log's writer at once: a crash of the process (not of the machine) may
+    // lose only writes acknowledged in the last moments before it.
+    let dir = tempfile::tempdir().unwrap();
+    let rt = rt();
+    let flags = ["--fsync", "periodic:1s"];
+    let (acked, killed_at) = {
+        let mut n = node(dir.path(), &flags);
+        rt.block_on(async {
+            let acked = write_until_killed(n.native.to_string(), 8, false).await;
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let killed_at = Instant::now();
+            n.stop_with(libc::SIGKILL);
+            let acked = acked.lock().unwrap().clone();
+            (acked, killed_at)
+        })
+    };
+    assert!(
+        acked.len() > 100,
+        "only {} writes acknowledged",
+        acked.len()
+    );
+    let n = node(dir.path(), &flags);
+    let (_, missing) = rt.block_on(present(&n.native.to_string(), acked.keys().cloned()));
+    eprintln!("{} acknowledged, {} lost", acked.len(), missing.len());
+    // The window documented in docs/durability.md for a crash of the process at the merged
+    // level: 2 ms of journal flush plus the log writer's queue; allow scheduling noise.
+    let window = Duration::from_millis(250);
+    for k in &missing {
+        let age = killed_at.saturating_duration_since(acked[k]);
+        assert!(
+            age <= window,
+            "{k} was acknowledged {age:?} before the crash and lost ({} lost in all)",
+            missing.len()
+        );
+    }
+}
+
+/// The log segments of a worker, oldest first.
+fn segments(dir: &Path, worker: usize) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir.join("wal").join(format!("worker-{worker}")))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    out.sort();
+    out
+}
+
+/// Offset just past the last non-zero byte (segments are preallocated with zeros).
+fn data_end(bytes: &[u8]) -> usize {
+    bytes.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1)
+}
+
+#[test]
+fn a_torn_or_corrupted_log_tail_recovers_to_the_last_good_record() {
+    for damage in ["torn", "corrupted"] {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = rt();
+        let keys: Vec<String> = (0..50).map(|i| format!("key{i:03}")).collect();
+        {
+            let mut n = NodeProc::server(
+                "n1",
+                None,
+                &["--workers", "1", "--data-dir", dir.path().to_str().unwrap()],
+            );
+            rt.block_on(async {
+                let options = ClientOptions {
+                    durable: true,
+                    ..Default::default()
+                };
+                let c = Client::connect_with(&n.native.to_string(), options)
+                    .await
+                    .unwrap();
+                // One durable write at a time: one log record per key.
+                for k in &keys {
+                    c.assign(k, k.as_bytes()).await.unwrap();
+                }
+            });
+            n.stop_with(libc::SIGKILL);
+        }
+        let segment = segments(dir.path(), 0).pop().expect("a log segment");
+        let mut bytes = std::fs::read(&segment).unwrap();
+        let end = data_end(&bytes);
+        assert!(end > 100, "the segment holds no records");
+        match damage {
+            // The last record cut in the middle (a crash during its write).
+            "torn" => {
+                bytes.truncate(end - 6);
+            }
+            // A byte of the last record flipped (its checksum no longer matches).
+            _ => bytes[end - 3] ^= 0x5a,
+        }
+        std::fs::write(&segment, &bytes).unwrap();
+
+        let n = NodeProc::server(
+            "n1",
+            None,
+            &["--workers", "1", "--data-dir", dir.path().to_str().unwrap()],
+        );
+        let (found, missing) = rt.block_on(present(&n.native.to_string(), keys.iter().cloned()));
+        assert_eq!(
+            missing,
+            vec![keys.last().unwrap().clone()],
+            "{damage}: only the damaged last record may be lost"
+        );
+        assert_eq!(found, keys.len() - 1, "{damage}");
+        // And the node serves writes after the repair.
+        rt.block_on(async {
+            let c = Client::connect(&n.native.to_string()).await.unwrap();
+            c.assign("after", "repair").await.unwrap();
+            assert_eq!(
+                c.get_lww("after").await.unwrap().as_deref(),
+                Some(&b"repair"[..])
+            );
+        });
+    }
+}
+
+/// A tmpfs of `size` (needs root, as on the CI machine: fails, not skips, without it).
+struct Tmpfs {
+    dir: PathBuf,
+    _parent: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Tmpfs {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("fs");
+        std::fs::create_dir(&dir).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "cannot mount a tmpfs for the full-disk test (run the tests as root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Tmpfs {
+            dir,
+            _parent: parent,
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+#[test]
+fn a_full_disk_refuses_writes_to_the_log_and_reads_keep_working() {
+    let fs = Tmpfs::mount("32m");
+    let config = fs.dir.join("node.toml");
+    std::fs::write(&config, "[wal]\nsegment_bytes = 1048576\n").unwrap();
+    let data = fs.dir.join("data");
+    let n = NodeProc::server(
+        "n1",
+        None,
+        &[
+            "--workers",
+            "1",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--ack",
+            "durable",
+        ],
+    );
+    let ballast = fs.dir.join("ballast");
+    std::fs::write(&ballast, vec![0u8; 28 << 20]).unwrap();
+    let mut resp = common::Resp::connect(n.resp);
+    let value = vec![b'v'; 16 * 1024];
+    let mut written = 0;
+    let error = loop {
+        let key = format!("k{written}");
+        resp.send(&[b"SET", key.as_bytes(), &value]);
+        let line = resp.line().trim_end().to_string();
+        if line != "+OK" {
+            break line;
+        }
+        written += 1;
+        assert!(written < 100_000, "the disk never filled up");
+    };
+    assert!(written > 10, "only {written} writes fit: {error}");
+    eprintln!("{written} writes before the disk filled: {error}");
+    assert!(
+        error.starts_with("-MISCONF storage error: write-ahead log") && error.contains("disk full"),
+        "unexpected answer to a write on a full disk: {error}"
+    );
+    // Reads of acknowledged writes keep working; more writes get the same error.
+    for i in [0, written / 2, written - 1] {
+        let key = format!("k{i}");
+        resp.send(&[b"EXISTS", key.as_bytes()]);
+        assert_eq!(resp.line().trim_end(), ":1", "{key}");
+    }
+    resp.send(&[b"SET", b"refused", b"x"]);
+    assert!(resp.line().starts_with("-MISCONF"));
+    // Space comes back: the log retries (every second) and writes resume.
+    std::fs::remove_file(&ballast).unwrap();
+    let resumed = common::eventually(Duration::from_secs(10), || {
+        resp.send(&[b"SET", b"after", b"1"]);
+        resp.line().trim_end() == "+OK"
+    });
+    assert!(resumed, "writes did not resume once space was freed");
+}
