@@ -42,6 +42,7 @@ bench-smoke: build
 	LKV_BENCH_KEYS=10000 LKV_BENCH_UPDATES=2000 $(CARGO) test --benches -p lattice -p node -p wal
 	bench/compare-redis --smoke --bin $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/cluster --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
+	bench/durability --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 
 ## A FROM-scratch image of the statically linked binary, tagged latticekv:dev (no registry).
 docker-image:
@@ -62,6 +63,7 @@ release:
 bench: release
 	bench/compare-redis
 	bench/cluster
+	bench/durability
 
 ## The embedded default, as the README says.
 run:

@@ -54,6 +54,10 @@ pub struct NodeArgs {
     /// replica that ran them) or `durable` (once on disk there; needs --data-dir).
     #[arg(long, env = "LATTICEKV_ACK", value_parser = ["merged", "durable"])]
     ack: Option<String>,
+    /// Replicas that must hold a write before it is acknowledged, for writes that ask for
+    /// fewer (all RESP writes).
+    #[arg(long, env = "LATTICEKV_ACK_REPLICAS")]
+    ack_replicas: Option<u32>,
     /// Write-ahead log fsync policy: `always` (group commit), `periodic` / `periodic:250ms`,
     /// or `never` (the OS decides).
     #[arg(long, env = "LATTICEKV_FSYNC")]
@@ -190,6 +194,9 @@ pub fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
         config.ack = v
             .parse()
             .map_err(|e: String| anyhow::anyhow!("--ack: {e}"))?;
+    }
+    if let Some(v) = args.ack_replicas {
+        config.ack_replicas = v;
     }
     if let Some(v) = &args.fsync {
         config.wal.fsync = v.parse().map_err(|e| anyhow::anyhow!("--fsync {v}: {e}"))?;
@@ -500,6 +507,7 @@ fn run_local_cluster(args: LocalArgs) -> Result<()> {
             a.disk_replication.map(|v| v.to_string()),
         ),
         ("--ack", a.ack.clone()),
+        ("--ack-replicas", a.ack_replicas.map(|v| v.to_string())),
         ("--fsync", a.fsync.clone()),
         ("--memory-budget", a.memory_budget.map(|v| v.to_string())),
         ("--advertise", a.advertise.clone()),

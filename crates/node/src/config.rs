@@ -64,6 +64,9 @@ pub struct NodeConfig {
     /// Acknowledgement level of writes that do not ask for one (every RESP write, native
     /// requests without `durable`): `merged` or `durable`. Default: `merged`.
     pub ack: crate::durability::AckLevel,
+    /// Replicas that must hold a write before it is acknowledged, for writes that ask for
+    /// fewer (every RESP write): 0 or 1 is the replica that ran it alone. Default: 0.
+    pub ack_replicas: u32,
     /// The write-ahead log of memory-tier workers, kept under `data_dir/wal/worker-<i>` when
     /// `data_dir` is set (fsync policy `always` by default: see docs/durability.md).
     pub wal: wal::WalOptions,
@@ -190,6 +193,7 @@ impl Default for NodeConfig {
             tier: NodeTier::Memory,
             disk: DiskConfig::default(),
             ack: crate::durability::AckLevel::Merged,
+            ack_replicas: 0,
             wal: wal::WalOptions::default(),
             snapshot_after_bytes: 256 << 20,
         }

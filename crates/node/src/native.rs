@@ -20,7 +20,7 @@ use wire::convert::{value_from_pb, value_to_pb};
 use wire::frame::{self, FrameError, HEADER_LEN};
 use wire::pb::{self, request::Op as ReqOp, response::Result as RespResult};
 
-use crate::durability::{Ack, AckLevel};
+use crate::durability::Ack;
 use crate::error::NodeError;
 use crate::forward;
 use crate::op::{Condition, Op, OpResult};
@@ -286,9 +286,10 @@ fn ack_response(id: u64, count: i64) -> Queued {
 
 async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
     let id = req.id;
+    let default = ctx.default_ack();
     let ack = Ack {
-        replicas: req.ack_replicas as usize,
-        durable: req.durable || ctx.shared.config.ack == AckLevel::Durable,
+        replicas: (req.ack_replicas as usize).max(default.replicas),
+        durable: req.durable || default.durable,
     };
     let op = match req.op {
         Some(op) => op,

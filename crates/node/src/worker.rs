@@ -202,9 +202,17 @@ impl Pending {
 
 impl WorkerCtx {
     /// True if writes that ask for no acknowledgement level wait for the disk (`ack =
-    /// "durable"` in the node's configuration).
+    /// "durable"` in the node's configuration) or for other replicas (`ack_replicas`).
     pub fn durable_by_default(&self) -> bool {
-        self.shared.config.ack == durability::AckLevel::Durable
+        !self.default_ack().is_default()
+    }
+
+    /// The acknowledgement of writes that ask for none (the node's configuration).
+    pub fn default_ack(&self) -> Ack {
+        Ack {
+            replicas: self.shared.config.ack_replicas as usize,
+            durable: self.shared.config.ack == durability::AckLevel::Durable,
+        }
     }
 
     /// Runs `op` on this worker's shard if it holds the key and the answer is final; gives

@@ -198,11 +198,7 @@ async fn dispatch(
     direct: bool,
 ) -> Option<Queued> {
     if ctx.durable_by_default() && list.iter().any(Op::is_write) {
-        let ack = crate::durability::Ack {
-            replicas: 1,
-            durable: true,
-        };
-        let results = ctx.dispatch_acked(list, false, ack).await;
+        let results = ctx.dispatch_acked(list, false, ctx.default_ack()).await;
         return emit(out, direct, |o| encode(o, v, &shape, &results));
     }
     let pending = ctx.dispatch(list, false).await;
