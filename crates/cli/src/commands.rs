@@ -67,9 +67,16 @@ pub struct ReplicateArgs {
     target: Target,
     /// The key.
     key: String,
-    /// Number of workers of the node holding the key.
+    /// Workers of each memory-tier node holding the key (default: unchanged).
     #[arg(long)]
-    local: u32,
+    local: Option<u32>,
+    /// Memory-tier nodes holding the key; 0 keeps it out of memory (a cold key, served by
+    /// the disk tier). Default: unchanged.
+    #[arg(long)]
+    global: Option<u32>,
+    /// Disk-tier nodes holding the key (0: none). Default: unchanged.
+    #[arg(long)]
+    disk: Option<u32>,
 }
 
 /// `latticekv status`
@@ -245,7 +252,17 @@ pub async fn del(args: DelArgs) -> Result<i32> {
 /// `replicate`: sets a key's local replication.
 pub async fn replicate(args: ReplicateArgs) -> Result<i32> {
     let c = connect(&args.target).await?;
-    c.set_replication(&args.key, args.local).await?;
+    let mut vector = c.layout().vector(args.key.as_bytes());
+    if let Some(l) = args.local {
+        vector.memory.local = l;
+    }
+    if let Some(g) = args.global {
+        vector.memory.global = g;
+    }
+    if let Some(d) = args.disk {
+        vector.disk.global = d;
+    }
+    c.set_vector(&args.key, vector).await?;
     println!("OK");
     Ok(0)
 }
@@ -339,11 +356,19 @@ pub async fn status(args: StatusArgs) -> Result<i32> {
     }
     if !s.workers.is_empty() {
         println!();
-        println!("worker  address               keys       memory       requests  connections");
+        println!(
+            "worker  address               keys       memory       requests  connections  storage-errors"
+        );
         for w in &s.workers {
             println!(
-                "{:<7} {:<21} {:<10} {:<12} {:<9} {}",
-                w.worker, w.address, w.keys, w.memory_bytes, w.requests, w.connections
+                "{:<7} {:<21} {:<10} {:<12} {:<9} {:<12} {}",
+                w.worker,
+                w.address,
+                w.keys,
+                w.memory_bytes,
+                w.requests,
+                w.connections,
+                w.storage_errors
             );
         }
     }

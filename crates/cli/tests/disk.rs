@@ -345,3 +345,103 @@ fn a_full_disk_gives_writers_an_error_and_reads_keep_working() {
     resp.roundtrip(&[b"SET", b"after", b"1"], b"+OK\r\n");
     resp.roundtrip(&[b"GET", b"after"], b"$1\r\n1\r\n");
 }
+
+#[test]
+fn moving_a_key_between_tiers_is_an_edit_of_its_vector() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory = NodeProc::server("m1", None, &["--workers", "1"]);
+    let disk = NodeProc::server(
+        "d1",
+        Some(memory.native),
+        &[
+            "--tier",
+            "disk",
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+            "--workers",
+            "1",
+        ],
+    );
+    let keys: Vec<String> = (0..100).map(|i| format!("cold{i}")).collect();
+    let rt = rt();
+    rt.block_on(async {
+        let c = Client::connect(&memory.native.to_string()).await.unwrap();
+        for _ in 0..200 {
+            let t = c.refresh_topology().await.unwrap();
+            if t.members.iter().any(|m| m.role == "disk" && m.status == 0) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for k in &keys {
+            c.assign(k, "v1").await.unwrap();
+        }
+    });
+    let on_disk = disk.workers.clone();
+    let in_memory = memory.workers.clone();
+    assert!(
+        eventually(Duration::from_secs(20), || held(&on_disk, &keys)
+            == keys.len()
+            && held(&in_memory, &keys) == keys.len()),
+        "every key in both tiers first"
+    );
+    // Demote: out of memory, on disk only.
+    for k in &keys[..50] {
+        memory.cli_ok(&["replicate", k, "--global", "0"]);
+    }
+    assert!(
+        eventually(Duration::from_secs(20), || held(&in_memory, &keys[..50])
+            == 0),
+        "demoted keys are still in memory"
+    );
+    assert_eq!(
+        held(&in_memory, &keys[50..]),
+        50,
+        "the others stay in memory"
+    );
+    assert_eq!(held(&on_disk, &keys), 100);
+    rt.block_on(async {
+        let c = Client::connect(&memory.native.to_string()).await.unwrap();
+        // Served from the disk tier, through the memory node too, and writable.
+        for k in &keys[..50] {
+            assert_eq!(
+                c.get_lww(k).await.unwrap().as_deref(),
+                Some(&b"v1"[..]),
+                "{k}"
+            );
+            c.assign(k, "v2").await.unwrap();
+            assert_eq!(
+                c.get_lww(k).await.unwrap().as_deref(),
+                Some(&b"v2"[..]),
+                "{k}"
+            );
+        }
+    });
+    // Promote back: the memory tier gets them again, with the latest values.
+    for k in &keys[..50] {
+        memory.cli_ok(&["replicate", k, "--global", "1"]);
+    }
+    assert!(
+        eventually(Duration::from_secs(20), || held(&in_memory, &keys[..50])
+            == 50),
+        "promoted keys did not come back to memory"
+    );
+    rt.block_on(async {
+        let c = Client::connect(&memory.native.to_string()).await.unwrap();
+        for k in &keys[..50] {
+            assert_eq!(
+                c.get_lww(k).await.unwrap().as_deref(),
+                Some(&b"v2"[..]),
+                "{k}"
+            );
+        }
+    });
+    // A vector with no replica at all is refused.
+    let out = memory.cli(&["replicate", "nowhere", "--global", "0", "--disk", "0"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("needs a replica"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

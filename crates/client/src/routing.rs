@@ -21,8 +21,9 @@ pub struct Layout {
 
 fn vector(global: u32, local: u32, disk_global: u32, disk_local: u32) -> ReplicationVector {
     ReplicationVector {
+        // 0 memory nodes: a cold key, served by its disk replicas.
         memory: Replication {
-            global: global.max(1),
+            global,
             local: local.max(1),
         },
         disk: Replication {
@@ -73,7 +74,7 @@ impl Layout {
             workers: t.workers.clone(),
             view: ClusterView::new(nodes),
             default: vector(
-                t.default_global_replication,
+                t.default_global_replication.max(1),
                 t.default_local_replication,
                 t.default_disk_replication,
                 1,

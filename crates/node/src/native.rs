@@ -508,22 +508,41 @@ async fn set_replication(ctx: &WorkerCtx, r: pb::SetReplication) -> Result<(), N
     if placement::replication::is_metadata_key(&r.key) {
         return Err(NodeError::ReservedKey);
     }
-    if r.global == 0 || r.local == 0 {
-        return Err(NodeError::InvalidArgument(
-            "replication factors must be at least 1".into(),
-        ));
-    }
-    let (nodes, max_workers) = {
+    let (nodes, disk_nodes, max_workers, default_disk) = {
         let shard = ctx.shard.borrow();
         let view = &shard.view().view;
-        let nodes = view.tier_size(placement::Tier::Memory);
         let max_workers = view
             .nodes()
             .map(|(_, n)| n.workers.len())
             .max()
             .unwrap_or(0);
-        (nodes, max_workers)
+        (
+            view.tier_size(placement::Tier::Memory),
+            view.tier_size(placement::Tier::Disk),
+            max_workers,
+            shard.view().default.disk,
+        )
     };
+    let disk_global = r.disk_global.unwrap_or(default_disk.global);
+    if r.global > 0 && r.local == 0 {
+        return Err(NodeError::InvalidArgument(
+            "local replication must be at least 1".into(),
+        ));
+    }
+    if r.global == 0 && (disk_global == 0 || disk_nodes == 0) {
+        return Err(NodeError::InvalidArgument(
+            "a key needs a replica: global replication 0 (out of memory) needs disk \
+             replication of at least 1 and a disk-tier node"
+                .into(),
+        ));
+    }
+    if let Some(d) = r.disk_global {
+        if d as usize > disk_nodes {
+            return Err(NodeError::InvalidArgument(format!(
+                "disk replication {d} exceeds the {disk_nodes} node(s) of the disk tier"
+            )));
+        }
+    }
     if r.global as usize > nodes {
         return Err(NodeError::InvalidArgument(format!(
             "global replication {} exceeds the {nodes} node(s) of the memory tier",
@@ -536,11 +555,15 @@ async fn set_replication(ctx: &WorkerCtx, r: pb::SetReplication) -> Result<(), N
             r.local
         )));
     }
-    let mut vector = crate::cluster::default_vector(r.global, r.local);
-    let default_disk = ctx.shard.borrow().view().default.disk;
-    vector.disk = placement::Replication {
-        global: r.disk_global.unwrap_or(default_disk.global),
-        local: r.disk_local.unwrap_or(default_disk.local).max(1),
+    let vector = placement::ReplicationVector {
+        memory: placement::Replication {
+            global: r.global,
+            local: r.local.max(1),
+        },
+        disk: placement::Replication {
+            global: disk_global,
+            local: r.disk_local.unwrap_or(default_disk.local).max(1),
+        },
     };
     ctx.shared.agent.set_replication(r.key, vector).await?;
     // Answer once this worker routes by the new vector (the others switch at the same time).
@@ -611,6 +634,7 @@ pub async fn status(ctx: &WorkerCtx) -> pb::Status {
                 memory_bytes: w.shard.bytes,
                 requests: w.shard.requests,
                 connections: w.connections,
+                storage_errors: w.shard.storage_errors,
             })
             .collect(),
         memory_budget_bytes: shared.config.limits.memory_budget_bytes(),

@@ -1117,10 +1117,25 @@ async fn gossip_loop(ctx: Rc<WorkerCtx>) {
             _ = shutdown.wait_for(|s| *s) => return,
         }
         ctx.gossip_round();
+        // A round takes a bounded share of the backlog (a hand-off of a million keys, a
+        // burst of writes); while more is waiting, the next round follows shortly.
+        while ctx.shard.borrow().has_gossip() {
+            tokio::select! {
+                _ = tokio::time::sleep(BACKLOG_ROUND_PAUSE) => {}
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+            ctx.gossip_round();
+            if ctx.remote_batches.get() >= MAX_REMOTE_BATCHES {
+                // The network is the bottleneck (or a peer is down): back to the timer.
+                break;
+            }
+        }
     }
 }
 
-/// Compares digests with a random replica every anti-entropy period.
+/// Pause between gossip rounds while a backlog drains.
+const BACKLOG_ROUND_PAUSE: Duration = Duration::from_millis(2);
+
 /// Moves the shard's pending changes to the write-ahead log every few milliseconds (one
 /// record per flush: group commit at the worker), notices when a failed log accepts
 /// appends again, and snapshots the shard once enough log has accumulated.
@@ -1199,6 +1214,8 @@ async fn take_snapshot(ctx: &Rc<WorkerCtx>, state: &durability::WalState) {
     }
 }
 
+/// Compares digests with a random replica every anti-entropy period, and with every other
+/// worker after a change of the rings.
 async fn anti_entropy_loop(ctx: Rc<WorkerCtx>) {
     let period = ctx.shared.config.cluster.anti_entropy_period();
     let mut shutdown = ctx.shutdown();

@@ -82,6 +82,8 @@ pub struct ShardStats {
     pub gossip_received: u64,
     /// Keys handed to new owners after view changes.
     pub handed_off: u64,
+    /// Operations refused because durable storage failed (a metric).
+    pub storage_errors: u64,
 }
 
 /// One batch of replication for one destination: keys and records to merge there.
@@ -138,6 +140,10 @@ pub struct Shard {
     journal: Option<GossipBatch>,
     /// Why the write-ahead log refuses appends, while it does: writes are refused too.
     journal_failure: Option<String>,
+    /// Operations refused because durable storage failed.
+    storage_errors: u64,
+    /// When (ms) tombstones are next collected.
+    next_tombstone_collect_ms: u64,
 }
 
 impl Shard {
@@ -176,6 +182,8 @@ impl Shard {
             disk: None,
             journal: None,
             journal_failure: None,
+            storage_errors: 0,
+            next_tombstone_collect_ms: 0,
         }
     }
 
@@ -321,6 +329,7 @@ impl Shard {
             gossip_sent: self.gossip_sent,
             gossip_received: self.gossip_received,
             handed_off: self.handed_off,
+            storage_errors: self.storage_errors,
         }
     }
 
@@ -355,6 +364,8 @@ fn is_single_worker(view: &ViewState, me: Replica) -> bool {
     workers == 0 || (workers == 1 && view.has_node(me.node) && me.worker == 0)
 }
 
+#[cfg(test)]
+mod backlog_tests;
 #[cfg(test)]
 mod disk_tests;
 #[cfg(test)]

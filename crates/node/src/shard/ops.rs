@@ -96,6 +96,16 @@ impl Shard {
 
     /// Executes one operation on this worker's replica.
     pub fn execute<B: AsRef<[u8]>>(&mut self, op: Op<B>) -> OpResult {
+        let result = self.execute_tiered(op);
+        if matches!(result, OpResult::Error(NodeError::Storage(_))) {
+            self.storage_errors += 1;
+        }
+        result
+    }
+
+    /// Executes one operation: on the store, or on a disk-tier shard's cache with its key
+    /// faulted in first and every change written through.
+    fn execute_tiered<B: AsRef<[u8]>>(&mut self, op: Op<B>) -> OpResult {
         if !self.is_disk() {
             return self.execute_here(op);
         }

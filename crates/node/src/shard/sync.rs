@@ -26,6 +26,12 @@ use prost::Message;
 use super::{GossipBatch, Shard};
 use crate::cluster::ViewState;
 
+/// Most keys one gossip round takes from the changeset and the outbox.
+pub const MAX_ROUND_KEYS: usize = 8192;
+
+/// About the most bytes of records one gossip round takes (one record may exceed it).
+pub const MAX_ROUND_BYTES: usize = 8 << 20;
+
 /// Number of anti-entropy buckets (a key's bucket is the top 8 bits of its hash).
 pub const BUCKETS: usize = 256;
 
@@ -65,13 +71,27 @@ impl Shard {
         !self.changeset.is_empty() || !self.outbox.is_empty()
     }
 
-    /// Drains the changeset and the outbox into one batch per destination. The changeset
-    /// keeps its capacity: the same hot keys come back every period.
+    /// Takes up to [`MAX_ROUND_KEYS`] keys (and about [`MAX_ROUND_BYTES`]) of the changeset
+    /// and the outbox, as one batch per destination; the rest stays for the next round
+    /// ([`Shard::has_gossip`] says whether there is more). The changeset keeps its
+    /// capacity: the same hot keys come back every period.
     pub fn take_gossip(&mut self) -> Vec<Outgoing> {
         let mut batches: HashMap<Replica, GossipBatch> = HashMap::new();
         let me = self.config.me;
         let view = self.view.clone();
-        for (key, record) in self.changeset.drain() {
+        let mut budget_keys = MAX_ROUND_KEYS;
+        let mut budget_bytes = MAX_ROUND_BYTES;
+        let taken: Vec<(Blob, Record)> = if self.changeset.len() <= budget_keys {
+            self.changeset.drain().collect()
+        } else {
+            let keys: Vec<Blob> = self.changeset.keys().take(budget_keys).cloned().collect();
+            keys.into_iter()
+                .filter_map(|k| self.changeset.remove_entry(&k))
+                .collect()
+        };
+        budget_keys -= taken.len();
+        for (key, record) in taken {
+            budget_bytes = budget_bytes.saturating_sub(key.len() + record.approx_size());
             let key = Bytes::from(key.into_vec());
             for r in view.replicas(&key) {
                 if r != me {
@@ -82,9 +102,12 @@ impl Shard {
                 }
             }
         }
-        let outbox: Vec<(Replica, Vec<Blob>)> = self.outbox.drain().collect();
-        for (to, keys) in outbox {
-            for key in keys {
+        let mut outbox: Vec<(Replica, Vec<Blob>)> = self.outbox.drain().collect();
+        for (to, keys) in outbox.iter_mut() {
+            let to = *to;
+            while budget_keys > 0 && budget_bytes > 0 {
+                let Some(key) = keys.pop() else { break };
+                budget_keys -= 1;
                 // Still a replica there (views may have moved on), and still held here.
                 if !view.is_replica(&key, to) {
                     continue;
@@ -92,11 +115,18 @@ impl Shard {
                 self.fault_in(&key);
                 if let Some(record) = self.store.get(&key) {
                     let record = record.to_record();
+                    budget_bytes = budget_bytes.saturating_sub(key.len() + record.approx_size());
                     batches
                         .entry(to)
                         .or_default()
                         .push((Bytes::from(key.into_vec()), record));
                 }
+            }
+        }
+        // What did not fit waits for the next round.
+        for (to, keys) in outbox {
+            if !keys.is_empty() {
+                self.outbox.entry(to).or_default().extend(keys);
             }
         }
         let out: Vec<Outgoing> = batches
@@ -208,6 +238,12 @@ impl Shard {
     /// `tombstone_grace_ms`.
     pub fn after_gossip(&mut self, tombstone_grace_ms: u64) {
         let now = (self.now_ms)();
+        // A pass over the store's full entries: once a second is plenty for a grace period
+        // of minutes.
+        if now < self.next_tombstone_collect_ms {
+            return;
+        }
+        self.next_tombstone_collect_ms = now.saturating_add(1_000);
         let before = now.saturating_sub(tombstone_grace_ms);
         self.store.collect_tombstones(before);
         self.collect_disk_tombstones(before);
