@@ -440,12 +440,15 @@ impl WorkerCtx {
     }
 
     /// Runs ops on this worker, then waits until `ack` replicas hold each successful write.
+    /// The ops may have been forwarded here under a view that has changed since: a write to
+    /// a key this worker no longer replicates is also handed off to its current replicas
+    /// (without that, the key would stay here for good).
     pub async fn run_acked_here(&self, ops: Vec<Op<Bytes>>, ack: usize) -> Vec<OpResult> {
         let mut results = Vec::with_capacity(ops.len());
         for op in ops {
             let key = op.key_bytes().clone();
             let write = op.is_write();
-            let result = self.shard.borrow_mut().execute(op);
+            let result = self.shard.borrow_mut().execute_forwarded(op);
             let result = if write && !matches!(result, OpResult::Error(_)) {
                 match self.sync_replicas(&key, ack).await {
                     Ok(()) => result,
@@ -938,13 +941,8 @@ async fn inbox_loop(ctx: Rc<WorkerCtx>, mut inbox: mpsc::Receiver<WorkerMsg>) {
                     let mut shard = ctx.shard.borrow_mut();
                     let mut results = Vec::with_capacity(ops.len());
                     for op in ops {
-                        let key = op.key().to_vec();
-                        let write = op.is_write();
-                        results.push(shard.execute(op));
-                        if write && !shard.is_replica(&key) {
-                            // Routed here under a view that changed since.
-                            shard.queue_handoff(&key);
-                        }
+                        // Routed here under a view that changed since, a write is passed on.
+                        results.push(shard.execute_forwarded(op));
                     }
                     if shard.changeset_full() {
                         ctx.gossip_now.notify_one();

@@ -440,3 +440,48 @@ fn anti_entropy_repairs_a_lost_update() {
         6
     );
 }
+
+/// A write forwarded to a worker that no longer replicates the key (the sender's view was
+/// stale) is handed off to the key's replicas and dropped once delivered — whatever path
+/// forwarded it, including a write asking for several acknowledgements, which used to stay
+/// on the non-replica for good (and kept a leaving node from ever finishing its hand-off).
+#[test]
+fn forwarded_write_to_a_non_replica_is_handed_off() {
+    let view = Arc::new(ViewState::of(
+        vec![node("a", 1), node("b", 1)],
+        ReplicationTable::new(),
+        default_vector(1, 1),
+    ));
+    let mut a = Shard::with_clock(config("a", 0), view.clone(), 1, fixed_now);
+    let mut b = Shard::with_clock(config("b", 0), view.clone(), 2, fixed_now);
+    let key = (0..100)
+        .map(|i| format!("k{i}"))
+        .find(|k| view.replicas(k.as_bytes()) == vec![b.me()])
+        .expect("a key of b");
+    let op = Op::CounterAdd {
+        key: key.as_bytes(),
+        delta: 3,
+    };
+    assert_eq!(a.execute_forwarded(op), OpResult::Int(3));
+    assert!(a.stores(key.as_bytes()), "applied where it landed");
+    let out = a.take_gossip();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].to, b.me());
+    let keys: Vec<Bytes> = out[0].entries.iter().map(|(k, _)| k.clone()).collect();
+    b.merge_gossip(out[0].entries.clone());
+    a.delivered(keys.iter().map(|k| &k[..]));
+    assert!(!a.stores(key.as_bytes()), "dropped once delivered");
+    assert!(!a.has_gossip());
+    let add = Op::CounterAdd {
+        key: key.as_bytes(),
+        delta: 0,
+    };
+    assert_eq!(b.execute(add), OpResult::Int(3));
+    // On a replica, a forwarded write is an ordinary write.
+    let op = Op::CounterAdd {
+        key: key.as_bytes(),
+        delta: 1,
+    };
+    assert_eq!(b.execute_forwarded(op), OpResult::Int(4));
+    assert!(!b.has_gossip(), "nothing to hand off, no other replica");
+}
