@@ -87,8 +87,10 @@ pub type GossipBatch = Vec<(Bytes, Record)>;
 pub struct Shard {
     /// Static settings.
     config: ShardConfig,
-    /// The writer id of this worker's timestamps, OR-set dots and counter entries: random per
-    /// process start, so a restarted worker never reuses an old incarnation's dots.
+    /// The writer id of this worker's OR-set dots and counter entries: random per process
+    /// start, so a restarted worker never reuses an old incarnation's dots, and renewed
+    /// whenever the worker drops keys it handed off (see [`Shard::delivered`]). Its
+    /// timestamps keep the first one (the clock's writer).
     actor: u64,
     /// Hybrid logical clock; observes every epoch merged here, so a delete or write issued
     /// here is newer than everything this worker has seen.
@@ -161,6 +163,11 @@ impl Shard {
             gossip_received: 0,
             handed_off: 0,
         }
+    }
+
+    /// The writer id of this worker's next OR-set dots and counter entries.
+    pub fn actor(&self) -> u64 {
+        self.actor
     }
 
     /// Which replica this shard is.

@@ -123,10 +123,18 @@ impl Shard {
 
     /// Records that a batch reached its destination: handed-off keys that are no longer
     /// replicated here and have nothing pending are dropped.
+    ///
+    /// A worker that drops keys also renews its writer id. Its dots and counter entries are
+    /// generated from the state it holds: were it to write one of the dropped keys again
+    /// (a write forwarded under a stale view, or the key coming back after another view
+    /// change) before getting the key's state back, it would reissue dots already used —
+    /// possibly already removed elsewhere — and restart its counter entry below the one
+    /// the other replicas hold, and the merge would silently swallow the new write.
     pub fn delivered<'k>(&mut self, keys: impl IntoIterator<Item = &'k [u8]>) {
         if self.handoff.is_empty() {
             return;
         }
+        let dropped_before = self.handed_off;
         for key in keys {
             if !self.handoff.contains(key) || self.changeset.contains_key(key) {
                 continue;
@@ -149,6 +157,9 @@ impl Shard {
             }
             self.handoff.remove(key);
             self.handed_off += 1;
+        }
+        if self.handed_off != dropped_before {
+            self.actor = next_actor(self.actor);
         }
     }
 
@@ -314,6 +325,15 @@ impl Shard {
             .map(|(key, record)| (Bytes::copy_from_slice(key), record.to_record()))
             .collect()
     }
+}
+
+/// The writer id that follows `actor` (a splitmix64 step: as unlikely as a random id to
+/// repeat an earlier one or another worker's; deterministic, so simulations replay).
+fn next_actor(actor: u64) -> u64 {
+    let mut z = actor.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// Encodes a replication vector as stored in metadata records: four little-endian u32s

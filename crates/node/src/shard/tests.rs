@@ -485,3 +485,70 @@ fn forwarded_write_to_a_non_replica_is_handed_off() {
     assert_eq!(b.execute_forwarded(op), OpResult::Int(4));
     assert!(!b.has_gossip(), "nothing to hand off, no other replica");
 }
+
+/// A worker that handed a key off and dropped it, then writes it again before getting its
+/// state back (the write was forwarded under a stale view, or the key came back with
+/// another view change), must not reuse its old counter entry or OR-set dots: the merge
+/// would swallow the new write.
+#[test]
+fn a_worker_that_dropped_a_key_writes_it_again_without_losing_the_write() {
+    let both = |version| {
+        let mut v = ViewState::of(
+            vec![node("a", 1), node("b", 1)],
+            ReplicationTable::new(),
+            default_vector(2, 1),
+        );
+        v.version = version;
+        Arc::new(v)
+    };
+    let mut without_a = ViewState::of(
+        vec![node("b", 1), node("c", 1)],
+        ReplicationTable::new(),
+        default_vector(2, 1),
+    );
+    without_a.version = 2;
+    let mut a = Shard::with_clock(config("a", 0), both(1), 1, fixed_now);
+    let mut b = Shard::with_clock(config("b", 0), both(1), 2, fixed_now);
+    let add = |k: &'static [u8], delta| Op::CounterAdd { key: k, delta };
+    let sadd = |k: &'static [u8], m: &'static [u8]| Op::SetAdd {
+        key: k,
+        members: vec![m],
+    };
+    a.execute(add(b"c", 5));
+    a.execute(sadd(b"s", b"x"));
+    for o in a.take_gossip() {
+        b.merge_gossip(o.entries);
+    }
+    // b removes x (its context now covers a's dot for x).
+    let rm = Op::SetRemove {
+        key: &b"s"[..],
+        members: vec![&b"x"[..]],
+    };
+    assert_eq!(b.execute(rm), OpResult::Int(1));
+    let _ = b.take_gossip();
+    // a leaves the rings: hands both keys to b and c, drops them once delivered.
+    let writer = a.actor();
+    a.set_view(Arc::new(without_a));
+    for o in a.take_gossip() {
+        let keys: Vec<Bytes> = o.entries.iter().map(|(k, _)| k.clone()).collect();
+        if o.to == b.me() {
+            b.merge_gossip(o.entries);
+        }
+        a.delivered(keys.iter().map(|k| &k[..]));
+    }
+    assert!(!a.stores(b"c") && !a.stores(b"s"));
+    assert_ne!(a.actor(), writer, "a new writer id after dropping keys");
+    // a is back; writes reach it before the keys' state does.
+    a.set_view(both(3));
+    a.execute(add(b"c", 1));
+    a.execute(sadd(b"s", b"y"));
+    for o in a.take_gossip() {
+        b.merge_gossip(o.entries);
+    }
+    assert_eq!(b.execute(add(b"c", 0)), OpResult::Int(6), "the +1 is kept");
+    let has_y = Op::SetContains {
+        key: &b"s"[..],
+        member: &b"y"[..],
+    };
+    assert_eq!(b.execute(has_y), OpResult::Int(1), "y is kept");
+}
