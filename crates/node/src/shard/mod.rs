@@ -142,7 +142,7 @@ impl Shard {
         actor: u64,
         now_ms: fn() -> u64,
     ) -> Self {
-        let single_worker = is_single_worker(&view);
+        let single_worker = is_single_worker(&view, config.me);
         Shard {
             config,
             actor,
@@ -295,15 +295,17 @@ impl Shard {
     }
 }
 
-/// True if a view has exactly one memory-tier worker in all.
-fn is_single_worker(view: &ViewState) -> bool {
+/// True if every key is local under a view: its only memory-tier worker is `me` (or it has
+/// none). A view whose one worker is another node's — this node just left a cluster of
+/// two — does not make this worker the replica of everything.
+fn is_single_worker(view: &ViewState, me: Replica) -> bool {
     let mut workers = 0;
     for (_, node) in view.view.nodes() {
         if node.tier == Tier::Memory {
             workers += node.workers.len();
         }
     }
-    workers <= 1
+    workers == 0 || (workers == 1 && view.has_node(me.node))
 }
 
 #[cfg(test)]

@@ -202,7 +202,7 @@ impl Shard {
     /// Switches to a new view and queues the moves it implies (see the module docs).
     pub fn set_view(&mut self, next: Arc<ViewState>) {
         let old = std::mem::replace(&mut self.view, next);
-        self.single_worker = super::is_single_worker(&self.view);
+        self.single_worker = super::is_single_worker(&self.view, self.config.me);
         let new = self.view.clone();
         let me = self.config.me;
 

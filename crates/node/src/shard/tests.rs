@@ -552,3 +552,44 @@ fn a_worker_that_dropped_a_key_writes_it_again_without_losing_the_write() {
     };
     assert_eq!(b.execute(has_y), OpResult::Int(1), "y is kept");
 }
+
+/// A node leaving a cluster whose only other node has a single worker hands its keys to
+/// that worker and drops them: the one worker of its new view is not itself.
+#[test]
+fn leaving_a_two_node_cluster_hands_every_key_off() {
+    let mut two = ViewState::of(
+        vec![node("a", 1), node("b", 1)],
+        ReplicationTable::new(),
+        default_vector(1, 1),
+    );
+    two.version = 1;
+    let mut only_b = ViewState::of(
+        vec![node("b", 1)],
+        ReplicationTable::new(),
+        default_vector(1, 1),
+    );
+    only_b.version = 2;
+    let only_b = Arc::new(only_b);
+    let mut a = Shard::with_clock(config("a", 0), Arc::new(two), 1, fixed_now);
+    let mut b = Shard::with_clock(config("b", 0), only_b.clone(), 2, fixed_now);
+    let keys: Vec<String> = (0..50).map(|i| format!("k{i}")).collect();
+    for k in &keys {
+        a.execute_forwarded(Op::CounterAdd {
+            key: k.as_bytes(),
+            delta: 1,
+        });
+    }
+    a.set_view(only_b);
+    assert!(!a.is_replica(b"k0"), "b's worker is not a");
+    assert_eq!(a.route(b"k0"), Route::Remote(b.me()));
+    for o in a.take_gossip() {
+        assert_eq!(o.to, b.me());
+        let sent: Vec<Bytes> = o.entries.iter().map(|(k, _)| k.clone()).collect();
+        b.merge_gossip(o.entries);
+        a.delivered(sent.iter().map(|k| &k[..]));
+    }
+    assert_eq!(a.stats().live_keys, 0, "everything handed off");
+    for k in &keys {
+        assert!(b.holds(k.as_bytes()));
+    }
+}
