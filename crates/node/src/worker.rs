@@ -612,6 +612,7 @@ impl WorkerCtx {
             worker: self.worker,
             shard: self.shard.borrow().stats(),
             connections: self.connections.get(),
+            batches_in_flight: self.remote_batches.get() as u64,
         }
     }
 

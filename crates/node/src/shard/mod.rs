@@ -78,6 +78,11 @@ pub struct ShardStats {
     pub gossip_received: u64,
     /// Keys handed to new owners after view changes.
     pub handed_off: u64,
+    /// Entries stored, of every kind: live values, tombstones, metadata.
+    pub stored_keys: u64,
+    /// Replication not yet sent: changeset and outbox entries (including batches that
+    /// failed and were requeued), and keys kept only until their hand-off is delivered.
+    pub pending_replication: u64,
 }
 
 /// One batch of replication for one destination: keys and records to merge there.
@@ -281,6 +286,10 @@ impl Shard {
             gossip_sent: self.gossip_sent,
             gossip_received: self.gossip_received,
             handed_off: self.handed_off,
+            stored_keys: self.store.len() as u64,
+            pending_replication: (self.changeset.len()
+                + self.outbox.values().map(Vec::len).sum::<usize>()
+                + self.handoff.len()) as u64,
         }
     }
 

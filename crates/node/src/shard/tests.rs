@@ -593,3 +593,59 @@ fn leaving_a_two_node_cluster_hands_every_key_off() {
         assert!(b.holds(k.as_bytes()));
     }
 }
+
+/// What a leaving node waits for: a worker without live keys may still hold a delete to
+/// hand off, or the only remaining copy of a write in a requeued batch (its first
+/// recipient acknowledged it, then crashed) — its counters must show both.
+#[test]
+fn stats_show_replication_still_owed() {
+    let three = Arc::new(ViewState::of(
+        vec![node("a", 1), node("b", 1), node("c", 1)],
+        ReplicationTable::new(),
+        default_vector(3, 1),
+    ));
+    let mut without_a = ViewState::of(
+        vec![node("b", 1), node("c", 1)],
+        ReplicationTable::new(),
+        default_vector(3, 1),
+    );
+    without_a.version = 1;
+    let mut a = Shard::with_clock(config("a", 0), three, 1, fixed_now);
+    a.execute(Op::CounterAdd {
+        key: &b"c"[..],
+        delta: 1,
+    });
+    a.execute(Op::CounterAdd {
+        key: &b"gone"[..],
+        delta: 1,
+    });
+    assert_eq!(int(a.execute(Op::Delete { key: &b"gone"[..] })), 1);
+    let _ = a.take_gossip();
+    a.set_view(Arc::new(without_a));
+    let stats = a.stats();
+    assert_eq!(stats.live_keys, 1);
+    assert_eq!(stats.stored_keys, 2, "the tombstone counts");
+    assert!(stats.pending_replication >= 2);
+    let mut out = a.take_gossip();
+    out.sort_by_key(|o| o.to);
+    assert_eq!(out.len(), 2, "to b and c");
+    let (first, second) = (out.remove(0), out.remove(0));
+    let keys: Vec<Bytes> = first.entries.iter().map(|(k, _)| k.clone()).collect();
+    a.delivered(keys.iter().map(|k| &k[..]));
+    // The first recipient has both keys: they are dropped here; the other batch failed.
+    a.requeue(second);
+    let stats = a.stats();
+    assert_eq!((stats.live_keys, stats.stored_keys), (0, 0));
+    assert_eq!(
+        stats.pending_replication, 2,
+        "the requeued batch is still owed"
+    );
+    let retry = a.take_gossip();
+    let keys: Vec<Bytes> = retry
+        .iter()
+        .flat_map(|o| o.entries.iter().map(|(k, _)| k.clone()))
+        .collect();
+    assert_eq!(keys.len(), 4, "both keys, to both new replicas");
+    a.delivered(keys.iter().map(|k| &k[..]));
+    assert_eq!(a.stats().pending_replication, 0);
+}
