@@ -71,15 +71,35 @@ impl Shard {
         let mut batches: HashMap<Replica, GossipBatch> = HashMap::new();
         let me = self.config.me;
         let view = self.view.clone();
+        let mut unsent: Vec<(Bytes, Record)> = Vec::new();
         for (key, record) in self.changeset.drain() {
             let key = Bytes::from(key.into_vec());
+            let mut sent = false;
             for r in view.replicas(&key) {
                 if r != me {
+                    sent = true;
                     batches
                         .entry(r)
                         .or_default()
                         .push((key.clone(), record.clone()));
                 }
+            }
+            if !sent {
+                unsent.push((key, record));
+            }
+        }
+        // Entries with no other replica to go to. Usually of a key this worker alone
+        // replicates now, whose stored record already includes them; but an entry may be
+        // the last copy of its writes: a hand-off retried after another recipient had
+        // acknowledged it (so the key was dropped here) and crashed, until the view made
+        // this worker the key's only replica. So it is kept here, never dropped.
+        for (key, record) in unsent {
+            if self.is_replica(&key) {
+                self.handoff.remove(&key[..]);
+                self.merge_into_store(&key, record);
+            } else {
+                // No replica at all in this view: wait for the next one.
+                self.changeset.insert(Box::from(&key[..]), record);
             }
         }
         for (to, keys) in self.outbox.drain() {

@@ -649,3 +649,52 @@ fn stats_show_replication_still_owed() {
     a.delivered(keys.iter().map(|k| &k[..]));
     assert_eq!(a.stats().pending_replication, 0);
 }
+
+/// A hand-off batch requeued after the key was dropped here (another recipient had
+/// acknowledged it) can be the last copy once that recipient crashes: when the view then
+/// makes this worker the key's only replica, the entry has nowhere to go and must land in
+/// this worker's store rather than vanish.
+#[test]
+fn a_requeued_hand_off_with_no_one_to_go_to_is_kept() {
+    let view = |nodes: Vec<NodeInfo>, global, version| {
+        let mut v = ViewState::of(nodes, ReplicationTable::new(), default_vector(global, 1));
+        v.version = version;
+        Arc::new(v)
+    };
+    let three = view(vec![node("a", 1), node("b", 1), node("c", 1)], 2, 1);
+    let key = (0..100)
+        .map(|i| format!("k{i}"))
+        .find(|k| {
+            !three.is_replica(
+                k.as_bytes(),
+                Replica {
+                    node: node_key("a"),
+                    worker: 0,
+                },
+            )
+        })
+        .expect("a key a does not replicate");
+    let key = key.as_bytes();
+    // a holds the key alone, then b and c join and become its replicas.
+    let mut a = Shard::with_clock(config("a", 0), view(vec![node("a", 1)], 2, 0), 1, fixed_now);
+    a.execute(Op::CounterAdd { key, delta: 7 });
+    a.set_view(three);
+    let mut out = a.take_gossip();
+    out.sort_by_key(|o| o.to);
+    assert_eq!(out.len(), 2, "handed to b and c");
+    let (first, second) = (out.remove(0), out.remove(0));
+    // The first recipient acknowledges: a drops the key. The other batch fails.
+    let keys: Vec<Bytes> = first.entries.iter().map(|(k, _)| k.clone()).collect();
+    a.delivered(keys.iter().map(|k| &k[..]));
+    assert!(!a.stores(key));
+    a.requeue(second);
+    // Both recipients crash; a is alone again.
+    a.set_view(view(vec![node("a", 1)], 2, 2));
+    assert!(a.take_gossip().is_empty(), "nowhere to send it");
+    assert_eq!(
+        a.execute(Op::CounterAdd { key, delta: 0 }),
+        OpResult::Int(7)
+    );
+    assert!(!a.has_gossip());
+    assert_eq!(a.stats().pending_replication, 0);
+}
