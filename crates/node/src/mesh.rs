@@ -60,6 +60,21 @@ pub struct WorkerStats {
     pub shard: ShardStats,
     /// Open client connections on this worker.
     pub connections: u64,
+    /// Replication batches sent to other nodes and not yet acknowledged.
+    pub batches_in_flight: u64,
+}
+
+impl WorkerStats {
+    /// True if the worker has nothing left to hand to another node: it stores nothing
+    /// (tombstones included), has no replication queued (requeued batches included) and
+    /// none in flight. A leaving node stops only when all its workers are so: a worker
+    /// that holds no live key may still hold a delete, or the only copy of a write whose
+    /// first recipient has crashed since.
+    pub fn handed_everything_off(&self) -> bool {
+        self.shard.stored_keys == 0
+            && self.shard.pending_replication == 0
+            && self.batches_in_flight == 0
+    }
 }
 
 /// Senders to every worker's inbox, indexed by worker.
@@ -125,5 +140,28 @@ impl Mesh {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handed_everything_off_needs_no_keys_nothing_queued_nothing_in_flight() {
+        let done = WorkerStats::default();
+        assert!(done.handed_everything_off());
+        let mut tombstone = done;
+        tombstone.shard.stored_keys = 1;
+        assert!(
+            !tombstone.handed_everything_off(),
+            "no live key, but a delete"
+        );
+        let mut requeued = done;
+        requeued.shard.pending_replication = 1;
+        assert!(!requeued.handed_everything_off());
+        let mut sending = done;
+        sending.batches_in_flight = 1;
+        assert!(!sending.handed_everything_off());
     }
 }

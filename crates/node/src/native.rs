@@ -426,16 +426,8 @@ async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
             let mut shard = ctx.shard.borrow_mut();
             for op in f.ops {
                 let result = match forward::op_from_pb(op) {
-                    Ok(op) => {
-                        let key = op.key_bytes().clone();
-                        let write = op.is_write();
-                        let r = shard.execute(op);
-                        if write && !shard.is_replica(&key) {
-                            // Sent under another view: pass it on to the current owners.
-                            shard.queue_handoff(&key);
-                        }
-                        r
-                    }
+                    // Sent under another view, a write is passed on to the current owners.
+                    Ok(op) => shard.execute_forwarded(op),
                     Err(e) => OpResult::Error(e),
                 };
                 results.push(forward::result_to_pb(&result));

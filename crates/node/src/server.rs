@@ -459,19 +459,15 @@ impl Node {
 pub const LEAVE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Leaves the cluster: marks this node as left (its workers then hand every key to the
-/// other owners) and waits until no worker holds a key, or the deadline passes.
+/// other owners) and waits until every worker has handed everything off
+/// ([`WorkerStats::handed_everything_off`](crate::mesh::WorkerStats::handed_everything_off)),
+/// or the deadline passes.
 pub async fn leave(shared: &Shared) {
     shared.agent.leave().await;
     let deadline = Instant::now() + LEAVE_DEADLINE;
     while Instant::now() < deadline {
-        let held: u64 = shared
-            .mesh
-            .stats()
-            .await
-            .iter()
-            .map(|s| s.shard.live_keys)
-            .sum();
-        if held == 0 {
+        let stats = shared.mesh.stats().await;
+        if stats.iter().all(|s| s.handed_everything_off()) {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;

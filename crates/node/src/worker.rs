@@ -477,14 +477,16 @@ impl WorkerCtx {
 
     /// Runs ops on this worker, then waits until each successful write has the
     /// acknowledgement `ack` asks for (on disk here first if durable, then on
-    /// `ack.replicas` replicas).
+    /// `ack.replicas` replicas). The ops may have been forwarded here under a view that has
+    /// changed since: a write to a key this worker no longer replicates is also handed off
+    /// to its current replicas (without that, the key would stay here for good).
     pub async fn run_acked_here(&self, ops: Vec<Op<Bytes>>, ack: Ack) -> Vec<OpResult> {
         let mut results = Vec::with_capacity(ops.len());
         let mut written: Vec<(usize, Bytes)> = Vec::new();
         for op in ops {
             let key = op.key_bytes().clone();
             let write = op.is_write();
-            let result = self.shard.borrow_mut().execute(op);
+            let result = self.shard.borrow_mut().execute_forwarded(op);
             if write && !matches!(result, OpResult::Error(_)) {
                 written.push((results.len(), key));
             }
@@ -665,6 +667,7 @@ impl WorkerCtx {
             worker: self.worker,
             shard: self.shard.borrow().stats(),
             connections: self.connections.get(),
+            batches_in_flight: self.remote_batches.get() as u64,
         }
     }
 
@@ -1025,13 +1028,8 @@ async fn inbox_loop(ctx: Rc<WorkerCtx>, mut inbox: mpsc::Receiver<WorkerMsg>) {
                     let mut shard = ctx.shard.borrow_mut();
                     let mut results = Vec::with_capacity(ops.len());
                     for op in ops {
-                        let key = op.key().to_vec();
-                        let write = op.is_write();
-                        results.push(shard.execute(op));
-                        if write && !shard.is_replica(&key) {
-                            // Routed here under a view that changed since.
-                            shard.queue_handoff(&key);
-                        }
+                        // Routed here under a view that changed since, a write is passed on.
+                        results.push(shard.execute_forwarded(op));
                     }
                     if shard.changeset_full() {
                         ctx.gossip_now.notify_one();

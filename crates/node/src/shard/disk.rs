@@ -231,6 +231,14 @@ impl Shard {
         }
     }
 
+    /// Keys stored here, tombstones included (on disk for a disk-tier shard).
+    pub(super) fn stored_count(&self) -> usize {
+        match &self.disk {
+            Some(d) => d.store.len(),
+            None => self.store.len(),
+        }
+    }
+
     /// Live keys stored here.
     pub(super) fn live_key_count(&self) -> usize {
         match &self.disk {

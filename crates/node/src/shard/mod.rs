@@ -84,6 +84,11 @@ pub struct ShardStats {
     pub handed_off: u64,
     /// Operations refused because durable storage failed (a metric).
     pub storage_errors: u64,
+    /// Entries stored, of every kind: live values, tombstones, metadata.
+    pub stored_keys: u64,
+    /// Replication not yet sent: changeset and outbox entries (including batches that
+    /// failed and were requeued), and keys kept only until their hand-off is delivered.
+    pub pending_replication: u64,
 }
 
 /// One batch of replication for one destination: keys and records to merge there.
@@ -185,6 +190,11 @@ impl Shard {
             storage_errors: 0,
             next_tombstone_collect_ms: 0,
         }
+    }
+
+    /// The writer id of this worker's next OR-set dots and counter entries.
+    pub fn actor(&self) -> u64 {
+        self.actor
     }
 
     /// Which replica this shard is.
@@ -330,6 +340,10 @@ impl Shard {
             gossip_received: self.gossip_received,
             handed_off: self.handed_off,
             storage_errors: self.storage_errors,
+            stored_keys: self.stored_count() as u64,
+            pending_replication: (self.changeset.len()
+                + self.outbox.values().map(Vec::len).sum::<usize>()
+                + self.handoff.len()) as u64,
         }
     }
 

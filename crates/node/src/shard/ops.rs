@@ -159,6 +159,20 @@ impl Shard {
         }
     }
 
+    /// Executes an operation another worker sent here: a forward, or a write whose client
+    /// asked for several acknowledgements. Like [`execute`](Self::execute), except that a
+    /// write to a key this worker does not replicate — routed here under a view that has
+    /// changed since — is queued for hand-off to the key's current replicas, so it reaches
+    /// them and is dropped here once delivered, like any key handed off after a view change.
+    pub fn execute_forwarded<B: AsRef<[u8]>>(&mut self, op: Op<B>) -> OpResult {
+        let misplaced = (op.is_write() && !self.is_replica(op.key())).then(|| Blob::from(op.key()));
+        let result = self.execute(op);
+        if let Some(key) = misplaced {
+            self.queue_handoff(&key);
+        }
+        result
+    }
+
     /// WRONGTYPE for a read needing a set on a key holding something else.
     pub(super) fn not_a_set(&self, key: &[u8]) -> OpResult {
         let found = self.live(key).and_then(|r| r.lattice_type());

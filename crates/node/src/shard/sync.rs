@@ -90,16 +90,36 @@ impl Shard {
                 .collect()
         };
         budget_keys -= taken.len();
+        let mut unsent: Vec<(Bytes, Record)> = Vec::new();
         for (key, record) in taken {
             budget_bytes = budget_bytes.saturating_sub(key.len() + record.approx_size());
             let key = Bytes::from(key.into_vec());
+            let mut sent = false;
             for r in view.replicas(&key) {
                 if r != me {
+                    sent = true;
                     batches
                         .entry(r)
                         .or_default()
                         .push((key.clone(), record.clone()));
                 }
+            }
+            if !sent {
+                unsent.push((key, record));
+            }
+        }
+        // Entries with no other replica to go to. Usually of a key this worker alone
+        // replicates now, whose stored record already includes them; but an entry may be
+        // the last copy of its writes: a hand-off retried after another recipient had
+        // acknowledged it (so the key was dropped here) and crashed, until the view made
+        // this worker the key's only replica. So it is kept here, never dropped.
+        for (key, record) in unsent {
+            if self.is_replica(&key) {
+                self.handoff.remove(&key[..]);
+                self.merge_into_store(&key, record);
+            } else {
+                // No replica at all in this view: wait for the next one.
+                self.changeset.insert(Box::from(&key[..]), record);
             }
         }
         let mut outbox: Vec<(Replica, Vec<Blob>)> = self.outbox.drain().collect();
@@ -194,15 +214,7 @@ impl Shard {
             self.handed_off += 1;
         }
         if self.handed_off != dropped_before {
-            self.new_actor();
-        }
-    }
-
-    /// Switches to a new, random actor id for dots and counter entries.
-    fn new_actor(&mut self) {
-        let old = self.actor;
-        while self.actor == old {
-            self.actor = fastrand::u64(..);
+            self.actor = next_actor(self.actor);
         }
     }
 
@@ -376,6 +388,15 @@ impl Shard {
         );
         out
     }
+}
+
+/// The writer id that follows `actor` (a splitmix64 step: as unlikely as a random id to
+/// repeat an earlier one or another worker's; deterministic, so simulations replay).
+fn next_actor(actor: u64) -> u64 {
+    let mut z = actor.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// Encodes a replication vector as stored in metadata records: four little-endian u32s

@@ -441,6 +441,264 @@ fn anti_entropy_repairs_a_lost_update() {
     );
 }
 
+/// A write forwarded to a worker that no longer replicates the key (the sender's view was
+/// stale) is handed off to the key's replicas and dropped once delivered — whatever path
+/// forwarded it, including a write asking for several acknowledgements, which used to stay
+/// on the non-replica for good (and kept a leaving node from ever finishing its hand-off).
+#[test]
+fn forwarded_write_to_a_non_replica_is_handed_off() {
+    let view = Arc::new(ViewState::of(
+        vec![node("a", 1), node("b", 1)],
+        ReplicationTable::new(),
+        default_vector(1, 1),
+    ));
+    let mut a = Shard::with_clock(config("a", 0), view.clone(), 1, fixed_now);
+    let mut b = Shard::with_clock(config("b", 0), view.clone(), 2, fixed_now);
+    let key = (0..100)
+        .map(|i| format!("k{i}"))
+        .find(|k| view.replicas(k.as_bytes()) == vec![b.me()])
+        .expect("a key of b");
+    let op = Op::CounterAdd {
+        key: key.as_bytes(),
+        delta: 3,
+    };
+    assert_eq!(a.execute_forwarded(op), OpResult::Int(3));
+    assert!(a.stores(key.as_bytes()), "applied where it landed");
+    let out = a.take_gossip();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].to, b.me());
+    let keys: Vec<Bytes> = out[0].entries.iter().map(|(k, _)| k.clone()).collect();
+    b.merge_gossip(out[0].entries.clone());
+    a.delivered(keys.iter().map(|k| &k[..]));
+    assert!(!a.stores(key.as_bytes()), "dropped once delivered");
+    assert!(!a.has_gossip());
+    let add = Op::CounterAdd {
+        key: key.as_bytes(),
+        delta: 0,
+    };
+    assert_eq!(b.execute(add), OpResult::Int(3));
+    // On a replica, a forwarded write is an ordinary write.
+    let op = Op::CounterAdd {
+        key: key.as_bytes(),
+        delta: 1,
+    };
+    assert_eq!(b.execute_forwarded(op), OpResult::Int(4));
+    assert!(!b.has_gossip(), "nothing to hand off, no other replica");
+}
+
+/// A worker that handed a key off and dropped it, then writes it again before getting its
+/// state back (the write was forwarded under a stale view, or the key came back with
+/// another view change), must not reuse its old counter entry or OR-set dots: the merge
+/// would swallow the new write.
+#[test]
+fn a_worker_that_dropped_a_key_writes_it_again_without_losing_the_write() {
+    let both = |version| {
+        let mut v = ViewState::of(
+            vec![node("a", 1), node("b", 1)],
+            ReplicationTable::new(),
+            default_vector(2, 1),
+        );
+        v.version = version;
+        Arc::new(v)
+    };
+    let mut without_a = ViewState::of(
+        vec![node("b", 1), node("c", 1)],
+        ReplicationTable::new(),
+        default_vector(2, 1),
+    );
+    without_a.version = 2;
+    let mut a = Shard::with_clock(config("a", 0), both(1), 1, fixed_now);
+    let mut b = Shard::with_clock(config("b", 0), both(1), 2, fixed_now);
+    let add = |k: &'static [u8], delta| Op::CounterAdd { key: k, delta };
+    let sadd = |k: &'static [u8], m: &'static [u8]| Op::SetAdd {
+        key: k,
+        members: vec![m],
+    };
+    a.execute(add(b"c", 5));
+    a.execute(sadd(b"s", b"x"));
+    for o in a.take_gossip() {
+        b.merge_gossip(o.entries);
+    }
+    // b removes x (its context now covers a's dot for x).
+    let rm = Op::SetRemove {
+        key: &b"s"[..],
+        members: vec![&b"x"[..]],
+    };
+    assert_eq!(b.execute(rm), OpResult::Int(1));
+    let _ = b.take_gossip();
+    // a leaves the rings: hands both keys to b and c, drops them once delivered.
+    let writer = a.actor();
+    a.set_view(Arc::new(without_a));
+    for o in a.take_gossip() {
+        let keys: Vec<Bytes> = o.entries.iter().map(|(k, _)| k.clone()).collect();
+        if o.to == b.me() {
+            b.merge_gossip(o.entries);
+        }
+        a.delivered(keys.iter().map(|k| &k[..]));
+    }
+    assert!(!a.stores(b"c") && !a.stores(b"s"));
+    assert_ne!(a.actor(), writer, "a new writer id after dropping keys");
+    // a is back; writes reach it before the keys' state does.
+    a.set_view(both(3));
+    a.execute(add(b"c", 1));
+    a.execute(sadd(b"s", b"y"));
+    for o in a.take_gossip() {
+        b.merge_gossip(o.entries);
+    }
+    assert_eq!(b.execute(add(b"c", 0)), OpResult::Int(6), "the +1 is kept");
+    let has_y = Op::SetContains {
+        key: &b"s"[..],
+        member: &b"y"[..],
+    };
+    assert_eq!(b.execute(has_y), OpResult::Int(1), "y is kept");
+}
+
+/// A node leaving a cluster whose only other node has a single worker hands its keys to
+/// that worker and drops them: the one worker of its new view is not itself.
+#[test]
+fn leaving_a_two_node_cluster_hands_every_key_off() {
+    let mut two = ViewState::of(
+        vec![node("a", 1), node("b", 1)],
+        ReplicationTable::new(),
+        default_vector(1, 1),
+    );
+    two.version = 1;
+    let mut only_b = ViewState::of(
+        vec![node("b", 1)],
+        ReplicationTable::new(),
+        default_vector(1, 1),
+    );
+    only_b.version = 2;
+    let only_b = Arc::new(only_b);
+    let mut a = Shard::with_clock(config("a", 0), Arc::new(two), 1, fixed_now);
+    let mut b = Shard::with_clock(config("b", 0), only_b.clone(), 2, fixed_now);
+    let keys: Vec<String> = (0..50).map(|i| format!("k{i}")).collect();
+    for k in &keys {
+        a.execute_forwarded(Op::CounterAdd {
+            key: k.as_bytes(),
+            delta: 1,
+        });
+    }
+    a.set_view(only_b);
+    assert!(!a.is_replica(b"k0"), "b's worker is not a");
+    assert_eq!(a.route(b"k0"), Route::Remote(b.me()));
+    for o in a.take_gossip() {
+        assert_eq!(o.to, b.me());
+        let sent: Vec<Bytes> = o.entries.iter().map(|(k, _)| k.clone()).collect();
+        b.merge_gossip(o.entries);
+        a.delivered(sent.iter().map(|k| &k[..]));
+    }
+    assert_eq!(a.stats().live_keys, 0, "everything handed off");
+    for k in &keys {
+        assert!(b.holds(k.as_bytes()));
+    }
+}
+
+/// What a leaving node waits for: a worker without live keys may still hold a delete to
+/// hand off, or the only remaining copy of a write in a requeued batch (its first
+/// recipient acknowledged it, then crashed) — its counters must show both.
+#[test]
+fn stats_show_replication_still_owed() {
+    let three = Arc::new(ViewState::of(
+        vec![node("a", 1), node("b", 1), node("c", 1)],
+        ReplicationTable::new(),
+        default_vector(3, 1),
+    ));
+    let mut without_a = ViewState::of(
+        vec![node("b", 1), node("c", 1)],
+        ReplicationTable::new(),
+        default_vector(3, 1),
+    );
+    without_a.version = 1;
+    let mut a = Shard::with_clock(config("a", 0), three, 1, fixed_now);
+    a.execute(Op::CounterAdd {
+        key: &b"c"[..],
+        delta: 1,
+    });
+    a.execute(Op::CounterAdd {
+        key: &b"gone"[..],
+        delta: 1,
+    });
+    assert_eq!(int(a.execute(Op::Delete { key: &b"gone"[..] })), 1);
+    let _ = a.take_gossip();
+    a.set_view(Arc::new(without_a));
+    let stats = a.stats();
+    assert_eq!(stats.live_keys, 1);
+    assert_eq!(stats.stored_keys, 2, "the tombstone counts");
+    assert!(stats.pending_replication >= 2);
+    let mut out = a.take_gossip();
+    out.sort_by_key(|o| o.to);
+    assert_eq!(out.len(), 2, "to b and c");
+    let (first, second) = (out.remove(0), out.remove(0));
+    let keys: Vec<Bytes> = first.entries.iter().map(|(k, _)| k.clone()).collect();
+    a.delivered(keys.iter().map(|k| &k[..]));
+    // The first recipient has both keys: they are dropped here; the other batch failed.
+    a.requeue(second);
+    let stats = a.stats();
+    assert_eq!((stats.live_keys, stats.stored_keys), (0, 0));
+    assert_eq!(
+        stats.pending_replication, 2,
+        "the requeued batch is still owed"
+    );
+    let retry = a.take_gossip();
+    let keys: Vec<Bytes> = retry
+        .iter()
+        .flat_map(|o| o.entries.iter().map(|(k, _)| k.clone()))
+        .collect();
+    assert_eq!(keys.len(), 4, "both keys, to both new replicas");
+    a.delivered(keys.iter().map(|k| &k[..]));
+    assert_eq!(a.stats().pending_replication, 0);
+}
+
+/// A hand-off batch requeued after the key was dropped here (another recipient had
+/// acknowledged it) can be the last copy once that recipient crashes: when the view then
+/// makes this worker the key's only replica, the entry has nowhere to go and must land in
+/// this worker's store rather than vanish.
+#[test]
+fn a_requeued_hand_off_with_no_one_to_go_to_is_kept() {
+    let view = |nodes: Vec<NodeInfo>, global, version| {
+        let mut v = ViewState::of(nodes, ReplicationTable::new(), default_vector(global, 1));
+        v.version = version;
+        Arc::new(v)
+    };
+    let three = view(vec![node("a", 1), node("b", 1), node("c", 1)], 2, 1);
+    let key = (0..100)
+        .map(|i| format!("k{i}"))
+        .find(|k| {
+            !three.is_replica(
+                k.as_bytes(),
+                Replica {
+                    node: node_key("a"),
+                    worker: 0,
+                },
+            )
+        })
+        .expect("a key a does not replicate");
+    let key = key.as_bytes();
+    // a holds the key alone, then b and c join and become its replicas.
+    let mut a = Shard::with_clock(config("a", 0), view(vec![node("a", 1)], 2, 0), 1, fixed_now);
+    a.execute(Op::CounterAdd { key, delta: 7 });
+    a.set_view(three);
+    let mut out = a.take_gossip();
+    out.sort_by_key(|o| o.to);
+    assert_eq!(out.len(), 2, "handed to b and c");
+    let (first, second) = (out.remove(0), out.remove(0));
+    // The first recipient acknowledges: a drops the key. The other batch fails.
+    let keys: Vec<Bytes> = first.entries.iter().map(|(k, _)| k.clone()).collect();
+    a.delivered(keys.iter().map(|k| &k[..]));
+    assert!(!a.stores(key));
+    a.requeue(second);
+    // Both recipients crash; a is alone again.
+    a.set_view(view(vec![node("a", 1)], 2, 2));
+    assert!(a.take_gossip().is_empty(), "nowhere to send it");
+    assert_eq!(
+        a.execute(Op::CounterAdd { key, delta: 0 }),
+        OpResult::Int(7)
+    );
+    assert!(!a.has_gossip());
+    assert_eq!(a.stats().pending_replication, 0);
+}
+
 /// A key handed off and later handed back (views changing back and forth, as around a
 /// partition) takes writes before its state returns: none of them, and none of the
 /// writes before the hand-off, is lost — the worker does not reuse its old counter entry

@@ -1,0 +1,393 @@
+//! A deterministic, seeded simulator of a latticekv cluster's replication.
+//!
+//! The simulator runs real [`Shard`](node::shard::Shard)s — the same code the workers run —
+//! and plays the part of everything around them: the workers' gossip and anti-entropy
+//! loops, forwarding, synchronous fan-out, the cluster agents that publish views, the
+//! network and the clients. Every step mirrors what `worker.rs`, `native.rs`,
+//! `cluster/agent.rs` and `server.rs` do (each handler names the code it mirrors), so the
+//! test exercises the replication logic itself, not a simplified copy.
+//!
+//! Everything is a function of the seed: one [`fastrand::Rng`] drives every choice, time is
+//! simulated (the shards' clock is a thread-local the simulator advances, with a skew per
+//! node), events run in (time, sequence) order, and every collection the simulator iterates
+//! is ordered (the shards' own hash maps are only read through sorted copies).
+//!
+//! # What is modelled
+//! - **Workers**: the gossip timer and early gossip (changeset full, view switch), remote
+//!   batches with their timeout and requeue (at most `MAX_REMOTE_BATCHES` in flight),
+//!   same-node batches through the mesh (reliable; a full inbox requeues), anti-entropy
+//!   rounds (digest, repair, entries sent back), the front port (forward to a replica, to
+//!   the first reachable one for plain writes) and the workers' own ports (redirects),
+//!   forwarded ops, and writes with two acknowledgements (`run_acked_here`,
+//!   `sync_replicas`, with `Exec` through the mesh or `Forward` over the network).
+//! - **Network** between nodes: loss, duplication, uniform delays (so reordering),
+//!   partitions in two groups; a restarted node does not get its previous incarnation's
+//!   messages. Entries cross it in their wire form (`encode_entries`/`decode_entries`).
+//! - **Agents**: the membership everyone would agree on, and each node's own belief,
+//!   refreshed every agent period: a node learns joins, leaves, deaths (declared
+//!   `detect_ms` after a crash) and replication vectors at its own pace, and declares dead
+//!   the nodes a partition has hidden from it for `detect_ms` (split views), until the
+//!   partition heals. A starting node knows only itself until it reaches a member. Every
+//!   worker switches to its node's new view a little after the agent publishes it.
+//! - **Nodes**: joins (fresh ids, or ids of dead nodes), graceful leaves (`server::leave`:
+//!   stop once every worker has handed everything off), crashes, restarts with an empty
+//!   store (possibly before the others noticed the crash).
+//!
+//! # What is not
+//! Reads (and so the settling reads that fetch from previous owners), tombstone collection
+//! (the grace is longer than a run: a collected tombstone may legitimately let an older
+//! write reappear), the time a connection attempt takes (reachability is known at once),
+//! asymmetric partitions, and the encoding of forwarded ops.
+//!
+//! # Layout
+//! - this module: [`Params`] (what a seed chooses), [`run`], [`Failure`], the trace;
+//! - [`world`]: the cluster, the network and the event loop;
+//! - [`check`]: which writes may be lost, and the final checks.
+
+pub mod check;
+pub mod world;
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use fastrand::Rng;
+
+pub use world::World;
+
+/// What the simulation deliberately breaks, to show the checks can fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The node's protocol as written.
+    Correct,
+    /// Gossip batches that fail are dropped instead of requeued, and anti-entropy is off:
+    /// replicas must end up diverged under loss.
+    NoRetryNoAntiEntropy,
+    /// A batch that times out counts as delivered (hand-offs drop keys that never arrived):
+    /// acknowledged writes must end up lost.
+    AckOnTimeout,
+}
+
+/// Everything a seed decides about a run.
+#[derive(Clone, Debug)]
+pub struct Params {
+    /// The seed.
+    pub seed: u64,
+    /// What is broken on purpose.
+    pub mode: Mode,
+    /// Nodes at the start.
+    pub initial_nodes: usize,
+    /// Most nodes up at once.
+    pub max_nodes: usize,
+    /// Default replication: nodes per key.
+    pub global_rf: u32,
+    /// Default replication: workers per node per key.
+    pub local_rf: u32,
+    /// Number of distinct user keys.
+    pub keys: usize,
+    /// Probability that a message between nodes is lost.
+    pub loss: f64,
+    /// Probability that a message between nodes is delivered twice.
+    pub dup: f64,
+    /// Largest network delay between nodes, in ms (delays are uniform in 1..=this).
+    pub max_delay_ms: u64,
+    /// Probability that a worker's inbox is full when another worker of its node gossips
+    /// to it (the batch is requeued).
+    pub inbox_full: f64,
+    /// Gossip period of every worker, in ms.
+    pub gossip_ms: u64,
+    /// Anti-entropy period of every worker, in ms.
+    pub anti_entropy_ms: u64,
+    /// Timeout of a request to another node, in ms (`PEER_TIMEOUT`).
+    pub timeout_ms: u64,
+    /// Period of the cluster agents (membership gossip), in ms.
+    pub agent_ms: u64,
+    /// Time until a dead or unreachable node is declared dead, in ms.
+    pub detect_ms: u64,
+    /// Length of the active phase (writes and faults), in ms.
+    pub active_ms: u64,
+    /// Mean time between client writes, in ms.
+    pub write_every_ms: u64,
+    /// Fraction of writes that ask for two acknowledgements (synchronous fan-out).
+    pub sync_fraction: f64,
+    /// Fraction of writes sent to the shared front port (forwarded) rather than to a
+    /// replica's own port (redirected).
+    pub front_fraction: f64,
+    /// Changeset size that makes a worker gossip before its timer.
+    pub max_changeset_keys: usize,
+    /// Largest clock skew of a node, in ms (each node gets one in ±this).
+    pub max_skew_ms: i64,
+    /// Faults of the active phase, in order: (time offset in ms, fault).
+    pub faults: Vec<(u64, FaultKind)>,
+    /// Longest partition, in ms.
+    pub max_partition_ms: u64,
+}
+
+/// A fault the simulation injects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// A node joins (a new id, or the id of a node that is down).
+    Join,
+    /// A node leaves gracefully: out of the rings, hands off its keys, then stops.
+    Leave,
+    /// A node crashes: its state is lost; the others declare it dead after `detect_ms`.
+    Fail,
+    /// A node crashes and comes back with an empty store, possibly before anyone noticed.
+    Restart,
+    /// The nodes split in two groups that cannot reach each other for a while.
+    Partition,
+    /// A key gets an explicit replication vector.
+    SetVector,
+}
+
+impl Params {
+    /// The parameters seed `seed` chooses.
+    pub fn from_seed(seed: u64, mode: Mode) -> Params {
+        let mut rng = Rng::with_seed(seed ^ 0x5EED_0F1A_771C_E5A5);
+        let initial_nodes = rng.usize(3..=5);
+        let active_ms = rng.u64(2_500..=5_000);
+        let kinds = [
+            FaultKind::Join,
+            FaultKind::Leave,
+            FaultKind::Fail,
+            FaultKind::Restart,
+            FaultKind::Partition,
+            FaultKind::Partition,
+            FaultKind::SetVector,
+        ];
+        let mut faults: Vec<(u64, FaultKind)> = (0..rng.usize(2..=6))
+            .map(|_| (rng.u64(100..active_ms), kinds[rng.usize(..kinds.len())]))
+            .collect();
+        faults.sort_by_key(|f| f.0);
+        let heavy = mode != Mode::Correct;
+        Params {
+            seed,
+            mode,
+            initial_nodes,
+            max_nodes: 6,
+            global_rf: rng.u32(2..=3),
+            local_rf: if rng.bool() { 1 } else { 2 },
+            keys: rng.usize(8..=24),
+            loss: if heavy {
+                0.4
+            } else {
+                [0.0, 0.05, 0.15, 0.3][rng.usize(..4)]
+            },
+            dup: [0.0, 0.02, 0.1][rng.usize(..3)],
+            max_delay_ms: rng.u64(2..=40),
+            inbox_full: [0.0, 0.02][rng.usize(..2)],
+            gossip_ms: rng.u64(20..=80),
+            anti_entropy_ms: rng.u64(200..=800),
+            timeout_ms: rng.u64(120..=300),
+            agent_ms: 100,
+            detect_ms: rng.u64(300..=700),
+            active_ms,
+            write_every_ms: rng.u64(8..=25),
+            sync_fraction: [0.0, 0.1, 0.3][rng.usize(..3)],
+            front_fraction: rng.f64(),
+            max_changeset_keys: rng.usize(2..=16),
+            max_skew_ms: rng.i64(0..=200),
+            faults,
+            max_partition_ms: rng.u64(200..=1_500),
+        }
+    }
+}
+
+impl fmt::Display for Params {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "seed {} ({:?}): {} nodes, rf {}x{}, {} keys, loss {}, dup {}, delay ≤{}ms, \
+             gossip {}ms, anti-entropy {}ms, timeout {}ms, detect {}ms, active {}ms, \
+             write every ~{}ms, sync {}, front {:.2}, changeset ≤{}, skew ±{}ms, \
+             partitions ≤{}ms, faults {:?}",
+            self.seed,
+            self.mode,
+            self.initial_nodes,
+            self.global_rf,
+            self.local_rf,
+            self.keys,
+            self.loss,
+            self.dup,
+            self.max_delay_ms,
+            self.gossip_ms,
+            self.anti_entropy_ms,
+            self.timeout_ms,
+            self.detect_ms,
+            self.active_ms,
+            self.write_every_ms,
+            self.sync_fraction,
+            self.front_fraction,
+            self.max_changeset_keys,
+            self.max_skew_ms,
+            self.max_partition_ms,
+            self.faults,
+        )
+    }
+}
+
+/// What one run did, for the summary of many seeds.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Writes that changed a replica.
+    pub writes: u64,
+    /// Writes the client saw succeed.
+    pub acked: u64,
+    /// Writes whose every copy was lost with crashed nodes (allowed to be missing).
+    pub excused: u64,
+    /// Writes whose last copies were on a node when it stopped after leaving (allowed only
+    /// if not acknowledged: a write whose forwarder's answer was lost).
+    pub lost_on_leave: u64,
+    /// Writes that had to survive and were checked.
+    pub checked: u64,
+    /// Messages between nodes sent, lost (loss or partition), duplicated.
+    pub messages: u64,
+    /// Messages lost.
+    pub lost: u64,
+    /// Messages duplicated.
+    pub duplicated: u64,
+    /// Faults applied: joins, leaves, failures, restarts, partitions, vector changes.
+    pub joins: u64,
+    /// Graceful leaves that completed.
+    pub leaves: u64,
+    /// Crashes (including restarts).
+    pub failures: u64,
+    /// Restarts.
+    pub restarts: u64,
+    /// Partitions.
+    pub partitions: u64,
+    /// Explicit replication vectors set.
+    pub vectors: u64,
+    /// Views published by agents.
+    pub views: u64,
+    /// Anti-entropy exchanges that found differing buckets.
+    pub repairs: u64,
+    /// Simulated ms from the end of the active phase until quiescence.
+    pub quiesce_ms: u64,
+    /// Writes executed by a worker that did not replicate the key (forwarded under a
+    /// view that had changed).
+    pub misplaced_writes: u64,
+    /// Events handled.
+    pub events: u64,
+    /// Hash of the final state of every worker and of the run's history (same seed, same
+    /// fingerprint).
+    pub fingerprint: u64,
+}
+
+impl Report {
+    /// Adds another run's counts.
+    pub fn add(&mut self, o: &Report) {
+        self.writes += o.writes;
+        self.acked += o.acked;
+        self.excused += o.excused;
+        self.checked += o.checked;
+        self.lost_on_leave += o.lost_on_leave;
+        self.messages += o.messages;
+        self.lost += o.lost;
+        self.duplicated += o.duplicated;
+        self.joins += o.joins;
+        self.leaves += o.leaves;
+        self.failures += o.failures;
+        self.restarts += o.restarts;
+        self.partitions += o.partitions;
+        self.vectors += o.vectors;
+        self.views += o.views;
+        self.repairs += o.repairs;
+        self.quiesce_ms = self.quiesce_ms.max(o.quiesce_ms);
+        self.misplaced_writes += o.misplaced_writes;
+        self.events += o.events;
+        self.fingerprint ^= o.fingerprint;
+    }
+}
+
+/// A failed run: what went wrong, with the parameters and the end of the trace.
+#[derive(Debug)]
+pub struct Failure {
+    /// The parameters (and seed) of the run.
+    pub params: Params,
+    /// What went wrong.
+    pub reason: String,
+    /// The notable events of the run and the last events before the failure.
+    pub trace: String,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "simulation failed: {}", self.reason)?;
+        writeln!(f, "  {}", self.params)?;
+        writeln!(
+            f,
+            "  replay: LATTICEKV_SIM_SEED={} cargo test -p node --test simulation -- --nocapture \
+             (LATTICEKV_SIM_TRACE=1 prints every event)",
+            self.params.seed
+        )?;
+        write!(f, "{}", self.trace)
+    }
+}
+
+/// Runs one simulation.
+pub fn run(params: Params) -> Result<Report, Box<Failure>> {
+    let mut world = World::new(params.clone());
+    match world.run() {
+        Ok(report) => Ok(report),
+        Err(reason) => Err(Box::new(Failure {
+            params,
+            reason,
+            trace: world.trace.render(),
+        })),
+    }
+}
+
+/// A trace of the run: every notable event (faults, views, leaves) and the last events of
+/// any kind, kept cheaply and rendered only when a run fails.
+#[derive(Default)]
+pub struct Trace {
+    /// Faults, views and other rare events, all of them.
+    notable: Vec<(u64, String)>,
+    /// The most recent events of every kind.
+    recent: VecDeque<(u64, String)>,
+    /// Print every event as it happens (`LATTICEKV_SIM_TRACE=1`).
+    pub echo: bool,
+}
+
+/// How many recent events a trace keeps.
+const RECENT: usize = 60;
+
+impl Trace {
+    /// Records a rare event.
+    pub fn notable(&mut self, at: u64, what: String) {
+        if self.echo {
+            eprintln!("{at:>7} * {what}");
+        }
+        self.notable.push((at, what.clone()));
+        self.push(at, what);
+    }
+
+    /// Records a frequent event (built only if it will be kept).
+    pub fn event(&mut self, at: u64, what: impl FnOnce() -> String) {
+        let what = what();
+        if self.echo {
+            eprintln!("{at:>7}   {what}");
+        }
+        self.push(at, what);
+    }
+
+    fn push(&mut self, at: u64, what: String) {
+        if self.recent.len() == RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((at, what));
+    }
+
+    /// The trace as text.
+    pub fn render(&self) -> String {
+        let mut out = String::from("  notable events (ms since start):\n");
+        for (at, what) in &self.notable {
+            out.push_str(&format!("    {at:>7} {what}\n"));
+        }
+        out.push_str(&format!("  last {} events:\n", self.recent.len()));
+        for (at, what) in &self.recent {
+            out.push_str(&format!("    {at:>7} {what}\n"));
+        }
+        out
+    }
+}
