@@ -47,6 +47,22 @@ enum Queued {
         shape: Shape,
         pending: Pending,
     },
+    /// Computed by a task of its own (a write waiting for the disk or for other replicas),
+    /// so the requests behind it on the connection go on meanwhile: one fsync can then
+    /// cover all of them.
+    Later {
+        id: u64,
+        reply: tokio::sync::oneshot::Receiver<pb::Response>,
+    },
+}
+
+/// Runs `work` in a task of its own and queues its response.
+fn later(id: u64, work: impl std::future::Future<Output = pb::Response> + 'static) -> Queued {
+    let (tx, reply) = tokio::sync::oneshot::channel();
+    tokio::task::spawn_local(async move {
+        let _ = tx.send(work.await);
+    });
+    Queued::Later { id, reply }
 }
 
 fn error_response(id: u64, e: &NodeError) -> pb::Response {
@@ -183,6 +199,12 @@ pub async fn serve(
                 Queued::Ops { id, shape, pending } => {
                     build_response(id, shape, pending.resolve().await)
                 }
+                Queued::Later { id, reply } => reply.await.unwrap_or_else(|_| {
+                    error_response(
+                        id,
+                        &NodeError::Unavailable("the request was dropped".into()),
+                    )
+                }),
             };
             frame::encode(&resp, &mut out);
         }
@@ -262,6 +284,16 @@ async fn run_ops(
         return Queued::Ready(error_response(id, &e));
     }
     if !ack.is_default() && ops.iter().any(Op::is_write) {
+        if ctx.all_local(&ops) {
+            // Run now, in request order; wait for the acknowledgement in a task of its own,
+            // so the requests behind it go on (one fsync covers them all).
+            let (results, written) = ctx.execute_acked_here(ops);
+            let ctx = ctx.clone();
+            return later(id, async move {
+                let results = ctx.finish_acked(results, written, ack).await;
+                build_response(id, shape, results)
+            });
+        }
         let results = ctx.dispatch_acked(ops, !front, ack).await;
         return Queued::Ready(build_response(id, shape, results));
     }
@@ -384,17 +416,22 @@ async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
                 shard.merge_gossip(batch);
                 shard.take_disk_error()
             };
-            let result = match failed {
-                Some(e) => Err(e),
-                None if r.durable => {
-                    crate::durability::make_durable(&ctx.shard, &ctx.durability).await
-                }
-                None => Ok(()),
-            };
-            match result {
+            match failed {
                 // The sender keeps the batch and retries.
-                Err(e) => Queued::Ready(error_response(id, &e)),
-                Ok(()) => ack_response(id, n),
+                Some(e) => Queued::Ready(error_response(id, &e)),
+                None if r.durable => {
+                    let ctx = ctx.clone();
+                    later(id, async move {
+                        match crate::durability::make_durable(&ctx.shard, &ctx.durability).await {
+                            Ok(()) => pb::Response {
+                                id,
+                                result: Some(RespResult::Ack(pb::Ack { count: n })),
+                            },
+                            Err(e) => error_response(id, &e),
+                        }
+                    })
+                }
+                None => ack_response(id, n),
             }
         }
         ReqOp::Forward(f) if f.ack_replicas > 1 || f.durable => {
@@ -410,16 +447,20 @@ async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
                 replicas: f.ack_replicas as usize,
                 durable: f.durable,
             };
-            let mut results = ctx.run_acked_here(ops, ack).await;
-            for (i, e) in bad {
-                results.insert(i.min(results.len()), OpResult::Error(e));
-            }
-            respond(
-                id,
-                RespResult::Forwarded(pb::ForwardResults {
-                    results: results.iter().map(forward::result_to_pb).collect(),
-                }),
-            )
+            let (results, written) = ctx.execute_acked_here(ops);
+            let ctx = ctx.clone();
+            later(id, async move {
+                let mut results = ctx.finish_acked(results, written, ack).await;
+                for (i, e) in bad {
+                    results.insert(i.min(results.len()), OpResult::Error(e));
+                }
+                pb::Response {
+                    id,
+                    result: Some(RespResult::Forwarded(pb::ForwardResults {
+                        results: results.iter().map(forward::result_to_pb).collect(),
+                    })),
+                }
+            })
         }
         ReqOp::Forward(f) => {
             let mut results = Vec::with_capacity(f.ops.len());

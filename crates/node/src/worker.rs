@@ -481,17 +481,37 @@ impl WorkerCtx {
     /// changed since: a write to a key this worker no longer replicates is also handed off
     /// to its current replicas (without that, the key would stay here for good).
     pub async fn run_acked_here(&self, ops: Vec<Op<Bytes>>, ack: Ack) -> Vec<OpResult> {
+        let (results, written) = self.execute_acked_here(ops);
+        self.finish_acked(results, written, ack).await
+    }
+
+    /// The first half of [`run_acked_here`](Self::run_acked_here), run at once (so requests
+    /// behind it on a connection see its writes): executes the ops and returns their
+    /// results and the successful writes (position, key).
+    pub fn execute_acked_here(&self, ops: Vec<Op<Bytes>>) -> (Vec<OpResult>, Vec<(usize, Bytes)>) {
         let mut results = Vec::with_capacity(ops.len());
         let mut written: Vec<(usize, Bytes)> = Vec::new();
+        let mut shard = self.shard.borrow_mut();
         for op in ops {
             let key = op.key_bytes().clone();
             let write = op.is_write();
-            let result = self.shard.borrow_mut().execute_forwarded(op);
+            let result = shard.execute_forwarded(op);
             if write && !matches!(result, OpResult::Error(_)) {
                 written.push((results.len(), key));
             }
             results.push(result);
         }
+        (results, written)
+    }
+
+    /// The second half: waits until each successful write has the acknowledgement `ack`
+    /// asks for (on disk here first if durable, then on `ack.replicas` replicas).
+    pub async fn finish_acked(
+        &self,
+        mut results: Vec<OpResult>,
+        written: Vec<(usize, Bytes)>,
+        ack: Ack,
+    ) -> Vec<OpResult> {
         if written.is_empty() {
             return results;
         }
@@ -509,6 +529,12 @@ impl WorkerCtx {
             }
         }
         results
+    }
+
+    /// True if every op runs on this worker (its keys are all replicated here).
+    pub fn all_local<B: AsRef<[u8]>>(&self, ops: &[Op<B>]) -> bool {
+        let shard = self.shard.borrow();
+        ops.iter().all(|op| shard.route(op.key()) == Route::Local)
     }
 
     /// Sends `key`'s record to `ack.replicas - 1` of its other replicas and waits for them
