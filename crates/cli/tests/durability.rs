@@ -314,6 +314,14 @@ fn a_full_disk_refuses_writes_to_the_log_and_reads_keep_working() {
     }
     resp.send(&[b"SET", b"refused", b"x"]);
     assert!(resp.line().starts_with("-MISCONF"));
+    // And the refusals are counted (the metric in `latticekv status`).
+    let mut native = common::Native::connect(n.native);
+    let status = native.call(wire::pb::request::Op::Status(wire::pb::GetStatus {}));
+    let Some(wire::pb::response::Result::Status(st)) = status.result else {
+        panic!("{status:?}")
+    };
+    let refused: u64 = st.workers.iter().map(|w| w.storage_errors).sum();
+    assert!(refused >= 2, "storage errors counted: {refused}");
     // Space comes back: the log retries (every second) and writes resume.
     std::fs::remove_file(&ballast).unwrap();
     let resumed = common::eventually(Duration::from_secs(10), || {
@@ -345,7 +353,6 @@ fn pipelined_durable_writes_keep_request_order_and_share_fsyncs() {
                 op: Some(pb::update::Op::CounterAdd(pb::update::CounterAdd {
                     delta: 1,
                 })),
-                ..Default::default()
             }),
             ReqOp::Get(pb::Get { key: "ctr".into() }),
         ] {

@@ -517,6 +517,9 @@ impl WorkerCtx {
         }
         if ack.durable {
             if let Err(e) = durability::make_durable(&self.shard, &self.durability).await {
+                if matches!(e, NodeError::Storage(_)) {
+                    self.shard.borrow_mut().note_storage_errors(written.len());
+                }
                 for (i, _) in &written {
                     results[*i] = OpResult::Error(e.clone());
                 }

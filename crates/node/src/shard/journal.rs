@@ -43,6 +43,11 @@ impl Shard {
         self.journal_failure = why;
     }
 
+    /// Counts `n` writes whose acknowledgement failed because durable storage did.
+    pub fn note_storage_errors(&mut self, n: usize) {
+        self.storage_errors += n as u64;
+    }
+
     /// Why the log refuses appends, if it does.
     pub fn journal_failure(&self) -> Option<&str> {
         self.journal_failure.as_deref()
