@@ -39,7 +39,7 @@ python-test: build
 ## and the Redis comparison for a fraction of a second per case. Performance is reported
 ## in docs/benchmarks.md from full runs, never asserted here.
 bench-smoke: build
-	LKV_BENCH_KEYS=10000 LKV_BENCH_UPDATES=2000 $(CARGO) test --benches -p lattice -p node -p wal
+	LKV_BENCH_KEYS=10000 LKV_BENCH_UPDATES=2000 $(CARGO) test --benches -p lattice -p node -p store
 	bench/compare-redis --smoke --bin $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/cluster --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/durability --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null

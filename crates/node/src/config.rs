@@ -69,7 +69,7 @@ pub struct NodeConfig {
     pub ack_replicas: u32,
     /// The write-ahead log of memory-tier workers, kept under `data_dir/wal/worker-<i>` when
     /// `data_dir` is set (fsync policy `always` by default: see docs/durability.md).
-    pub wal: wal::WalOptions,
+    pub wal: store::wal::WalOptions,
     /// Snapshot a memory-tier worker's state (and drop the log it covers) once this many
     /// bytes of log were written since the last snapshot. Default: 256 MiB.
     pub snapshot_after_bytes: u64,
@@ -194,7 +194,7 @@ impl Default for NodeConfig {
             disk: DiskConfig::default(),
             ack: crate::durability::AckLevel::Merged,
             ack_replicas: 0,
-            wal: wal::WalOptions::default(),
+            wal: store::wal::WalOptions::default(),
             snapshot_after_bytes: 256 << 20,
         }
     }

@@ -1,6 +1,6 @@
 //! Durability of a worker's writes and the acknowledgement levels built on it.
 //!
-//! A memory-tier worker with a data directory keeps a write-ahead log ([`wal::Wal`]): every
+//! A memory-tier worker with a data directory keeps a write-ahead log ([`store::wal::Wal`]): every
 //! change to its store (a client write's delta, a merge received by gossip, hand-off or
 //! repair) is appended as one record per batch, and replayed on restart. A disk-tier worker
 //! needs no log of its own: its LSM's journal already holds every write, and a
@@ -91,7 +91,7 @@ pub enum Durability {
 /// A worker's write-ahead log and its bookkeeping.
 pub struct WalState {
     /// The log.
-    pub log: wal::Wal,
+    pub log: store::wal::Wal,
     /// Bytes appended since the last snapshot.
     pub since_snapshot: std::cell::Cell<u64>,
     /// A snapshot is being written.
@@ -105,7 +105,7 @@ pub struct WalState {
 pub async fn flush_journal(
     shard: &std::cell::RefCell<Shard>,
     durability: &Durability,
-) -> Result<Option<wal::Lsn>, NodeError> {
+) -> Result<Option<store::wal::Lsn>, NodeError> {
     let Durability::Wal(state) = durability else {
         return Ok(None);
     };
@@ -116,7 +116,7 @@ pub async fn flush_journal(
     let payload = encode_batch(&batch);
     let size = payload.len() as u64;
     let result = match state.log.try_append(payload.clone()) {
-        Err(wal::WalError::QueueFull) => state.log.append(payload).await,
+        Err(store::wal::WalError::QueueFull) => state.log.append(payload).await,
         other => other,
     };
     match result {
@@ -179,13 +179,13 @@ pub fn decode_batch(payload: &[u8]) -> Result<GossipBatch, NodeError> {
 /// Opens (and replays into `shard`) the write-ahead log of one memory-tier worker.
 pub fn open_wal(
     dir: &Path,
-    options: wal::WalOptions,
+    options: store::wal::WalOptions,
     shard: &mut Shard,
-) -> Result<(wal::Wal, wal::Recovery), wal::WalError> {
-    wal::Wal::open(dir, options, |item: wal::Replayed<'_>| {
+) -> Result<(store::wal::Wal, store::wal::Recovery), store::wal::WalError> {
+    store::wal::Wal::open(dir, options, |item: store::wal::Replayed<'_>| {
         let payload = match item {
-            wal::Replayed::Snapshot { record, .. } => record,
-            wal::Replayed::Log { payload, .. } => payload,
+            store::wal::Replayed::Snapshot { record, .. } => record,
+            store::wal::Replayed::Log { payload, .. } => payload,
         };
         let batch = decode_batch(payload)?;
         shard.restore(batch);
@@ -201,10 +201,10 @@ const SNAPSHOT_CHUNK: usize = 512;
 /// store belongs to this thread); the final fsync and rename are left to the returned
 /// writer's `finish`, which the caller runs off the event loop.
 pub fn snapshot(
-    log: &wal::Wal,
-    lsn: wal::Lsn,
+    log: &store::wal::Wal,
+    lsn: store::wal::Lsn,
     shard: &Shard,
-) -> Result<wal::SnapshotWriter, wal::WalError> {
+) -> Result<store::wal::SnapshotWriter, store::wal::WalError> {
     let mut writer = log.begin_snapshot(lsn)?;
     let mut chunk: GossipBatch = Vec::with_capacity(SNAPSHOT_CHUNK);
     let mut failed = None;
@@ -230,7 +230,7 @@ pub fn snapshot(
 }
 
 /// Maps a log failure to the error a writer gets.
-pub fn wal_error(e: &wal::WalError) -> NodeError {
+pub fn wal_error(e: &store::wal::WalError) -> NodeError {
     NodeError::Storage(format!("write-ahead log: {e}"))
 }
 
@@ -341,8 +341,8 @@ mod tests {
         )
     }
 
-    fn options() -> wal::WalOptions {
-        wal::WalOptions::default()
+    fn options() -> store::wal::WalOptions {
+        store::wal::WalOptions::default()
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -64,7 +64,7 @@ pub enum StartError {
         /// The log's directory.
         path: PathBuf,
         /// The cause.
-        source: wal::WalError,
+        source: store::wal::WalError,
     },
     /// The disk tier's engine could not be opened or recovered.
     #[error("disk engine: {0}")]
@@ -300,7 +300,7 @@ impl Node {
             durabilities.extend((0..workers).map(|_| Durability::Lsm(syncer.clone())));
         } else if let Some(dir) = &config.data_dir {
             // Every worker replays its own log; in parallel, as they will run.
-            let opened: Vec<Result<wal::Wal, StartError>> = std::thread::scope(|scope| {
+            let opened: Vec<Result<store::wal::Wal, StartError>> = std::thread::scope(|scope| {
                 let handles: Vec<_> = shards
                     .iter_mut()
                     .enumerate()

@@ -10,6 +10,8 @@
 //!   accounting.
 //! - [`disk`]: the disk engine of disk-tier nodes: records in an embedded LSM tree (fjall),
 //!   one keyspace per worker.
+//! - [`wal`]: the per-worker write-ahead log of memory-tier workers: segmented,
+//!   checksummed records, group commit on a writer thread, snapshots, recovery.
 //!
 //! Depends on `lattice` and `wire` (records are stored in their protobuf form); used by
 //! `node`.
@@ -17,6 +19,7 @@
 
 pub mod disk;
 pub mod memory;
+pub mod wal;
 
 pub use disk::{DiskDb, DiskOptions, DiskStore, StoreError};
 pub use lattice::Record;

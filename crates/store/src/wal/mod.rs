@@ -10,8 +10,8 @@
 //! bounded.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), wal::WalError> {
-//! use wal::{Replayed, Wal, WalOptions};
+//! # async fn demo() -> Result<(), store::wal::WalError> {
+//! use store::wal::{Replayed, Wal, WalOptions};
 //!
 //! let (log, recovery) = Wal::open("/var/lib/latticekv/wal/worker-0", WalOptions::default(),
 //!     |item: Replayed<'_>| -> Result<(), std::convert::Infallible> {
@@ -24,7 +24,7 @@
 //! ```
 //!
 //! # Layout
-//! - [`wal`](crate::Wal): the handle ([`Wal`]), the progress watch ([`WalWatch`]),
+//! - [`wal`](crate::wal::Wal): the handle ([`Wal`]), the progress watch ([`WalWatch`]),
 //!   [`inspect`];
 //! - `writer`: the writer thread — batching, fsync policy, rotation, disk failures;
 //! - `recovery`: reading a log back and repairing its tail ([`Recovery`], [`Replayed`]);
@@ -34,7 +34,7 @@
 //! - [`config`]: [`WalOptions`] and [`FsyncPolicy`]; [`error`]: [`WalError`];
 //!   [`stats`]: [`WalStats`].
 //!
-//! Depends on no other latticekv crate; used by `node`.
+//! Uses nothing else of the store crate; used by `node`.
 //!
 //! # On-disk format (version 1)
 //!
@@ -129,17 +129,16 @@
 //!   the record limit is above the node's 16 MiB value limit plus key and encoding.
 //! - **1 s retry interval** after a disk failure: quick to recover once space is freed,
 //!   slow enough not to flood the logs.
-#![warn(missing_docs)]
 
 pub mod config;
 pub mod error;
 mod format;
 mod fsio;
+mod handle;
 mod recovery;
 mod shared;
 mod snapshot;
 pub mod stats;
-mod wal;
 mod writer;
 
 #[cfg(test)]
@@ -150,14 +149,14 @@ pub type Lsn = u64;
 
 pub use config::{FsyncPolicy, WalOptions, DEFAULT_PERIODIC_INTERVAL};
 pub use error::{DiskError, DiskErrorKind, WalError};
+pub use handle::{inspect, Wal, WalWatch};
 pub use recovery::{Corruption, Recovery, Replayed};
 pub use snapshot::{SnapshotInfo, SnapshotWriter};
 pub use stats::WalStats;
-pub use wal::{inspect, Wal, WalWatch};
 
 /// The on-disk format's constants, for tools and tests that write or damage log files.
 pub mod layout {
-    pub use crate::format::{
+    pub use crate::wal::format::{
         segment_name, snapshot_name, FORMAT_VERSION, MAX_RECORD_LEN, RECORD_HEADER_LEN,
         SEGMENT_HEADER_LEN,
     };

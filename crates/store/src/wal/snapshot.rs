@@ -12,14 +12,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::error::{DiskError, WalError};
-use crate::format::{
+use crate::wal::error::{DiskError, WalError};
+use crate::wal::format::{
     self, BadRecord, FileKind, Next, RecordReader, SEGMENT_HEADER_LEN, SNAPSHOT_TRAILER_LSN,
     TMP_SUFFIX,
 };
-use crate::fsio;
-use crate::shared::Shared;
-use crate::Lsn;
+use crate::wal::fsio;
+use crate::wal::shared::Shared;
+use crate::wal::Lsn;
 
 /// What a finished snapshot wrote and deleted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -36,7 +36,7 @@ pub struct SnapshotInfo {
     pub snapshots_deleted: usize,
 }
 
-/// Writes one snapshot. Obtained from [`Wal::begin_snapshot`](crate::Wal::begin_snapshot);
+/// Writes one snapshot. Obtained from [`Wal::begin_snapshot`](crate::wal::Wal::begin_snapshot);
 /// only one is open at a time per log.
 ///
 /// The writer does blocking file I/O: [`append`](Self::append) writes through a 1 MiB

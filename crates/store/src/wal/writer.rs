@@ -27,14 +27,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::config::FsyncPolicy;
-use crate::error::DiskError;
-use crate::format::{self, SEGMENT_HEADER_LEN};
-use crate::fsio::{self, SegmentFile};
-use crate::recovery::{self, Scan};
-use crate::shared::{Entry, Shared, State};
-use crate::stats::batch_bucket;
-use crate::Lsn;
+use crate::wal::config::FsyncPolicy;
+use crate::wal::error::DiskError;
+use crate::wal::format::{self, SEGMENT_HEADER_LEN};
+use crate::wal::fsio::{self, SegmentFile};
+use crate::wal::recovery::{self, Scan};
+use crate::wal::shared::{Entry, Shared, State};
+use crate::wal::stats::batch_bucket;
+use crate::wal::Lsn;
 
 /// Bytes buffered before a `write` call.
 const WRITE_CHUNK: usize = 1 << 20;
@@ -264,7 +264,7 @@ impl Writer {
             return Ok(());
         };
         #[cfg(test)]
-        crate::tests::Faults::check(&self.shared, "write", &seg.path)?;
+        crate::wal::tests::Faults::check(&self.shared, "write", &seg.path)?;
         use std::os::unix::fs::FileExt;
         seg.file
             .write_all_at(&self.buf, seg.offset)
@@ -288,7 +288,7 @@ impl Writer {
         };
         let started = Instant::now();
         #[cfg(test)]
-        let faulty = crate::tests::Faults::check(&self.shared, "fsync", &seg.path);
+        let faulty = crate::wal::tests::Faults::check(&self.shared, "fsync", &seg.path);
         #[cfg(not(test))]
         let faulty = Ok(());
         let result = faulty.and_then(|()| {
@@ -442,7 +442,7 @@ impl Writer {
 
     fn create_segment(&self, base: Lsn, prealloc: Option<u64>) -> Result<SegmentFile, DiskError> {
         #[cfg(test)]
-        crate::tests::Faults::check(&self.shared, "create", &self.shared.dir)?;
+        crate::wal::tests::Faults::check(&self.shared, "create", &self.shared.dir)?;
         fsio::create_segment(&self.shared.dir, base, prealloc)
     }
 

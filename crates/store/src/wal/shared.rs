@@ -9,11 +9,11 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use bytes::Bytes;
 use tokio::sync::{watch, Notify};
 
-use crate::config::WalOptions;
-use crate::error::{DiskError, WalError};
-use crate::format::RECORD_HEADER_LEN;
-use crate::fsio::DirLock;
-use crate::Lsn;
+use crate::wal::config::WalOptions;
+use crate::wal::error::{DiskError, WalError};
+use crate::wal::format::RECORD_HEADER_LEN;
+use crate::wal::fsio::DirLock;
+use crate::wal::Lsn;
 
 /// How many failed LSN ranges [`Progress`] remembers; a waiter on an older failure gets
 /// [`WalError::OutcomeUnknown`].
@@ -44,7 +44,7 @@ pub(crate) enum State {
     Open,
     /// A disk failure happened and no retry has succeeded yet: appends are refused.
     Failed(DiskError),
-    /// [`Wal::close`](crate::Wal::close) was called, or the handle dropped.
+    /// [`Wal::close`](crate::wal::Wal::close) was called, or the handle dropped.
     Closing,
     /// The writer thread panicked (a bug): appends are refused.
     Crashed(String),
@@ -60,7 +60,7 @@ pub(crate) struct Queue {
     pub state: State,
     /// The writer is waiting on the condition variable (appenders wake it only then).
     pub writer_waiting: bool,
-    /// An fsync of everything queued so far was requested ([`Wal::sync`](crate::Wal::sync)).
+    /// An fsync of everything queued so far was requested ([`Wal::sync`](crate::wal::Wal::sync)).
     pub sync_requested: bool,
     /// Appends accepted.
     pub appends: u64,
@@ -134,13 +134,13 @@ impl Progress {
 }
 
 /// Counters updated by the writer thread (relaxed atomics; read by
-/// [`Wal::stats`](crate::Wal::stats)).
+/// [`Wal::stats`](crate::wal::Wal::stats)).
 #[derive(Default)]
 pub(crate) struct Counters {
     pub batches: AtomicU64,
     pub batch_records: AtomicU64,
     pub max_batch_records: AtomicU64,
-    pub batch_histogram: [AtomicU64; crate::stats::BATCH_BUCKETS],
+    pub batch_histogram: [AtomicU64; crate::wal::stats::BATCH_BUCKETS],
     pub bytes_written: AtomicU64,
     pub fsyncs: AtomicU64,
     pub fsync_micros: AtomicU64,
@@ -156,7 +156,7 @@ pub(crate) struct Counters {
     pub snapshot_errors: AtomicU64,
 }
 
-/// Everything shared between the [`Wal`](crate::Wal) handle, the writer thread and
+/// Everything shared between the [`Wal`](crate::wal::Wal) handle, the writer thread and
 /// snapshot writers.
 pub(crate) struct Shared {
     pub dir: PathBuf,
@@ -174,7 +174,7 @@ pub(crate) struct Shared {
     pub latest_snapshot: AtomicU64,
     /// Faults to inject (tests only).
     #[cfg(test)]
-    pub faults: Mutex<crate::tests::Faults>,
+    pub faults: Mutex<crate::wal::tests::Faults>,
     /// The directory lock: held until the writer thread stops (it is released before the
     /// writer reports it has stopped, so a closed log can be reopened at once).
     pub lock: Mutex<Option<DirLock>>,

@@ -9,9 +9,9 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use crate::error::{DiskError, WalError};
-use crate::format::{self, FileKind, LOCK_NAME, TMP_SUFFIX};
-use crate::Lsn;
+use crate::wal::error::{DiskError, WalError};
+use crate::wal::format::{self, FileKind, LOCK_NAME, TMP_SUFFIX};
+use crate::wal::Lsn;
 
 /// Fsyncs a directory, making the creation, renaming and removal of its entries durable.
 pub fn sync_dir(dir: &Path) -> Result<(), DiskError> {

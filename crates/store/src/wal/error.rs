@@ -8,7 +8,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::Lsn;
+use crate::wal::Lsn;
 
 /// What kind of disk failure happened, from the operating system's error number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -83,10 +83,10 @@ pub enum WalError {
     #[error("write-ahead log disk failure: {0}")]
     Disk(DiskError),
     /// The log is in its failed state after a disk failure: appends are refused until the
-    /// writer's next retry succeeds (see [`WalOptions::retry_interval_ms`](crate::WalOptions)).
+    /// writer's next retry succeeds (see [`WalOptions::retry_interval_ms`](crate::wal::WalOptions)).
     #[error("write-ahead log unavailable after a disk failure ({0}); appends are refused until a retry succeeds")]
     Unavailable(DiskError),
-    /// The record is larger than [`WalOptions::max_record_bytes`](crate::WalOptions).
+    /// The record is larger than [`WalOptions::max_record_bytes`](crate::wal::WalOptions).
     #[error("record of {len} bytes exceeds the {max}-byte write-ahead log record limit")]
     RecordTooLarge {
         /// Payload length.
@@ -94,8 +94,8 @@ pub enum WalError {
         /// The limit.
         max: usize,
     },
-    /// [`Wal::try_append`](crate::Wal::try_append) found the bounded queue full; the
-    /// writer is behind. [`Wal::append`](crate::Wal::append) waits instead.
+    /// [`Wal::try_append`](crate::wal::Wal::try_append) found the bounded queue full; the
+    /// writer is behind. [`Wal::append`](crate::wal::Wal::append) waits instead.
     #[error("write-ahead log queue is full")]
     QueueFull,
     /// The log was closed.

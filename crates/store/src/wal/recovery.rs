@@ -2,18 +2,18 @@
 //! log ends, and repair the directory so appends continue from there.
 //!
 //! Scanning is separate from repairing: [`scan`] only reads and returns the repairs it
-//! decided on, [`apply`] makes them. [`inspect`](crate::inspect) scans without repairing.
+//! decided on, [`apply`] makes them. [`inspect`](crate::wal::inspect) scans without repairing.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::error::{DiskError, WalError};
-use crate::format::{self, FileKind, Next, RecordReader, SEGMENT_HEADER_LEN};
-use crate::fsio;
-use crate::snapshot::read_snapshot;
-use crate::Lsn;
+use crate::wal::error::{DiskError, WalError};
+use crate::wal::format::{self, FileKind, Next, RecordReader, SEGMENT_HEADER_LEN};
+use crate::wal::fsio;
+use crate::wal::snapshot::read_snapshot;
+use crate::wal::Lsn;
 
 /// One item handed to the replay function during recovery, in order: the snapshot's records
 /// first, then the log's records after the snapshot's LSN, by ascending LSN.

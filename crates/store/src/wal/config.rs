@@ -10,22 +10,22 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::WalError;
-use crate::format::{MAX_RECORD_LEN, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
+use crate::wal::error::WalError;
+use crate::wal::format::{MAX_RECORD_LEN, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
 
 /// Default interval of [`FsyncPolicy::Periodic`] written as plain `"periodic"`: 100 ms.
 pub const DEFAULT_PERIODIC_INTERVAL: Duration = Duration::from_millis(100);
 
 /// When the writer calls `fdatasync` on the log, and so what "durable" means for an
-/// appended record ([`Wal::wait_durable`](crate::Wal::wait_durable)).
+/// appended record ([`Wal::wait_durable`](crate::wal::Wal::wait_durable)).
 ///
 /// | policy | fsync | a record is *durable* once | lost on power failure | lost on `kill -9` |
 /// |---|---|---|---|---|
 /// | `Always` | once per batch (group commit) | its batch is fsynced | nothing durable | nothing durable |
 /// | `Periodic { interval }` | at most every `interval` | it is written to the OS | up to `interval` plus one batch of durable records | nothing durable |
-/// | `Never` | only when a segment is closed, on [`Wal::sync`](crate::Wal::sync) and on close | it is written to the OS | whatever the OS had not written back (Linux: up to ~30 s) | nothing durable |
+/// | `Never` | only when a segment is closed, on [`Wal::sync`](crate::wal::Wal::sync) and on close | it is written to the OS | whatever the OS had not written back (Linux: up to ~30 s) | nothing durable |
 ///
-/// [`Wal::wait_synced`](crate::Wal::wait_synced) always waits for an fsync, whatever the
+/// [`Wal::wait_synced`](crate::wal::Wal::wait_synced) always waits for an fsync, whatever the
 /// policy.
 ///
 /// String form (config files, environment, flags): `always`, `never`, `periodic` (every
@@ -139,8 +139,8 @@ pub struct WalOptions {
     /// plus its key and encoding).
     pub max_record_bytes: usize,
     /// Bound of the append queue, in bytes of records (payload plus 16-byte header) not yet
-    /// taken by the writer; a full queue makes [`Wal::append`](crate::Wal::append) wait and
-    /// [`Wal::try_append`](crate::Wal::try_append) fail. Must be at least
+    /// taken by the writer; a full queue makes [`Wal::append`](crate::wal::Wal::append) wait and
+    /// [`Wal::try_append`](crate::wal::Wal::try_append) fail. Must be at least
     /// `max_record_bytes + 16`. Default: 64 MiB.
     pub queue_bytes: usize,
     /// After a disk failure, how often the writer retries opening a fresh segment, in ms.

@@ -13,14 +13,14 @@
 //! Mounting needs root (or CAP_SYS_ADMIN), as on the CI machine; where it is not permitted
 //! the test fails and says why (a test that cannot run is not a pass).
 
-mod common;
+mod wal_common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
-use wal::{DiskErrorKind, FsyncPolicy, Lsn, WalError, WalOptions};
+use store::wal::{DiskErrorKind, FsyncPolicy, Lsn, WalError, WalOptions};
+use wal_common::*;
 
 /// A tmpfs mounted for the test, unmounted when dropped.
 struct Tmpfs {
@@ -72,7 +72,7 @@ fn tmpfs() -> Tmpfs {
 
 /// Appends 4 KiB records, acknowledging each at the durable level, until the disk refuses
 /// one. Returns the acknowledged LSNs and the error.
-async fn fill(wal: &wal::Wal) -> (Vec<Lsn>, WalError) {
+async fn fill(wal: &store::wal::Wal) -> (Vec<Lsn>, WalError) {
     let mut acked = Vec::new();
     for i in 0..10_000u64 {
         let result = match wal.append(bytes::Bytes::from(vec![i as u8; 4096])).await {

@@ -2,13 +2,13 @@
 //! anywhere, or a damaged byte anywhere), recovery returns exactly the records wholly
 //! before the cut, in order, and the log then serves appends after them.
 
-mod common;
+mod wal_common;
 
 use std::fs;
 
-use common::*;
 use proptest::prelude::*;
-use wal::{FsyncPolicy, Lsn, WalOptions};
+use store::wal::{FsyncPolicy, Lsn, WalOptions};
+use wal_common::*;
 
 /// How a crash damages the log at the chosen position.
 #[derive(Clone, Copy, Debug)]
@@ -60,9 +60,9 @@ proptest! {
         let mut lsn: Lsn = 1;
         for (s, path) in segs.iter().enumerate() {
             let len = fs::metadata(path).unwrap().len();
-            let mut off = wal::layout::SEGMENT_HEADER_LEN as u64;
+            let mut off = store::wal::layout::SEGMENT_HEADER_LEN as u64;
             while off < len {
-                let end = off + (wal::layout::RECORD_HEADER_LEN + payloads[lsn as usize - 1].len()) as u64;
+                let end = off + (store::wal::layout::RECORD_HEADER_LEN + payloads[lsn as usize - 1].len()) as u64;
                 spans.push((s, off, end));
                 off = end;
                 lsn += 1;

@@ -2,13 +2,13 @@
 //! record, corruption in a middle segment, a crash image with preallocated space. In each
 //! case the log recovers to the last good record and then serves appends.
 
-mod common;
+mod wal_common;
 
 use std::fs;
 use std::path::Path;
 
-use common::*;
-use wal::{FsyncPolicy, Lsn, WalOptions};
+use store::wal::{FsyncPolicy, Lsn, WalOptions};
+use wal_common::*;
 
 fn options() -> WalOptions {
     WalOptions {
@@ -31,7 +31,7 @@ fn write_log(dir: &Path, n: u64, options: WalOptions) {
 
 /// Opens the damaged log in `dir`, expects records 1..=good, appends one record, and
 /// checks that a reopen sees 1..=good and the new one.
-fn recovers_to(dir: &Path, good: u64) -> wal::Recovery {
+fn recovers_to(dir: &Path, good: u64) -> store::wal::Recovery {
     let (wal, rec, log) = open(dir, options());
     let expected: Records = (1..=good).map(|i| (i, payload(i).to_vec())).collect();
     assert_eq!(log, expected, "{rec:?}");

@@ -4,8 +4,8 @@ use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 
-use crate::shared::Shared;
-use crate::Lsn;
+use crate::wal::shared::Shared;
+use crate::wal::Lsn;
 
 /// Buckets of the batch-size histogram: bucket `i` counts batches of `2^i ..< 2^(i+1)`
 /// records, the last bucket everything larger.
@@ -90,7 +90,7 @@ impl WalStats {
                 queued_records: q.entries.len() as u64,
                 queued_bytes: q.bytes as u64,
                 last_lsn: q.next_lsn - 1,
-                failed: matches!(q.state, crate::shared::State::Failed(_)),
+                failed: matches!(q.state, crate::wal::shared::State::Failed(_)),
                 ..WalStats::default()
             }
         };

@@ -1,4 +1,4 @@
-//! Appends per second through a [`wal::Wal`], per fsync policy and per number of concurrent
+//! Appends per second through a [`store::wal::Wal`], per fsync policy and per number of concurrent
 //! appenders, on the machine's real disk (a temporary directory).
 //!
 //! - `wal/<policy>/durable-<C>`: `C` tasks on one current-thread runtime (like a worker's
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use wal::{FsyncPolicy, Wal, WalOptions};
+use store::wal::{FsyncPolicy, Wal, WalOptions};
 
 const RECORD: usize = 100;
 

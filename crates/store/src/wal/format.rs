@@ -7,7 +7,7 @@ use std::fmt;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use crate::Lsn;
+use crate::wal::Lsn;
 
 /// Length of a segment's (and a snapshot's) file header.
 pub const SEGMENT_HEADER_LEN: usize = 32;

@@ -6,7 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use wal::{Lsn, Recovery, Replayed, Wal, WalOptions};
+use store::wal::{Lsn, Recovery, Replayed, Wal, WalOptions};
 
 /// Log records as (LSN, payload).
 pub type Records = Vec<(Lsn, Vec<u8>)>;
@@ -35,7 +35,7 @@ pub fn open(dir: &Path, options: WalOptions) -> (Wal, Recovery, Records) {
 /// Reads the log records of `dir` without changing it.
 pub fn read_back(dir: &Path) -> (Recovery, Records) {
     let mut log = Vec::new();
-    let rec = wal::inspect(dir, |item| -> Result<(), io::Error> {
+    let rec = store::wal::inspect(dir, |item| -> Result<(), io::Error> {
         if let Replayed::Log { lsn, payload } = item {
             log.push((lsn, payload.to_vec()));
         }
@@ -74,11 +74,11 @@ pub fn copy_dir(from: &Path, to: &Path) {
 
 /// Offsets of each record (start, end) in a segment holding `lens` payload lengths.
 pub fn record_spans(lens: &[usize]) -> Vec<(u64, u64)> {
-    let mut off = wal::layout::SEGMENT_HEADER_LEN as u64;
+    let mut off = store::wal::layout::SEGMENT_HEADER_LEN as u64;
     lens.iter()
         .map(|len| {
             let start = off;
-            off += (wal::layout::RECORD_HEADER_LEN + len) as u64;
+            off += (store::wal::layout::RECORD_HEADER_LEN + len) as u64;
             (start, off)
         })
         .collect()

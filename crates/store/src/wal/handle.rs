@@ -10,15 +10,15 @@ use std::thread::JoinHandle;
 use bytes::Bytes;
 use tokio::sync::{watch, Notify};
 
-use crate::config::WalOptions;
-use crate::error::WalError;
-use crate::fsio::{self, DirLock};
-use crate::recovery::{self, Recovery, Replayed};
-use crate::shared::{self, Counters, Entry, Progress, Queue, Shared, State};
-use crate::snapshot::SnapshotWriter;
-use crate::stats::WalStats;
-use crate::writer::{self, Writer};
-use crate::Lsn;
+use crate::wal::config::WalOptions;
+use crate::wal::error::WalError;
+use crate::wal::fsio::{self, DirLock};
+use crate::wal::recovery::{self, Recovery, Replayed};
+use crate::wal::shared::{self, Counters, Entry, Progress, Queue, Shared, State};
+use crate::wal::snapshot::SnapshotWriter;
+use crate::wal::stats::WalStats;
+use crate::wal::writer::{self, Writer};
+use crate::wal::Lsn;
 
 /// A write-ahead log: one directory of segments and snapshots, one writer thread.
 ///
@@ -125,7 +125,7 @@ impl Wal {
             snapshot_busy: AtomicBool::new(false),
             latest_snapshot: AtomicU64::new(recovered.snapshot_lsn.unwrap_or(0)),
             #[cfg(test)]
-            faults: Mutex::new(crate::tests::Faults::default()),
+            faults: Mutex::new(crate::wal::tests::Faults::default()),
             lock: Mutex::new(Some(lock)),
         });
         let writer = Writer::new(Arc::clone(&shared), start, last);
@@ -241,7 +241,7 @@ impl Wal {
         self.shared.queue().next_lsn - 1
     }
 
-    /// The highest durable LSN (see [`FsyncPolicy`](crate::FsyncPolicy) for what durable
+    /// The highest durable LSN (see [`FsyncPolicy`](crate::wal::FsyncPolicy) for what durable
     /// means under each policy).
     pub fn durable_lsn(&self) -> Lsn {
         self.watch.durable_lsn()

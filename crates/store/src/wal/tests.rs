@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::error::{DiskError, DiskErrorKind, WalError};
-use crate::format::{self, FileKind};
-use crate::shared::Shared;
-use crate::{inspect, FsyncPolicy, Lsn, Recovery, Replayed, Wal, WalOptions};
+use crate::wal::error::{DiskError, DiskErrorKind, WalError};
+use crate::wal::format::{self, FileKind};
+use crate::wal::shared::Shared;
+use crate::wal::{inspect, FsyncPolicy, Lsn, Recovery, Replayed, Wal, WalOptions};
 
 /// Faults the writer hits next, by operation (`write`, `fsync`, `create`).
 #[derive(Default)]
