@@ -166,3 +166,42 @@ fn multi_key_calls_and_concurrent_use() {
         assert!(status.workers.iter().all(|w| w.keys > 100), "{status:?}");
     });
 }
+
+#[test]
+fn get_delta_answers_only_when_the_value_changed() {
+    use client::Delta;
+    let node = NodeProc::start(&["--workers", "2"]);
+    rt().block_on(async {
+        let c = Client::connect(&node.native.to_string()).await.unwrap();
+        assert_eq!(
+            c.get_delta("nothing", 0).await.unwrap(),
+            Delta::Unchanged,
+            "no value and no version: nothing changed"
+        );
+        c.set_add("tags", ["a"]).await.unwrap();
+        let Delta::Changed { value, version } = c.get_delta("tags", 0).await.unwrap() else {
+            panic!("a new key is a change")
+        };
+        assert!(matches!(value, Some(Value::OrSet(_))));
+        assert_ne!(version, 0);
+        assert_eq!(
+            c.get_delta("tags", version).await.unwrap(),
+            Delta::Unchanged
+        );
+        c.set_add("tags", ["b"]).await.unwrap();
+        let Delta::Changed { version: v2, .. } = c.get_delta("tags", version).await.unwrap() else {
+            panic!("a write is a change")
+        };
+        assert_ne!(v2, version);
+        assert_eq!(c.get_delta("tags", v2).await.unwrap(), Delta::Unchanged);
+        // A deleted key: changed, no value.
+        c.delete("tags").await.unwrap();
+        assert_eq!(
+            c.get_delta("tags", v2).await.unwrap(),
+            Delta::Changed {
+                value: None,
+                version: 0
+            }
+        );
+    });
+}

@@ -438,3 +438,68 @@ fn synchronous_fan_out_acknowledges_after_n_replicas() {
             .collect::<Vec<_>>()
     );
 }
+
+/// The worker addresses holding `key`, from placement.
+fn replica_addrs(node: &NodeProc, key: &str) -> Vec<std::net::SocketAddr> {
+    let layout = Layout::from_topology(&topology(node.native));
+    layout
+        .replicas(key.as_bytes())
+        .into_iter()
+        .map(|r| layout.addr(r).unwrap().parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn get_all_merges_every_replica_and_put_all_reaches_them_all() {
+    let _serial = serial();
+    // No gossip, no anti-entropy within the test: replicas only share what the requests
+    // themselves carry.
+    let f = [
+        "--workers",
+        "2",
+        "--failure-timeout-ms",
+        "2000",
+        "--cluster-gossip-ms",
+        "100",
+        "--replication",
+        "3",
+        "--gossip-period-ms",
+        "600000",
+        "--anti-entropy-ms",
+        "600000",
+    ];
+    let nodes = cluster_with(3, &f);
+    let replicas = replica_addrs(&nodes[0], "tags");
+    assert_eq!(replicas.len(), 3);
+    // A different member written at each replica, straight to its worker port.
+    for (i, addr) in replicas.iter().enumerate() {
+        let mut n = Native::connect(*addr);
+        let resp = n.call(Op::Update(pb::Update {
+            key: "tags".into(),
+            op: Some(pb::update::Op::SetAdd(pb::update::SetAdd {
+                members: vec![format!("m{i}").into()],
+            })),
+        }));
+        assert!(matches!(resp.result, Some(R::Ack(_))), "{resp:?}");
+    }
+    rt().block_on(async {
+        let c = Client::connect(&nodes[1].native.to_string()).await.unwrap();
+        let members = |v: Option<Value>| match v {
+            Some(Value::OrSet(s)) => s.iter().map(|m| m.to_vec()).collect::<BTreeSet<_>>(),
+            other => panic!("{other:?}"),
+        };
+        // One replica has one member; GetAll has all three.
+        assert_eq!(members(c.get("tags").await.unwrap()).len(), 1);
+        assert_eq!(
+            members(c.get_all("tags").await.unwrap()),
+            ["m0", "m1", "m2"]
+                .iter()
+                .map(|m| m.as_bytes().to_vec())
+                .collect()
+        );
+        c.put_all("everywhere", value(7)).await.unwrap();
+    });
+    let all: Vec<&NodeProc> = nodes.iter().collect();
+    let counts = replica_counts(&all, &["everywhere".to_string()]);
+    assert_eq!(counts["everywhere"], 3, "PutAll reached every replica");
+}

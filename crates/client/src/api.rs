@@ -41,6 +41,20 @@ impl Default for ClientOptions {
     }
 }
 
+/// The answer to [`Client::get_delta`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Delta {
+    /// The caller's version is current.
+    Unchanged,
+    /// The key's value (or `None`: it does not exist) and its version.
+    Changed {
+        /// The value.
+        value: Option<Value>,
+        /// Its version, for the next call.
+        version: u64,
+    },
+}
+
 /// When an LWW assignment applies (as judged by the replica receiving it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Condition {
@@ -236,6 +250,52 @@ impl Client {
         let op = ReqOp::Get(pb::Get { key: bytes_of(key) });
         match self.call_key(key, op).await? {
             RespResult::Get(g) => decode_value(g),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Reads `key` from every one of its replicas and returns the merge of what they hold:
+    /// sees every write any replica acknowledged (`GetAll`).
+    pub async fn get_all(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>, ClientError> {
+        let key = key.as_ref();
+        let op = ReqOp::GetAll(pb::GetAll { key: bytes_of(key) });
+        match self.call_key(key, op).await? {
+            RespResult::Get(g) => decode_value(g),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Merges `value` into every replica of `key` before returning (`PutAll`).
+    pub async fn put_all(&self, key: impl AsRef<[u8]>, value: Value) -> Result<(), ClientError> {
+        let key = key.as_ref();
+        let op = ReqOp::PutAll(pb::PutAll {
+            key: bytes_of(key),
+            value: Some(value_to_pb(&value)),
+        });
+        self.call_key(key, op).await.map(|_| ())
+    }
+
+    /// Reads `key` only if its value is not the one with `version` (from an earlier
+    /// [`Delta::Changed`]; 0 for none): a cache revalidating its copy (`GetDelta`).
+    pub async fn get_delta(
+        &self,
+        key: impl AsRef<[u8]>,
+        version: u64,
+    ) -> Result<Delta, ClientError> {
+        let key = key.as_ref();
+        let op = ReqOp::GetDelta(pb::GetDelta {
+            key: bytes_of(key),
+            version,
+        });
+        match self.call_key(key, op).await? {
+            RespResult::Delta(d) if !d.changed => Ok(Delta::Unchanged),
+            RespResult::Delta(d) => {
+                let value = decode_value(pb::GetResult { value: d.value })?;
+                Ok(Delta::Changed {
+                    value,
+                    version: d.version,
+                })
+            }
             other => Err(unexpected(&other)),
         }
     }

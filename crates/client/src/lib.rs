@@ -29,6 +29,6 @@ pub mod connection;
 pub mod error;
 pub mod routing;
 
-pub use api::{Client, ClientOptions, Condition};
+pub use api::{Client, ClientOptions, Condition, Delta};
 pub use error::ClientError;
 pub use lattice::{LatticeType, Value};

@@ -56,6 +56,27 @@ enum Queued {
     },
 }
 
+/// The version of a value for `GetDelta`: a 64-bit hash of its encoding, never 0 (0 means
+/// "no value").
+fn value_version(v: &pb::Value) -> u64 {
+    placement::key_hash(&v.encode_to_vec()).max(1)
+}
+
+/// Fails for keys a client may not use (too long, reserved).
+fn check_key(ctx: &WorkerCtx, key: &[u8]) -> Result<(), NodeError> {
+    let max = ctx.shared.config.limits.max_key_size;
+    if key.len() > max {
+        return Err(NodeError::KeyTooLarge {
+            len: key.len(),
+            max,
+        });
+    }
+    if placement::replication::is_metadata_key(key) {
+        return Err(NodeError::ReservedKey);
+    }
+    Ok(())
+}
+
 /// Runs `work` in a task of its own and queues its response.
 fn later(id: u64, work: impl std::future::Future<Output = pb::Response> + 'static) -> Queued {
     let (tx, reply) = tokio::sync::oneshot::channel();
@@ -353,6 +374,67 @@ async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
             )
             .await
         }
+        ReqOp::GetAll(g) => {
+            if let Err(e) = check_key(ctx, &g.key) {
+                return Queued::Ready(error_response(id, &e));
+            }
+            let ctx = ctx.clone();
+            later(id, async move {
+                match ctx.get_all(g.key).await {
+                    Ok(value) => pb::Response {
+                        id,
+                        result: Some(RespResult::Get(pb::GetResult {
+                            value: value.as_ref().map(wire::convert::value_to_pb),
+                        })),
+                    },
+                    Err(e) => error_response(id, &e),
+                }
+            })
+        }
+        ReqOp::PutAll(p) => {
+            let put = pb::Put {
+                key: p.key,
+                value: p.value,
+            };
+            match decode_put(put) {
+                Ok(op) => {
+                    let replicas = ctx.shard.borrow().replicas(op.key()).len();
+                    let ack = Ack {
+                        replicas: replicas.max(1),
+                        durable: ack.durable,
+                    };
+                    run_ops(ctx, id, Shape::Ack, vec![op], front, ack).await
+                }
+                Err(e) => Queued::Ready(error_response(id, &e)),
+            }
+        }
+        ReqOp::GetDelta(d) => {
+            let results = ctx
+                .dispatch(vec![Op::Get { key: d.key }], !front)
+                .await
+                .resolve()
+                .await;
+            match results.into_iter().next() {
+                Some(OpResult::Value(value)) => {
+                    let encoded = value.as_ref().map(wire::convert::value_to_pb);
+                    let version = encoded.as_ref().map_or(0, value_version);
+                    let changed = version != d.version;
+                    respond(
+                        id,
+                        RespResult::Delta(pb::GetDeltaResult {
+                            changed,
+                            value: if changed { encoded } else { None },
+                            version,
+                        }),
+                    )
+                }
+                Some(OpResult::Error(e)) => Queued::Ready(error_response(id, &e)),
+                _ => Queued::Ready(error_response(
+                    id,
+                    &NodeError::Unavailable("no result".into()),
+                )),
+            }
+        }
         ReqOp::Put(p) => match decode_put(p) {
             Ok(op) => run_ops(ctx, id, Shape::Ack, vec![op], front, ack).await,
             Err(e) => Queued::Ready(error_response(id, &e)),
@@ -489,12 +571,12 @@ async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
             )
         }
         ReqOp::Fetch(f) => {
-            let shard = ctx.shard.borrow();
+            let mut shard = ctx.shard.borrow_mut();
             let found: crate::shard::GossipBatch = f
                 .keys
                 .into_iter()
                 .filter_map(|k| {
-                    let record = shard.store().get(&k)?.to_record();
+                    let record = shard.record_of(&k)?;
                     Some((k, record))
                 })
                 .collect();

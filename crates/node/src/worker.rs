@@ -534,6 +534,61 @@ impl WorkerCtx {
         results
     }
 
+    /// Reads `key` from every one of its replicas and merges their records (`GetAll`); a
+    /// replica that does not answer fails the read. If this worker is a replica, what the
+    /// others had is merged into it too (read repair).
+    pub async fn get_all(&self, key: Bytes) -> Result<Option<lattice::Value>, NodeError> {
+        let (mut merged, here, targets) = {
+            let mut shard = self.shard.borrow_mut();
+            let me = shard.me();
+            let here = shard.is_replica(&key);
+            let local = if here { shard.record_of(&key) } else { None };
+            let targets: Vec<String> = shard
+                .replicas(&key)
+                .into_iter()
+                .filter(|r| *r != me)
+                .filter_map(|r| shard.view().addr(r).map(str::to_string))
+                .collect();
+            (local, here, targets)
+        };
+        for addr in targets {
+            let op = pb::request::Op::Fetch(pb::Fetch {
+                keys: vec![key.clone()],
+            });
+            match self.call_peer(&addr, op).await {
+                Ok(pb::response::Result::Repair(r)) => {
+                    for (_, record) in decode_entries(r.entries) {
+                        match merged.as_mut() {
+                            Some(m) => {
+                                lattice::Lattice::merge(m, record);
+                            }
+                            None => merged = Some(record),
+                        }
+                    }
+                }
+                Ok(_) => {
+                    return Err(NodeError::Unavailable(format!(
+                        "{addr} answered a fetch with something else"
+                    )))
+                }
+                Err(e) => {
+                    return Err(NodeError::Unavailable(format!(
+                        "replica {addr} did not answer: {e}"
+                    )))
+                }
+            }
+        }
+        let Some(record) = merged else {
+            return Ok(None);
+        };
+        if here {
+            let mut shard = self.shard.borrow_mut();
+            shard.merge_gossip(vec![(key, record.clone())]);
+            shard.take_disk_error();
+        }
+        Ok(store::is_live(&record).then_some(record.value).flatten())
+    }
+
     /// True if every op runs on this worker (its keys are all replicated here).
     pub fn all_local<B: AsRef<[u8]>>(&self, ops: &[Op<B>]) -> bool {
         let shard = self.shard.borrow();

@@ -73,6 +73,12 @@ impl Shard {
         }
     }
 
+    /// The record stored here for `key` (from disk on a disk-tier shard), replica or not.
+    pub fn record_of(&mut self, key: &[u8]) -> Option<Record> {
+        self.fault_in(key);
+        self.store.get(key).map(|r| r.to_record())
+    }
+
     /// Every key stored here with its record (for snapshots).
     pub fn for_each_stored(&self, f: impl FnMut(&[u8], Record)) {
         self.for_each_record(|_| true, f);
