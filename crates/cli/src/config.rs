@@ -1,6 +1,23 @@
 //! Running nodes: `latticekv local`, `server` and `routing` — configuration layering,
 //! the foreground process, signals, and the local cluster supervisor (`local --nodes N`).
 
+/// `println!` that ignores a closed stdout: a long-running node must not panic because
+/// whoever started it stopped reading its output.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
+/// `eprintln!` that ignores a closed stderr (see `say!`).
+macro_rules! esay {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -249,20 +266,20 @@ fn init_logging() {
 fn print_node(config: &NodeConfig, node: &Node) {
     let a = node.published();
     let workers = &a.workers;
-    println!(
+    say!(
         "latticekv {} running: node \"{}\", {} worker(s)",
         env!("CARGO_PKG_VERSION"),
         config.node_id,
         a.workers.len()
     );
-    println!("native  {}", a.front);
-    println!("resp    {}", a.resp);
-    println!("workers {}", workers.join(" "));
+    say!("native  {}", a.front);
+    say!("resp    {}", a.resp);
+    say!("workers {}", workers.join(" "));
     let bound = node.addresses();
     if bound.front.to_string() != a.front {
-        println!("listen  {} (resp {})", bound.front, bound.resp);
+        say!("listen  {} (resp {})", bound.front, bound.resp);
     }
-    println!("press Ctrl-C to stop");
+    say!("press Ctrl-C to stop");
     let _ = std::io::stdout().flush();
 }
 
@@ -304,15 +321,15 @@ fn run_node(config: NodeConfig, leave_on_signal: bool) -> Result<()> {
             node.join().context("stopping the node")?;
         }
         Ending::Signal if leave_on_signal && node.has_peers() => {
-            eprintln!("leaving the cluster (handing keys to the other nodes)…");
+            esay!("leaving the cluster (handing keys to the other nodes)…");
             node.leave_and_stop().context("leaving the cluster")?;
         }
         Ending::Signal => {
-            eprintln!("stopping…");
+            esay!("stopping…");
             node.stop().context("stopping the node")?;
         }
     }
-    eprintln!("stopped");
+    esay!("stopped");
     Ok(())
 }
 
@@ -348,7 +365,7 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
         disks.push((c, node));
     }
     for (c, node) in &disks {
-        println!(
+        say!(
             "disk    {} {} ({})",
             c.node_id,
             node.addresses().front,
@@ -361,13 +378,13 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
     print_node(&config, &memory);
     let ending = wait(Some(&memory))?;
     if matches!(ending, Ending::Signal) {
-        eprintln!("stopping…");
+        esay!("stopping…");
     }
     for (_, node) in disks {
         node.stop().context("stopping a disk node")?;
     }
     memory.stop().context("stopping the memory node")?;
-    eprintln!("stopped");
+    esay!("stopped");
     Ok(())
 }
 
@@ -406,12 +423,12 @@ pub fn run_routing(args: RoutingArgs) -> Result<()> {
         config.node_id = format!("routing-{}", default_id_addr(&config));
     }
     let routing = RoutingNode::start(config).context("starting the routing node")?;
-    println!("routing {}", routing.published());
-    println!("press Ctrl-C to stop");
+    say!("routing {}", routing.published());
+    say!("press Ctrl-C to stop");
     let _ = std::io::stdout().flush();
     wait(None)?;
     routing.stop();
-    eprintln!("stopped");
+    esay!("stopped");
     Ok(())
 }
 
@@ -611,13 +628,13 @@ fn run_local_cluster(args: LocalArgs) -> Result<()> {
         stop_children(&mut disk_children);
         return Err(e);
     }
-    println!(
+    say!(
         "latticekv {} running: local cluster of {n} node(s), replication {}",
         env!("CARGO_PKG_VERSION"),
         config.cluster.default_global_replication
     );
     for (i, c) in children.iter().take(n).enumerate() {
-        println!(
+        say!(
             "node{} native {} resp {} workers {}",
             i + 1,
             field(&c.lines, "native").unwrap_or_default(),
@@ -626,32 +643,32 @@ fn run_local_cluster(args: LocalArgs) -> Result<()> {
         );
     }
     for (i, c) in disk_children.iter().enumerate() {
-        println!(
+        say!(
             "disk{} native {} (disk tier)",
             i + 1,
             field(&c.lines, "native").unwrap_or_default()
         );
     }
     if let Some(r) = children.last() {
-        println!("routing {}", field(&r.lines, "routing").unwrap_or_default());
+        say!("routing {}", field(&r.lines, "routing").unwrap_or_default());
     }
     if let Some(first) = children.first() {
-        println!(
+        say!(
             "native  {}",
             field(&first.lines, "native").unwrap_or_default()
         );
-        println!(
+        say!(
             "resp    {}",
             field(&first.lines, "resp").unwrap_or_default()
         );
     }
-    println!("press Ctrl-C to stop");
+    say!("press Ctrl-C to stop");
     let _ = std::io::stdout().flush();
     wait(None)?;
-    eprintln!("stopping the local cluster…");
+    esay!("stopping the local cluster…");
     stop_children(&mut children);
     stop_children(&mut disk_children);
-    eprintln!("stopped");
+    esay!("stopped");
     Ok(())
 }
 
