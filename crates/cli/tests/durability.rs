@@ -389,3 +389,24 @@ fn pipelined_durable_writes_keep_request_order_and_share_fsyncs() {
     }
     eprintln!("200 pipelined durable writes in {:?}", started.elapsed());
 }
+
+#[test]
+fn pipelined_resp_writes_at_the_durable_level_answer_in_order() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let n = node(dir.path(), &["--ack", "durable"]);
+    let mut resp = common::Resp::connect(n.resp);
+    let mut out = Vec::new();
+    for _ in 0..200 {
+        out.extend_from_slice(b"*2\r\n$4\r\nINCR\r\n$3\r\nctr\r\n*2\r\n$3\r\nGET\r\n$3\r\nctr\r\n");
+    }
+    let started = Instant::now();
+    resp.stream.write_all(&out).unwrap();
+    for i in 1..=200 {
+        assert_eq!(resp.line().trim_end(), format!(":{i}"), "INCR {i}");
+        let len = i.to_string().len();
+        assert_eq!(resp.line().trim_end(), format!("${len}"), "GET {i}");
+        assert_eq!(resp.line().trim_end(), i.to_string(), "GET {i}");
+    }
+    eprintln!("200 pipelined durable INCRs in {:?}", started.elapsed());
+}

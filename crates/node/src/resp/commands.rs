@@ -198,7 +198,22 @@ async fn dispatch(
     direct: bool,
 ) -> Option<Queued> {
     if ctx.durable_by_default() && list.iter().any(Op::is_write) {
-        let results = ctx.dispatch_acked(list, false, ctx.default_ack()).await;
+        let ack = ctx.default_ack();
+        if ctx.all_local(&list) {
+            // Run now, in command order; the acknowledgement waits in a task of its own.
+            let owned: Vec<Op<bytes::Bytes>> = list.iter().map(|op| op.to_owned_op()).collect();
+            let (results, written) = ctx.execute_acked_here(owned);
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let ctx = ctx.clone();
+            tokio::task::spawn_local(async move {
+                let results = ctx.finish_acked(results, written, ack).await;
+                let mut bytes = Vec::new();
+                encode(&mut bytes, v, &shape, &results);
+                let _ = tx.send(bytes);
+            });
+            return Some(Queued::Later(rx));
+        }
+        let results = ctx.dispatch_acked(list, false, ack).await;
         return emit(out, direct, |o| encode(o, v, &shape, &results));
     }
     let pending = ctx.dispatch(list, false).await;

@@ -51,6 +51,9 @@ pub enum Queued {
         /// The protocol version when the command ran.
         version: Version,
     },
+    /// Ran already; its acknowledgement (the disk, other replicas) is awaited by a task of
+    /// its own, so the commands behind it go on and share one fsync.
+    Later(tokio::sync::oneshot::Receiver<Vec<u8>>),
 }
 
 /// Serves one RESP connection until the client quits or closes, or the node stops.
@@ -142,6 +145,10 @@ pub async fn serve(ctx: Rc<WorkerCtx>, mut stream: TcpStream, permit: Option<Con
                     let results = pending.resolve().await;
                     commands::encode(&mut out, version, &shape, &results);
                 }
+                Queued::Later(reply) => match reply.await {
+                    Ok(bytes) => out.extend_from_slice(&bytes),
+                    Err(_) => out.extend_from_slice(b"-TRYAGAIN the request was dropped\r\n"),
+                },
             }
         }
         if !out.is_empty() && stream.write_all(&out).await.is_err() {
