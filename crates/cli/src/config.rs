@@ -262,8 +262,6 @@ fn print_node(config: &NodeConfig, node: &Node) {
     if bound.front.to_string() != a.front {
         println!("listen  {} (resp {})", bound.front, bound.resp);
     }
-    println!("press Ctrl-C to stop");
-    let _ = std::io::stdout().flush();
 }
 
 /// What ended the foreground wait.
@@ -278,6 +276,12 @@ fn wait(node: Option<&Node>) -> Result<Ending> {
         .build()?;
     rt.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut interrupt =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+        // Only now that SIGTERM is handled: scripts wait for this line, then may stop the
+        // node at once (before, a SIGTERM right after the banner could kill it uncleanly).
+        println!("press Ctrl-C to stop");
+        let _ = std::io::stdout().flush();
         let mut stopped = node.map(Node::stopped);
         let node_stopped = async {
             match stopped.as_mut() {
@@ -288,7 +292,7 @@ fn wait(node: Option<&Node>) -> Result<Ending> {
             }
         };
         tokio::select! {
-            r = tokio::signal::ctrl_c() => { r?; Ok(Ending::Signal) }
+            _ = interrupt.recv() => Ok(Ending::Signal),
             _ = term.recv() => Ok(Ending::Signal),
             _ = node_stopped => Ok(Ending::NodeStopped),
         }
@@ -407,8 +411,6 @@ pub fn run_routing(args: RoutingArgs) -> Result<()> {
     }
     let routing = RoutingNode::start(config).context("starting the routing node")?;
     println!("routing {}", routing.published());
-    println!("press Ctrl-C to stop");
-    let _ = std::io::stdout().flush();
     wait(None)?;
     routing.stop();
     eprintln!("stopped");
@@ -645,8 +647,6 @@ fn run_local_cluster(args: LocalArgs) -> Result<()> {
             field(&first.lines, "resp").unwrap_or_default()
         );
     }
-    println!("press Ctrl-C to stop");
-    let _ = std::io::stdout().flush();
     wait(None)?;
     eprintln!("stopping the local cluster…");
     stop_children(&mut children);
