@@ -90,6 +90,10 @@ class AsyncClient:
         """Sets an LWW register; see :meth:`Client.put`."""
         await _run(self.client.put, key, value)
 
+    async def merge(self, key: bytes | str, kind: str, value: Any) -> None:
+        """Merges a value of another lattice type; see :meth:`Client.merge`."""
+        await _run(self.client.merge, key, kind, value)
+
     async def delete(self, key: bytes | str) -> bool:
         """Deletes a key; True if it existed."""
         return await _run(self.client.delete, key)
@@ -126,6 +130,11 @@ class AsyncClient:
         return f"latticekv.AsyncClient({self.client.address!r})"
 
 
-async def connect_async(addr: str = "127.0.0.1:7700", timeout: float = 10.0) -> AsyncClient:
+async def connect_async(
+    addr: str = "127.0.0.1:7700",
+    timeout: float = 10.0,
+    ack_replicas: int = 0,
+    durable: bool = False,
+) -> AsyncClient:
     """Connects without blocking the event loop; see :func:`connect`."""
-    return AsyncClient(await _run(connect, addr, timeout))
+    return AsyncClient(await _run(connect, addr, timeout, ack_replicas, durable))

@@ -51,6 +51,12 @@ class Client:
         """
     def put(self, key: Key, value: Key) -> None:
         """Sets an LWW register."""
+    def merge(self, key: Key, kind: str, value: Any) -> None:
+        """Merges a value of another lattice type into key, creating it.
+
+        kind: "max"/"min" (int), "bool" (bool), "set"/"ordered-set" (iterable of members),
+        "priority" ((float, bytes|str), lowest wins).
+        """
     def delete(self, key: Key) -> bool:
         """Deletes a key of any type; True if it existed."""
     def incr(self, key: Key, delta: int = 1) -> int:
@@ -68,8 +74,17 @@ class Client:
     def status(self) -> dict[str, Any]:
         """The node's statistics (node_id, version, uptime_seconds, workers, ...)."""
 
-def connect(addr: str = "127.0.0.1:7700", timeout: float = 10.0) -> Client:
-    """Connects to a node's native port; timeout (seconds) bounds every request."""
+def connect(
+    addr: str = "127.0.0.1:7700",
+    timeout: float = 10.0,
+    ack_replicas: int = 0,
+    durable: bool = False,
+) -> Client:
+    """Connects to a node's native port; timeout (seconds) bounds every request.
+
+    ack_replicas: replicas that must hold each write before it is acknowledged;
+    durable: acknowledge writes only once they are on disk.
+    """
 
 class AsyncClient:
     """The asyncio face of Client: the same methods, awaitable."""
@@ -81,6 +96,7 @@ class AsyncClient:
     async def get(self, key: Key) -> Optional[bytes]: ...
     async def get_value(self, key: Key) -> Any: ...
     async def put(self, key: Key, value: Key) -> None: ...
+    async def merge(self, key: Key, kind: str, value: Any) -> None: ...
     async def delete(self, key: Key) -> bool: ...
     async def incr(self, key: Key, delta: int = 1) -> int: ...
     async def counter(self, key: Key) -> int: ...
@@ -90,5 +106,10 @@ class AsyncClient:
     async def ping(self) -> None: ...
     async def status(self) -> dict[str, Any]: ...
 
-async def connect_async(addr: str = "127.0.0.1:7700", timeout: float = 10.0) -> AsyncClient:
+async def connect_async(
+    addr: str = "127.0.0.1:7700",
+    timeout: float = 10.0,
+    ack_replicas: int = 0,
+    durable: bool = False,
+) -> AsyncClient:
     """Connects without blocking the event loop."""

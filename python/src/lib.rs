@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use client::{ClientError, ClientOptions};
-use lattice::{Blob, Value};
+use lattice::{Blob, Bool, Max, Min, OrderedSet, Priority, Set, Value};
 use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PySet, PyString, PyTuple};
@@ -203,6 +203,45 @@ fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
     })
 }
 
+/// The lattice value `merge` writes: `kind` names the type, `value` its Python form.
+fn value_from_py(kind: &str, value: &Bound<'_, PyAny>) -> PyResult<Value> {
+    let blobs = |what: &str| -> PyResult<Vec<Blob>> {
+        if value.cast::<PyBytes>().is_ok() || value.cast::<PyString>().is_ok() {
+            return Err(PyTypeError::new_err(format!(
+                "a {what} is given as an iterable of members, not one bytes or str"
+            )));
+        }
+        value
+            .try_iter()?
+            .map(|m| Ok(as_bytes(&m?, "a member")?.into_boxed_slice()))
+            .collect()
+    };
+    Ok(match kind {
+        "max" => Value::Max(Max(value.extract()?)),
+        "min" => Value::Min(Min(value.extract()?)),
+        "bool" => Value::Bool(Bool(value.extract()?)),
+        "set" => Value::Set(blobs("set")?.into_iter().collect::<Set<Blob>>()),
+        "ordered-set" => Value::OrderedSet(
+            blobs("ordered set")?
+                .into_iter()
+                .collect::<OrderedSet<Blob>>(),
+        ),
+        "priority" => {
+            let (priority, v): (f64, Bound<'_, PyAny>) = value.extract()?;
+            Value::Priority(Priority::new(
+                priority,
+                as_bytes(&v, "value")?.into_boxed_slice(),
+            ))
+        }
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "merge writes max, min, bool, set, ordered-set or priority, not {other:?} \
+                 (put writes lww, incr counters, sadd/srem orset)"
+            )))
+        }
+    })
+}
+
 /// The members given to `sadd`/`srem` as bytes.
 fn members_of(members: &Bound<'_, PyTuple>) -> PyResult<Vec<Vec<u8>>> {
     members.iter().map(|m| as_bytes(&m, "a member")).collect()
@@ -262,6 +301,23 @@ impl Client {
         let value = as_bytes(value, "value")?;
         let c = &self.inner;
         block_on(py, async move { c.assign(&key, &value).await })
+    }
+
+    /// Merges a value of another lattice type into `key`, creating it: `kind` is "max" or
+    /// "min" (value: int), "bool" (bool), "set" or "ordered-set" (iterable of bytes/str) or
+    /// "priority" ((float, bytes|str): lowest priority wins). Merging into a key of
+    /// another type raises WrongTypeError.
+    fn merge(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        kind: &str,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let key = as_bytes(key, "key")?;
+        let value = value_from_py(kind, value)?;
+        let c = &self.inner;
+        block_on(py, async move { c.put(&key, value).await })
     }
 
     /// Deletes a key of any type; True if it existed.
@@ -380,10 +436,18 @@ impl Client {
 
 /// Connects to a node's native port (`host:port`) and fetches its topology.
 ///
-/// `timeout` (seconds) bounds the connection and every later request.
+/// `timeout` (seconds) bounds the connection and every later request; `ack_replicas` is
+/// how many replicas must hold each write before it is acknowledged (0 or 1: the one
+/// receiving it); `durable` acknowledges writes only once they are on disk.
 #[pyfunction]
-#[pyo3(signature = (addr = "127.0.0.1:7700", timeout = 10.0))]
-fn connect(py: Python<'_>, addr: &str, timeout: f64) -> PyResult<Client> {
+#[pyo3(signature = (addr = "127.0.0.1:7700", timeout = 10.0, ack_replicas = 0, durable = false))]
+fn connect(
+    py: Python<'_>,
+    addr: &str,
+    timeout: f64,
+    ack_replicas: u32,
+    durable: bool,
+) -> PyResult<Client> {
     if !(timeout.is_finite() && timeout > 0.0) {
         return Err(PyValueError::new_err(
             "timeout must be a positive number of seconds",
@@ -392,6 +456,8 @@ fn connect(py: Python<'_>, addr: &str, timeout: f64) -> PyResult<Client> {
     let timeout = Duration::from_secs_f64(timeout);
     let options = ClientOptions {
         timeout,
+        ack_replicas,
+        durable,
         ..ClientOptions::default()
     };
     let owned = addr.to_string();

@@ -164,3 +164,57 @@ def test_async_client(node):
         assert c.address == node.native
 
     asyncio.run(main())
+
+
+def test_merge_and_read_every_other_lattice_type(client):
+    client.merge("mx", "max", 5)
+    client.merge("mx", "max", 3)
+    assert client.get_value("mx") == 5
+    client.merge("mn", "min", 5)
+    client.merge("mn", "min", -2)
+    assert client.get_value("mn") == -2
+    client.merge("b", "bool", False)
+    assert client.get_value("b") is False
+    client.merge("b", "bool", True)
+    assert client.get_value("b") is True
+    client.merge("g", "set", [b"x", "y"])
+    client.merge("g", "set", {"z"})
+    assert client.get_value("g") == {b"x", b"y", b"z"}
+    assert client.smembers("g") == {b"x", b"y", b"z"}
+    client.merge("o", "ordered-set", ["c", "a", "b"])
+    assert client.get_value("o") == [b"a", b"b", b"c"]
+    client.merge("p", "priority", (2.0, "two"))
+    client.merge("p", "priority", (1.0, b"one"))
+    client.merge("p", "priority", (3.0, "three"))
+    assert client.get_value("p") == (1.0, b"one")
+    for key in ["mx", "mn", "b", "g", "o", "p"]:
+        assert client.delete(key) is True
+        assert client.get_value(key) is None
+
+
+def test_merge_errors(client):
+    client.put("lww", "v")
+    with pytest.raises(latticekv.WrongTypeError):
+        client.merge("lww", "max", 1)
+    with pytest.raises(ValueError):
+        client.merge("k", "nonsense", 1)
+    with pytest.raises(TypeError):
+        client.merge("k", "set", b"not-an-iterable-of-members")
+    with pytest.raises(TypeError):
+        client.merge("k", "max", "seven")
+
+
+def test_durable_and_acknowledged_writes(node):
+    c = latticekv.connect(node.native, durable=True, ack_replicas=1)
+    c.put("d", "v")
+    assert c.get("d") == b"v"
+    assert c.incr("dc", 2) == 2
+
+
+def test_async_merge(node):
+    async def main():
+        c = await latticekv.connect_async(node.native, timeout=5.0, durable=True)
+        await c.merge("am", "max", 9)
+        assert await c.get_value("am") == 9
+
+    asyncio.run(main())
