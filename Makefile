@@ -5,7 +5,7 @@ PYTHON ?= python3
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test deps build lint unit python-test bench-smoke docker-image docker-test bench release run clean
+.PHONY: test deps build lint unit python-package python-test bench-smoke docker-image docker-test bench release run clean
 
 ## Everything CI checks: dependencies, formatting, lints, unit/property/integration tests,
 ## the redis-py suite against a real node, the benchmarks in smoke mode (no thresholds),
@@ -25,6 +25,8 @@ deps:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) fmt --manifest-path python/Cargo.toml -- --check
+	$(CARGO) clippy --manifest-path python/Cargo.toml --all-targets -- -D warnings
 
 build:
 	$(CARGO) build --workspace --bins
@@ -32,7 +34,15 @@ build:
 unit:
 	$(CARGO) test --workspace
 
-python-test: build
+## The Python package `latticekv` (python/, PyO3 + maturin), built in release mode and
+## installed into $(PYTHON)'s environment; maturin is installed when missing.
+python-package:
+	@$(PYTHON) -c "import maturin" 2>/dev/null || \
+	  $(PYTHON) -m pip install --quiet --disable-pip-version-check maturin
+	CARGO_TARGET_DIR=$(TARGET_DIR) $(PYTHON) -m pip install --quiet --disable-pip-version-check \
+	  --no-build-isolation --force-reinstall --no-deps ./python
+
+python-test: build python-package
 	LATTICEKV_BIN=$(TARGET_DIR)/debug/latticekv $(PYTHON) -m pytest -q tests/python
 
 ## Every benchmark runs, briefly: criterion benches in test mode (each once, small tables)

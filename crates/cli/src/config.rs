@@ -279,8 +279,6 @@ fn print_node(config: &NodeConfig, node: &Node) {
     if bound.front.to_string() != a.front {
         say!("listen  {} (resp {})", bound.front, bound.resp);
     }
-    say!("press Ctrl-C to stop");
-    let _ = std::io::stdout().flush();
 }
 
 /// What ended the foreground wait.
@@ -295,6 +293,12 @@ fn wait(node: Option<&Node>) -> Result<Ending> {
         .build()?;
     rt.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut interrupt =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+        // Only now that SIGTERM is handled: scripts wait for this line, then may stop the
+        // node at once (before, a SIGTERM right after the banner could kill it uncleanly).
+        say!("press Ctrl-C to stop");
+        let _ = std::io::stdout().flush();
         let mut stopped = node.map(Node::stopped);
         let node_stopped = async {
             match stopped.as_mut() {
@@ -305,7 +309,7 @@ fn wait(node: Option<&Node>) -> Result<Ending> {
             }
         };
         tokio::select! {
-            r = tokio::signal::ctrl_c() => { r?; Ok(Ending::Signal) }
+            _ = interrupt.recv() => Ok(Ending::Signal),
             _ = term.recv() => Ok(Ending::Signal),
             _ = node_stopped => Ok(Ending::NodeStopped),
         }
@@ -424,8 +428,6 @@ pub fn run_routing(args: RoutingArgs) -> Result<()> {
     }
     let routing = RoutingNode::start(config).context("starting the routing node")?;
     say!("routing {}", routing.published());
-    say!("press Ctrl-C to stop");
-    let _ = std::io::stdout().flush();
     wait(None)?;
     routing.stop();
     esay!("stopped");
@@ -662,8 +664,6 @@ fn run_local_cluster(args: LocalArgs) -> Result<()> {
             field(&first.lines, "resp").unwrap_or_default()
         );
     }
-    say!("press Ctrl-C to stop");
-    let _ = std::io::stdout().flush();
     wait(None)?;
     esay!("stopping the local cluster…");
     stop_children(&mut children);

@@ -1,0 +1,496 @@
+//! Python bindings of the latticekv client: the compiled module `latticekv._native`.
+//!
+//! Wraps [`client::Client`] (async, tokio) in a blocking Python class. One shared
+//! multi-threaded tokio runtime (two workers) runs every client's connections; each call
+//! blocks its Python thread on the runtime with the GIL released, so other Python threads
+//! (and the asyncio wrapper in `latticekv/__init__.py`, which runs calls in an executor)
+//! keep going meanwhile.
+//!
+//! Errors become Python exceptions, all subclasses of `latticekv.Error` (see [`to_py_err`]).
+
+use std::future::Future;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use client::{ClientError, ClientOptions};
+use lattice::{Blob, Bool, Max, Min, OrderedSet, Priority, Set, Value};
+use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PySet, PyString, PyTuple};
+use wire::pb::ErrorCode;
+
+pyo3::create_exception!(
+    latticekv,
+    Error,
+    PyException,
+    "Base class of every latticekv error."
+);
+pyo3::create_exception!(
+    latticekv,
+    ConnectionError,
+    Error,
+    "A node could not be reached, or the connection broke during a request."
+);
+pyo3::create_exception!(
+    latticekv,
+    TimeoutError,
+    Error,
+    "No answer within the client's timeout."
+);
+pyo3::create_exception!(
+    latticekv,
+    ProtocolError,
+    Error,
+    "The node sent something that is not a valid answer."
+);
+pyo3::create_exception!(
+    latticekv,
+    WrongTypeError,
+    Error,
+    "The key holds another lattice type than the operation needs (server WRONG_TYPE)."
+);
+pyo3::create_exception!(
+    latticekv,
+    UnavailableError,
+    Error,
+    "The worker holding the key is unavailable or shutting down; retrying may succeed."
+);
+pyo3::create_exception!(
+    latticekv,
+    StorageError,
+    Error,
+    "The node's durable storage refused the write (disk full, read-only, failing)."
+);
+pyo3::create_exception!(
+    latticekv,
+    MemoryLimitError,
+    Error,
+    "The node's memory budget is used up: writes that add data are refused."
+);
+pyo3::create_exception!(
+    latticekv,
+    InvalidArgumentError,
+    Error,
+    "The request was refused as invalid: key or value too large, reserved key, bad argument."
+);
+pyo3::create_exception!(
+    latticekv,
+    ServerError,
+    Error,
+    "Any other error the node answered with."
+);
+
+/// The runtime every client shares, started on first use.
+fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("latticekv-io")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot start the tokio runtime: {e}")))
+}
+
+/// Runs `fut` to completion on the shared runtime with the GIL released.
+fn block_on<T, F>(py: Python<'_>, fut: F) -> PyResult<T>
+where
+    F: Future<Output = Result<T, ClientError>> + Send,
+    T: Send,
+{
+    let rt = runtime()?;
+    py.detach(|| rt.block_on(fut)).map_err(to_py_err)
+}
+
+/// Maps a client error onto the Python exception hierarchy.
+fn to_py_err(e: ClientError) -> PyErr {
+    let msg = e.to_string();
+    match &e {
+        ClientError::Connect { .. } | ClientError::ConnectionLost { .. } => {
+            ConnectionError::new_err(msg)
+        }
+        ClientError::Timeout => TimeoutError::new_err(msg),
+        ClientError::Protocol(_) => ProtocolError::new_err(msg),
+        ClientError::UnexpectedType { .. } => WrongTypeError::new_err(msg),
+        ClientError::Server { code, .. } => match code {
+            ErrorCode::WrongType => WrongTypeError::new_err(msg),
+            ErrorCode::Unavailable | ErrorCode::ShuttingDown | ErrorCode::TooManyConnections => {
+                UnavailableError::new_err(msg)
+            }
+            ErrorCode::Storage => StorageError::new_err(msg),
+            ErrorCode::MemoryLimit => MemoryLimitError::new_err(msg),
+            ErrorCode::BadRequest
+            | ErrorCode::KeyTooLarge
+            | ErrorCode::ValueTooLarge
+            | ErrorCode::FrameTooLarge
+            | ErrorCode::ReservedKey
+            | ErrorCode::Overflow
+            | ErrorCode::InvalidArgument => InvalidArgumentError::new_err(msg),
+            _ => ServerError::new_err(msg),
+        },
+    }
+}
+
+/// The bytes of a key, value or member given as `bytes`, `bytearray` or `str` (UTF-8).
+fn as_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        Ok(b.as_bytes().to_vec())
+    } else if let Ok(s) = obj.cast::<PyString>() {
+        Ok(s.to_cow()?.as_bytes().to_vec())
+    } else if let Ok(b) = obj.cast::<PyByteArray>() {
+        Ok(b.to_vec())
+    } else {
+        Err(PyTypeError::new_err(format!(
+            "{what} must be bytes, bytearray or str, not {}",
+            obj.get_type().name()?
+        )))
+    }
+}
+
+/// Python bytes of a blob.
+fn blob<'py>(py: Python<'py>, b: &Blob) -> Bound<'py, PyAny> {
+    PyBytes::new(py, b).into_any()
+}
+
+/// A Python set of blobs.
+fn blob_set<'py, 'a>(
+    py: Python<'py>,
+    members: impl Iterator<Item = &'a Blob>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let set = PySet::empty(py)?;
+    for m in members {
+        set.add(PyBytes::new(py, m))?;
+    }
+    Ok(set.into_any())
+}
+
+/// A lattice value as a Python object (the mapping is documented in docs/python.md):
+/// LWW and priority registers → `bytes` / `(float, bytes)`, sets → `set[bytes]` (ordered
+/// sets → sorted `list[bytes]`), counters, max and min → `int`, bool → `bool`, maps →
+/// `dict[bytes, value]`, causal registers → `list[bytes]` of their concurrent values.
+fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match v {
+        Value::Lww(l) => blob(py, &l.value),
+        Value::Set(s) => blob_set(py, s.iter())?,
+        Value::OrSet(s) => blob_set(py, s.iter())?,
+        Value::OrderedSet(s) => PyList::new(py, s.iter().map(|m| PyBytes::new(py, m)))?.into_any(),
+        Value::Max(m) => m.0.into_pyobject(py)?.into_any(),
+        Value::Min(m) => m.0.into_pyobject(py)?.into_any(),
+        Value::Bool(b) => pyo3::types::PyBool::new(py, b.0).to_owned().into_any(),
+        Value::Counter(c) => c.value().into_pyobject(py)?.into_any(),
+        Value::Map(m) => {
+            let dict = PyDict::new(py);
+            for (k, v) in m.iter() {
+                dict.set_item(PyBytes::new(py, k), value_to_py(py, v)?)?;
+            }
+            dict.into_any()
+        }
+        Value::Priority(p) => PyTuple::new(
+            py,
+            [p.priority.into_pyobject(py)?.into_any(), blob(py, &p.value)],
+        )?
+        .into_any(),
+        Value::SingleKeyCausal(c) => {
+            PyList::new(py, c.values().map(|v| PyBytes::new(py, v)))?.into_any()
+        }
+        Value::MultiKeyCausal(c) => {
+            PyList::new(py, c.values().map(|v| PyBytes::new(py, v)))?.into_any()
+        }
+    })
+}
+
+/// The lattice value `merge` writes: `kind` names the type, `value` its Python form.
+fn value_from_py(kind: &str, value: &Bound<'_, PyAny>) -> PyResult<Value> {
+    let blobs = |what: &str| -> PyResult<Vec<Blob>> {
+        if value.cast::<PyBytes>().is_ok() || value.cast::<PyString>().is_ok() {
+            return Err(PyTypeError::new_err(format!(
+                "a {what} is given as an iterable of members, not one bytes or str"
+            )));
+        }
+        value
+            .try_iter()?
+            .map(|m| Ok(as_bytes(&m?, "a member")?.into_boxed_slice()))
+            .collect()
+    };
+    Ok(match kind {
+        "max" => Value::Max(Max(value.extract()?)),
+        "min" => Value::Min(Min(value.extract()?)),
+        "bool" => Value::Bool(Bool(value.extract()?)),
+        "set" => Value::Set(blobs("set")?.into_iter().collect::<Set<Blob>>()),
+        "ordered-set" => Value::OrderedSet(
+            blobs("ordered set")?
+                .into_iter()
+                .collect::<OrderedSet<Blob>>(),
+        ),
+        "priority" => {
+            let (priority, v): (f64, Bound<'_, PyAny>) = value.extract()?;
+            Value::Priority(Priority::new(
+                priority,
+                as_bytes(&v, "value")?.into_boxed_slice(),
+            ))
+        }
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "merge writes max, min, bool, set, ordered-set or priority, not {other:?} \
+                 (put writes lww, incr counters, sadd/srem orset)"
+            )))
+        }
+    })
+}
+
+/// The members given to `sadd`/`srem` as bytes.
+fn members_of(members: &Bound<'_, PyTuple>) -> PyResult<Vec<Vec<u8>>> {
+    members.iter().map(|m| as_bytes(&m, "a member")).collect()
+}
+
+/// A blocking connection to a latticekv node (and through it, its cluster).
+///
+/// Requests go straight to a worker holding the key; the client follows redirects and
+/// retries other replicas. Safe to share between threads.
+#[pyclass(frozen, module = "latticekv")]
+struct Client {
+    inner: client::Client,
+    addr: String,
+}
+
+#[pymethods]
+impl Client {
+    /// Reads an LWW register: its bytes, or None if the key does not exist.
+    ///
+    /// Raises WrongTypeError if the key holds another lattice type (see get_value).
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let key = as_bytes(key, "key")?;
+        let c = &self.inner;
+        let v = block_on(py, async move { c.get_lww(&key).await })?;
+        Ok(v.map(|b| blob(py, &b)))
+    }
+
+    /// Reads a key of any lattice type as a Python object, or None if it does not exist.
+    ///
+    /// LWW → bytes, counter/max/min → int, bool → bool, set and OR-set → set[bytes],
+    /// ordered set → list[bytes] (sorted), map → dict[bytes, value], priority →
+    /// (float, bytes), causal registers → list[bytes] of the concurrent values.
+    fn get_value<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let key = as_bytes(key, "key")?;
+        let c = &self.inner;
+        let v = block_on(py, async move { c.get(&key).await })?;
+        v.map(|v| value_to_py(py, &v)).transpose()
+    }
+
+    /// Sets an LWW register (the node's clock timestamps the write). `value` is bytes or
+    /// str (stored as UTF-8).
+    fn put(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let key = as_bytes(key, "key")?;
+        let value = as_bytes(value, "value")?;
+        let c = &self.inner;
+        block_on(py, async move { c.assign(&key, &value).await })
+    }
+
+    /// Merges a value of another lattice type into `key`, creating it: `kind` is "max" or
+    /// "min" (value: int), "bool" (bool), "set" or "ordered-set" (iterable of bytes/str) or
+    /// "priority" ((float, bytes|str): lowest priority wins). Merging into a key of
+    /// another type raises WrongTypeError.
+    fn merge(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        kind: &str,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let key = as_bytes(key, "key")?;
+        let value = value_from_py(kind, value)?;
+        let c = &self.inner;
+        block_on(py, async move { c.put(&key, value).await })
+    }
+
+    /// Deletes a key of any type; True if it existed.
+    fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let key = as_bytes(key, "key")?;
+        let c = &self.inner;
+        block_on(py, async move { c.delete(&key).await })
+    }
+
+    /// Adds `delta` (may be negative) to a counter, creating it; returns the new value.
+    #[pyo3(signature = (key, delta = 1))]
+    fn incr(&self, py: Python<'_>, key: &Bound<'_, PyAny>, delta: i64) -> PyResult<i64> {
+        let key = as_bytes(key, "key")?;
+        let c = &self.inner;
+        block_on(py, async move { c.counter_add(&key, delta).await })
+    }
+
+    /// A counter's value (0 if the key does not exist).
+    fn counter(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<i64> {
+        let key = as_bytes(key, "key")?;
+        let c = &self.inner;
+        block_on(py, async move { c.counter_get(&key).await })
+    }
+
+    /// Adds members (bytes or str) to an add-wins set; returns how many were new.
+    #[pyo3(signature = (key, *members))]
+    fn sadd(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        members: &Bound<'_, PyTuple>,
+    ) -> PyResult<u64> {
+        let key = as_bytes(key, "key")?;
+        let members = members_of(members)?;
+        if members.is_empty() {
+            return Err(PyValueError::new_err("sadd needs at least one member"));
+        }
+        let c = &self.inner;
+        block_on(py, async move { c.set_add(&key, &members).await })
+    }
+
+    /// Removes members from an add-wins set; returns how many were present.
+    #[pyo3(signature = (key, *members))]
+    fn srem(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        members: &Bound<'_, PyTuple>,
+    ) -> PyResult<u64> {
+        let key = as_bytes(key, "key")?;
+        let members = members_of(members)?;
+        if members.is_empty() {
+            return Err(PyValueError::new_err("srem needs at least one member"));
+        }
+        let c = &self.inner;
+        block_on(py, async move { c.set_remove(&key, &members).await })
+    }
+
+    /// The members of a set (empty if the key does not exist).
+    fn smembers<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = as_bytes(key, "key")?;
+        let c = &self.inner;
+        let members = block_on(py, async move { c.set_members(&key).await })?;
+        blob_set(py, members.iter())
+    }
+
+    /// Round trip to the node; raises if it does not answer.
+    fn ping(&self, py: Python<'_>) -> PyResult<()> {
+        let c = &self.inner;
+        block_on(py, async move { c.ping().await })
+    }
+
+    /// The node's statistics: node_id, version, uptime_seconds, memory_budget_bytes,
+    /// front_address, resp_address and workers (a list of dicts: worker, address, keys,
+    /// memory_bytes, requests, connections, storage_errors).
+    fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = &self.inner;
+        let s = block_on(py, async move { c.status().await })?;
+        let d = PyDict::new(py);
+        d.set_item("node_id", &s.node_id)?;
+        d.set_item("version", &s.version)?;
+        d.set_item("uptime_seconds", s.uptime_seconds)?;
+        d.set_item("memory_budget_bytes", s.memory_budget_bytes)?;
+        d.set_item("front_address", &s.front_address)?;
+        d.set_item("resp_address", &s.resp_address)?;
+        let workers = PyList::empty(py);
+        for w in &s.workers {
+            let wd = PyDict::new(py);
+            wd.set_item("worker", w.worker)?;
+            wd.set_item("address", &w.address)?;
+            wd.set_item("keys", w.keys)?;
+            wd.set_item("memory_bytes", w.memory_bytes)?;
+            wd.set_item("requests", w.requests)?;
+            wd.set_item("connections", w.connections)?;
+            wd.set_item("storage_errors", w.storage_errors)?;
+            workers.append(wd)?;
+        }
+        d.set_item("workers", workers)?;
+        Ok(d)
+    }
+
+    /// The address this client connected to.
+    #[getter]
+    fn address(&self) -> &str {
+        &self.addr
+    }
+
+    fn __repr__(&self) -> String {
+        format!("latticekv.Client({:?})", self.addr)
+    }
+}
+
+/// Connects to a node's native port (`host:port`) and fetches its topology.
+///
+/// `timeout` (seconds) bounds the connection and every later request; `ack_replicas` is
+/// how many replicas must hold each write before it is acknowledged (0 or 1: the one
+/// receiving it); `durable` acknowledges writes only once they are on disk.
+#[pyfunction]
+#[pyo3(signature = (addr = "127.0.0.1:7700", timeout = 10.0, ack_replicas = 0, durable = false))]
+fn connect(
+    py: Python<'_>,
+    addr: &str,
+    timeout: f64,
+    ack_replicas: u32,
+    durable: bool,
+) -> PyResult<Client> {
+    if !(timeout.is_finite() && timeout > 0.0) {
+        return Err(PyValueError::new_err(
+            "timeout must be a positive number of seconds",
+        ));
+    }
+    let timeout = Duration::from_secs_f64(timeout);
+    let options = ClientOptions {
+        timeout,
+        ack_replicas,
+        durable,
+        ..ClientOptions::default()
+    };
+    let owned = addr.to_string();
+    let inner = block_on(py, async move {
+        match tokio::time::timeout(timeout, client::Client::connect_with(&owned, options)).await {
+            Ok(r) => r,
+            Err(_) => Err(ClientError::Timeout),
+        }
+    })?;
+    Ok(Client {
+        inner,
+        addr: addr.to_string(),
+    })
+}
+
+/// The compiled part of the `latticekv` package.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<Client>()?;
+    m.add_function(wrap_pyfunction!(connect, m)?)?;
+    m.add("Error", py.get_type::<Error>())?;
+    m.add("ConnectionError", py.get_type::<ConnectionError>())?;
+    m.add("TimeoutError", py.get_type::<TimeoutError>())?;
+    m.add("ProtocolError", py.get_type::<ProtocolError>())?;
+    m.add("WrongTypeError", py.get_type::<WrongTypeError>())?;
+    m.add("UnavailableError", py.get_type::<UnavailableError>())?;
+    m.add("StorageError", py.get_type::<StorageError>())?;
+    m.add("MemoryLimitError", py.get_type::<MemoryLimitError>())?;
+    m.add(
+        "InvalidArgumentError",
+        py.get_type::<InvalidArgumentError>(),
+    )?;
+    m.add("ServerError", py.get_type::<ServerError>())?;
+    Ok(())
+}
