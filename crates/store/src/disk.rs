@@ -227,10 +227,8 @@ impl DiskDb {
     }
 
     /// Fails with [`StoreError::DiskFull`] if the file system holding the database has less
-    /// than `reserve` bytes available to this process (checked with `statvfs`), and with
-    /// [`StoreError::Poisoned`] if an earlier disk failure stopped the engine.
+    /// than `reserve` bytes available to this process (checked with `statvfs`).
     pub fn check_space(&self, reserve: u64) -> Result<(), StoreError> {
-        self.db.persist(PersistMode::Buffer)?;
         let free = free_bytes(&self.dir).map_err(classify_io)?;
         if free < reserve {
             return Err(StoreError::DiskFull(io::Error::other(format!(

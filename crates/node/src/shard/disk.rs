@@ -31,7 +31,13 @@ pub(crate) struct DiskSide {
     pub(crate) last_collect_ms: u64,
     /// Disk errors since start (a metric).
     pub(crate) errors: u64,
+    /// Until when (ms) the last free-space check stands: `statvfs` on every write would be
+    /// a system call on the request path; the reserve absorbs what is written in between.
+    pub(crate) space_ok_until_ms: std::cell::Cell<u64>,
 }
+
+/// How long a successful free-space check stands.
+const SPACE_CHECK_MS: u64 = 10;
 
 /// Least time between two tombstone collections of a disk store.
 const COLLECT_EVERY_MS: u64 = 60_000;
@@ -67,6 +73,7 @@ impl Shard {
             error: None,
             last_collect_ms: (self.now_ms)(),
             errors: 0,
+            space_ok_until_ms: std::cell::Cell::new(0),
         });
         Ok(())
     }
@@ -146,13 +153,17 @@ impl Shard {
     /// For a write on a disk-tier shard: fails if the file system is below its reserve (or
     /// the engine stopped after a failure).
     pub(super) fn check_disk(&self) -> Result<(), NodeError> {
-        match &self.disk {
-            Some(d) => {
-                d.db.check_space(d.reserve)
-                    .map_err(|e| NodeError::Storage(e.to_string()))
-            }
-            None => Ok(()),
+        let Some(d) = &self.disk else {
+            return Ok(());
+        };
+        let now = (self.now_ms)();
+        if now < d.space_ok_until_ms.get() {
+            return Ok(());
         }
+        d.db.check_space(d.reserve)
+            .map_err(|e| NodeError::Storage(e.to_string()))?;
+        d.space_ok_until_ms.set(now.saturating_add(SPACE_CHECK_MS));
+        Ok(())
     }
 
     /// Keeps the cache of a disk-tier shard within the worker's memory budget by dropping

@@ -10,6 +10,11 @@
 use lattice::Record;
 
 use super::{GossipBatch, Shard};
+use crate::error::NodeError;
+
+/// Most changes waiting for the log before writes are refused. The worker moves them to the
+/// log every 2 ms; this many wait only when the log's own queue is full.
+pub const MAX_JOURNAL_PENDING: usize = 1 << 18;
 
 impl Shard {
     /// Starts queueing every change to the store for the write-ahead log.
@@ -51,6 +56,22 @@ impl Shard {
     /// Why the log refuses appends, if it does.
     pub fn journal_failure(&self) -> Option<&str> {
         self.journal_failure.as_deref()
+    }
+
+    /// For a write: fails while the log refuses appends, or while more changes wait for it
+    /// than [`MAX_JOURNAL_PENDING`] (the disk is far behind: writers are slowed down with an
+    /// error rather than the queue growing without bound).
+    pub(super) fn check_journal(&self) -> Result<(), NodeError> {
+        if let Some(why) = &self.journal_failure {
+            return Err(NodeError::Storage(why.clone()));
+        }
+        match &self.journal {
+            Some(j) if j.len() >= MAX_JOURNAL_PENDING => Err(NodeError::Storage(format!(
+                "the write-ahead log is behind ({} changes waiting)",
+                j.len()
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// Queues a change of `key` for the log.

@@ -20,7 +20,9 @@ use crate::error::NodeError;
 use crate::op::{Condition, Op, OpResult};
 
 impl Shard {
-    pub(super) fn check_key(&self, key: &[u8]) -> Result<(), NodeError> {
+    /// Fails for keys a client may not use: longer than the key limit, or in the reserved
+    /// metadata key space.
+    pub fn check_key(&self, key: &[u8]) -> Result<(), NodeError> {
         if key.len() > self.config.limits.max_key_size {
             return Err(NodeError::KeyTooLarge {
                 len: key.len(),
@@ -128,9 +130,8 @@ impl Shard {
             return OpResult::Error(e);
         }
         if op.is_write() {
-            if let Some(why) = &self.journal_failure {
-                // The log refuses appends: a write could not be made durable.
-                return OpResult::Error(NodeError::Storage(why.clone()));
+            if let Err(e) = self.check_journal() {
+                return OpResult::Error(e);
             }
         }
         if op.is_write() && !matches!(op, Op::Delete { .. }) {
