@@ -62,21 +62,6 @@ fn value_version(v: &pb::Value) -> u64 {
     placement::key_hash(&v.encode_to_vec()).max(1)
 }
 
-/// Fails for keys a client may not use (too long, reserved).
-fn check_key(ctx: &WorkerCtx, key: &[u8]) -> Result<(), NodeError> {
-    let max = ctx.shared.config.limits.max_key_size;
-    if key.len() > max {
-        return Err(NodeError::KeyTooLarge {
-            len: key.len(),
-            max,
-        });
-    }
-    if placement::replication::is_metadata_key(key) {
-        return Err(NodeError::ReservedKey);
-    }
-    Ok(())
-}
-
 /// Runs `work` in a task of its own and queues its response.
 fn later(id: u64, work: impl std::future::Future<Output = pb::Response> + 'static) -> Queued {
     let (tx, reply) = tokio::sync::oneshot::channel();
@@ -375,7 +360,7 @@ async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
             .await
         }
         ReqOp::GetAll(g) => {
-            if let Err(e) = check_key(ctx, &g.key) {
+            if let Err(e) = ctx.shard.borrow().check_key(&g.key) {
                 return Queued::Ready(error_response(id, &e));
             }
             let ctx = ctx.clone();
@@ -614,15 +599,7 @@ async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
 /// Validates a replication change and hands it to the cluster agent, which gossips it to
 /// every node.
 async fn set_replication(ctx: &WorkerCtx, r: pb::SetReplication) -> Result<(), NodeError> {
-    if r.key.len() > ctx.shared.config.limits.max_key_size {
-        return Err(NodeError::KeyTooLarge {
-            len: r.key.len(),
-            max: ctx.shared.config.limits.max_key_size,
-        });
-    }
-    if placement::replication::is_metadata_key(&r.key) {
-        return Err(NodeError::ReservedKey);
-    }
+    ctx.shard.borrow().check_key(&r.key)?;
     let (nodes, disk_nodes, max_workers, default_disk) = {
         let shard = ctx.shard.borrow();
         let view = &shard.view().view;
