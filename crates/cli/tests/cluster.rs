@@ -26,6 +26,23 @@ const CLUSTER_FLAGS: &[&str] = &[
     "2000",
 ];
 
+/// Replication 3, with data gossip and anti-entropy pushed out of a test's time frame:
+/// replicas share only what the requests themselves carry to them.
+const WITHOUT_GOSSIP: &[&str] = &[
+    "--workers",
+    "2",
+    "--failure-timeout-ms",
+    "2000",
+    "--cluster-gossip-ms",
+    "100",
+    "--replication",
+    "3",
+    "--gossip-period-ms",
+    "600000",
+    "--anti-entropy-ms",
+    "600000",
+];
+
 /// Cluster tests run one at a time: several clusters at once on a 2-core machine starve
 /// the agents' heartbeats and make nodes suspect each other, which tests something else.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -365,23 +382,8 @@ fn a_leaving_node_hands_off_its_keys() {
 #[test]
 fn synchronous_fan_out_acknowledges_after_n_replicas() {
     let _serial = serial();
-    // Gossip and anti-entropy are pushed out of the test's time frame so that only the
-    // synchronous fan-out can have put a key on more than one node.
-    let f = [
-        "--workers",
-        "2",
-        "--failure-timeout-ms",
-        "2000",
-        "--cluster-gossip-ms",
-        "100",
-        "--replication",
-        "3",
-        "--gossip-period-ms",
-        "600000",
-        "--anti-entropy-ms",
-        "600000",
-    ];
-    let nodes = cluster_with(3, &f);
+    // Only the synchronous fan-out can put a key on more than one node.
+    let nodes = cluster_with(3, WITHOUT_GOSSIP);
     let all: Vec<&NodeProc> = nodes.iter().collect();
     let acked_keys = keys(200);
     let front = nodes[0].native.to_string();
@@ -452,23 +454,7 @@ fn replica_addrs(node: &NodeProc, key: &str) -> Vec<std::net::SocketAddr> {
 #[test]
 fn get_all_merges_every_replica_and_put_all_reaches_them_all() {
     let _serial = serial();
-    // No gossip, no anti-entropy within the test: replicas only share what the requests
-    // themselves carry.
-    let f = [
-        "--workers",
-        "2",
-        "--failure-timeout-ms",
-        "2000",
-        "--cluster-gossip-ms",
-        "100",
-        "--replication",
-        "3",
-        "--gossip-period-ms",
-        "600000",
-        "--anti-entropy-ms",
-        "600000",
-    ];
-    let nodes = cluster_with(3, &f);
+    let nodes = cluster_with(3, WITHOUT_GOSSIP);
     let replicas = replica_addrs(&nodes[0], "tags");
     assert_eq!(replicas.len(), 3);
     // A different member written at each replica, straight to its worker port.

@@ -33,6 +33,18 @@ fn disk_node(dir: &std::path::Path, workers: &str) -> NodeProc {
 
 const N: usize = 3_000;
 
+/// Waits (at most 10 s) until the node `c` talks to sees an alive disk-tier member.
+async fn wait_for_disk_node(c: &Client) {
+    for _ in 0..200 {
+        let t = c.refresh_topology().await.unwrap();
+        if t.members.iter().any(|m| m.role == "disk" && m.status == 0) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the disk node never joined");
+}
+
 async fn write_everything(c: &Client) {
     for i in 0..N {
         c.assign(format!("reg{i}"), format!("value{i}"))
@@ -135,17 +147,7 @@ fn writes_to_a_memory_node_reach_the_disk_tier() {
     let rt = rt();
     rt.block_on(async {
         let c = Client::connect(&memory.native.to_string()).await.unwrap();
-        // Wait until the memory node sees the disk node.
-        let mut seen = false;
-        for _ in 0..200 {
-            let t = c.refresh_topology().await.unwrap();
-            if t.members.iter().any(|m| m.role == "disk" && m.status == 0) {
-                seen = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(seen, "the disk node never joined");
+        wait_for_disk_node(&c).await;
         for i in 0..500 {
             c.assign(format!("k{i}"), "v").await.unwrap();
         }
@@ -225,14 +227,8 @@ fn local_serves_every_key_right_after_a_restart() {
     let node = NodeProc::start(&["--data-dir", data, "--workers", "2"]);
     rt.block_on(async {
         let c = Client::connect(&node.native.to_string()).await.unwrap();
-        // Wait until the memory node sees its disk node (the same process starts both).
-        for _ in 0..200 {
-            let t = c.refresh_topology().await.unwrap();
-            if t.members.iter().filter(|m| m.status == 0).count() >= 2 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        // The same process starts both nodes; the memory node must see its disk node.
+        wait_for_disk_node(&c).await;
         for k in &keys {
             let want = format!("v-{k}");
             assert_eq!(
@@ -251,51 +247,13 @@ fn local_serves_every_key_right_after_a_restart() {
     );
 }
 
-/// A tmpfs of `size` mounted on a fresh directory (needs root, as on the CI machine: the
-/// test fails, not skips, without it), unmounted on drop.
-struct Tmpfs {
-    dir: std::path::PathBuf,
-    _parent: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    fn mount(size: &str) -> Tmpfs {
-        let parent = tempfile::tempdir().unwrap();
-        let dir = parent.path().join("fs");
-        std::fs::create_dir(&dir).unwrap();
-        let out = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&dir)
-            .output()
-            .expect("run mount");
-        assert!(
-            out.status.success(),
-            "cannot mount a tmpfs for the full-disk test (run the tests as root): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Tmpfs {
-            dir,
-            _parent: parent,
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.dir)
-            .status();
-    }
-}
-
 #[test]
 fn a_full_disk_gives_writers_an_error_and_reads_keep_working() {
-    let fs = Tmpfs::mount("48m");
-    let config = fs.dir.join("node.toml");
+    let fs = common::Tmpfs::mount("48m");
+    let config = fs.path.join("node.toml");
     std::fs::write(&config, "[disk]\nreserve_bytes = 8388608\n").unwrap();
-    let ballast = fs.dir.join("ballast");
-    let data = fs.dir.join("data");
+    let ballast = fs.path.join("ballast");
+    let data = fs.path.join("data");
     let node = NodeProc::server(
         "full",
         None,
@@ -366,13 +324,7 @@ fn moving_a_key_between_tiers_is_an_edit_of_its_vector() {
     let rt = rt();
     rt.block_on(async {
         let c = Client::connect(&memory.native.to_string()).await.unwrap();
-        for _ in 0..200 {
-            let t = c.refresh_topology().await.unwrap();
-            if t.members.iter().any(|m| m.role == "disk" && m.status == 0) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_for_disk_node(&c).await;
         for k in &keys {
             c.assign(k, "v1").await.unwrap();
         }

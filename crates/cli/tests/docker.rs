@@ -717,6 +717,9 @@ fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 
 // ---- the test -------------------------------------------------------------------------------
 
+// Ignored by a plain `cargo test` only because it needs the FROM-scratch image, which
+// tests/docker/run.sh builds first; `make test` runs it through `make docker-test`
+// (`--ignored`), so CI always runs it.
 #[test]
 #[ignore = "needs Docker and the image; run with `make docker-test`"]
 fn a_partitioned_node_rejoins_and_every_replica_converges() {

@@ -228,49 +228,12 @@ fn a_torn_or_corrupted_log_tail_recovers_to_the_last_good_record() {
     }
 }
 
-/// A tmpfs of `size` (needs root, as on the CI machine: fails, not skips, without it).
-struct Tmpfs {
-    dir: PathBuf,
-    _parent: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    fn mount(size: &str) -> Tmpfs {
-        let parent = tempfile::tempdir().unwrap();
-        let dir = parent.path().join("fs");
-        std::fs::create_dir(&dir).unwrap();
-        let out = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&dir)
-            .output()
-            .expect("run mount");
-        assert!(
-            out.status.success(),
-            "cannot mount a tmpfs for the full-disk test (run the tests as root): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Tmpfs {
-            dir,
-            _parent: parent,
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.dir)
-            .status();
-    }
-}
-
 #[test]
 fn a_full_disk_refuses_writes_to_the_log_and_reads_keep_working() {
-    let fs = Tmpfs::mount("32m");
-    let config = fs.dir.join("node.toml");
+    let fs = common::Tmpfs::mount("32m");
+    let config = fs.path.join("node.toml");
     std::fs::write(&config, "[wal]\nsegment_bytes = 1048576\n").unwrap();
-    let data = fs.dir.join("data");
+    let data = fs.path.join("data");
     let n = NodeProc::server(
         "n1",
         None,
@@ -285,7 +248,7 @@ fn a_full_disk_refuses_writes_to_the_log_and_reads_keep_working() {
             "durable",
         ],
     );
-    let ballast = fs.dir.join("ballast");
+    let ballast = fs.path.join("ballast");
     std::fs::write(&ballast, vec![0u8; 28 << 20]).unwrap();
     let mut resp = common::Resp::connect(n.resp);
     let value = vec![b'v'; 16 * 1024];

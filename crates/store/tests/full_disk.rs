@@ -1,45 +1,13 @@
 //! The disk engine on a real, small file system that fills up: a tmpfs mounted for the
 //! test (needs root, like the CI machine; the test fails, not skips, without it).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
+mod common;
+
+use common::Tmpfs;
 use lattice::{Lww, Record, Timestamp, Value};
 use store::{DiskDb, DiskOptions, StoreError};
-
-/// A tmpfs of `size` mounted on a fresh directory, unmounted on drop.
-struct Tmpfs {
-    dir: PathBuf,
-    _parent: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    fn mount(size: &str) -> Tmpfs {
-        let parent = tempfile::tempdir().unwrap();
-        let dir = parent.path().join("fs");
-        std::fs::create_dir(&dir).unwrap();
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&dir)
-            .output()
-            .expect("run mount");
-        assert!(
-            out.status.success(),
-            "cannot mount a tmpfs for the full-disk test (run the tests as root): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Tmpfs {
-            dir,
-            _parent: parent,
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-    }
-}
 
 fn record(i: u64, size: usize) -> Record {
     let ts = Timestamp::new((i + 1) << 16, 1);
@@ -80,9 +48,9 @@ fn fill(db: &DiskDb, store: &mut store::DiskStore, reserve: u64, from: u64) -> (
 #[test]
 fn a_full_disk_refuses_writes_keeps_reads_and_recovers_when_space_is_freed() {
     let fs = Tmpfs::mount("24m");
-    let ballast = fs.dir.join("ballast");
+    let ballast = fs.path.join("ballast");
     std::fs::write(&ballast, vec![0u8; 8 << 20]).unwrap();
-    let db = DiskDb::open(&fs.dir.join("db"), &options()).unwrap();
+    let db = DiskDb::open(&fs.path.join("db"), &options()).unwrap();
     let mut store = db.shard(0).unwrap();
     let reserve = 2 << 20;
     let (written, err) = fill(&db, &mut store, reserve, 0);
@@ -110,7 +78,7 @@ fn a_full_disk_refuses_writes_keeps_reads_and_recovers_when_space_is_freed() {
 #[test]
 fn enospc_inside_the_engine_is_an_error_not_a_crash_and_reads_survive_it() {
     let fs = Tmpfs::mount("16m");
-    let dir: &Path = &fs.dir;
+    let dir: &Path = &fs.path;
     let db = DiskDb::open(&dir.join("db"), &options()).unwrap();
     let mut store = db.shard(0).unwrap();
     // No reserve: run into the wall.

@@ -8,7 +8,7 @@
 //! Their power-failure window (what an fsync protects) cannot be produced by killing a
 //! process; the unit tests check instead that `periodic` fsyncs within its interval.
 
-mod wal_common;
+mod common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -16,8 +16,8 @@ use std::process::{Command, Stdio};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use common::*;
 use store::wal::{FsyncPolicy, Lsn, WalOptions};
-use wal_common::*;
 
 const DIR_ENV: &str = "LKV_WAL_CRASH_DIR";
 const POLICY_ENV: &str = "LKV_WAL_CRASH_POLICY";

@@ -13,61 +13,16 @@
 //! Mounting needs root (or CAP_SYS_ADMIN), as on the CI machine; where it is not permitted
 //! the test fails and says why (a test that cannot run is not a pass).
 
-mod wal_common;
+mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::*;
 use store::wal::{DiskErrorKind, FsyncPolicy, Lsn, WalError, WalOptions};
-use wal_common::*;
-
-/// A tmpfs mounted for the test, unmounted when dropped.
-struct Tmpfs {
-    path: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    fn remount(&self, mode: &str) {
-        let status = Command::new("mount")
-            .args(["-o", &format!("remount,{mode}")])
-            .arg(&self.path)
-            .status()
-            .unwrap();
-        assert!(status.success(), "remount {mode}");
-    }
-
-    fn mount(size: &str) -> Result<Tmpfs, String> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .output()
-            .map_err(|e| format!("cannot run mount: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "mount -t tmpfs failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        Ok(Tmpfs {
-            path: dir.path().to_path_buf(),
-            _dir: dir,
-        })
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
-    }
-}
 
 fn tmpfs() -> Tmpfs {
-    Tmpfs::mount("1m").unwrap_or_else(|why| {
-        panic!("cannot mount a tmpfs for the full-disk test (run as root): {why}")
-    })
+    Tmpfs::mount("1m")
 }
 
 /// Appends 4 KiB records, acknowledging each at the durable level, until the disk refuses

@@ -2,13 +2,13 @@
 //! anywhere, or a damaged byte anywhere), recovery returns exactly the records wholly
 //! before the cut, in order, and the log then serves appends after them.
 
-mod wal_common;
+mod common;
 
 use std::fs;
 
+use common::*;
 use proptest::prelude::*;
 use store::wal::{FsyncPolicy, Lsn, WalOptions};
-use wal_common::*;
 
 /// How a crash damages the log at the chosen position.
 #[derive(Clone, Copy, Debug)]

@@ -2,13 +2,13 @@
 //! record, corruption in a middle segment, a crash image with preallocated space. In each
 //! case the log recovers to the last good record and then serves appends.
 
-mod wal_common;
+mod common;
 
 use std::fs;
 use std::path::Path;
 
+use common::*;
 use store::wal::{FsyncPolicy, Lsn, WalOptions};
-use wal_common::*;
 
 fn options() -> WalOptions {
     WalOptions {

@@ -4,6 +4,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -286,5 +287,54 @@ impl Native {
         let mut body = vec![0u8; len];
         self.stream.read_exact(&mut body).expect("response body");
         wire::pb::Response::decode(&body[..]).expect("decodable response")
+    }
+}
+
+/// A tmpfs of `size` mounted on a fresh directory for a full-disk test, unmounted when
+/// dropped. Mounting needs root, as on the CI machine: the test fails (it does not skip)
+/// without it.
+pub struct Tmpfs {
+    /// The mount point.
+    pub path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (as `mount -o size=` takes it: `16m`).
+    pub fn mount(size: &str) -> Tmpfs {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "cannot mount a tmpfs for the full-disk test (run the tests as root): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        Tmpfs {
+            path: dir.path().to_path_buf(),
+            _dir: dir,
+        }
+    }
+
+    /// Remounts it with `mode` (`ro`, `rw`).
+    pub fn remount(&self, mode: &str) {
+        let status = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,{mode}")])
+            .arg(&self.path)
+            .status()
+            .expect("run mount");
+        assert!(status.success(), "remount {mode}");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.path)
+            .status();
     }
 }
