@@ -242,6 +242,22 @@ fn value_from_py(kind: &str, value: &Bound<'_, PyAny>) -> PyResult<Value> {
     })
 }
 
+/// The key and the (non-empty) members of a set command named `command`.
+fn key_and_members(
+    key: &Bound<'_, PyAny>,
+    members: &Bound<'_, PyTuple>,
+    command: &str,
+) -> PyResult<(Vec<u8>, Vec<Vec<u8>>)> {
+    let key = as_bytes(key, "key")?;
+    let members = members_of(members)?;
+    if members.is_empty() {
+        return Err(PyValueError::new_err(format!(
+            "{command} needs at least one member"
+        )));
+    }
+    Ok((key, members))
+}
+
 /// The members given to `sadd`/`srem` as bytes.
 fn members_of(members: &Bound<'_, PyTuple>) -> PyResult<Vec<Vec<u8>>> {
     members.iter().map(|m| as_bytes(&m, "a member")).collect()
@@ -350,11 +366,7 @@ impl Client {
         key: &Bound<'_, PyAny>,
         members: &Bound<'_, PyTuple>,
     ) -> PyResult<u64> {
-        let key = as_bytes(key, "key")?;
-        let members = members_of(members)?;
-        if members.is_empty() {
-            return Err(PyValueError::new_err("sadd needs at least one member"));
-        }
+        let (key, members) = key_and_members(key, members, "sadd")?;
         let c = &self.inner;
         block_on(py, async move { c.set_add(&key, &members).await })
     }
@@ -367,11 +379,7 @@ impl Client {
         key: &Bound<'_, PyAny>,
         members: &Bound<'_, PyTuple>,
     ) -> PyResult<u64> {
-        let key = as_bytes(key, "key")?;
-        let members = members_of(members)?;
-        if members.is_empty() {
-            return Err(PyValueError::new_err("srem needs at least one member"));
-        }
+        let (key, members) = key_and_members(key, members, "srem")?;
         let c = &self.inner;
         block_on(py, async move { c.set_remove(&key, &members).await })
     }
