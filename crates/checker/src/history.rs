@@ -316,4 +316,36 @@ mod tests {
             .all(|op| op.session == 7 && op.txn == Some(t)));
         assert_eq!(history.ops[2].event, Event::Commit);
     }
+
+    #[test]
+    fn concurrent_sessions_keep_their_order() {
+        let recorder = Arc::new(Recorder::new());
+        let threads: Vec<_> = (0..4)
+            .map(|id| {
+                let session = Session::new(recorder.clone(), id);
+                std::thread::spawn(move || {
+                    for _ in 0..1000 {
+                        session.write(b"k", session.next_write(), None);
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            assert!(thread.join().is_ok());
+        }
+        let history = recorder.history();
+        assert_eq!(history.ops.len(), 4000);
+        for id in 0..4 {
+            let ids: Vec<u64> = history
+                .ops
+                .iter()
+                .filter(|op| op.session == id)
+                .filter_map(|op| match op.event {
+                    Event::Write { write, .. } => Some(write.0),
+                    _ => None,
+                })
+                .collect();
+            assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        }
+    }
 }

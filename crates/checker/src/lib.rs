@@ -84,6 +84,9 @@ mod report;
 mod session;
 mod txn;
 
+#[cfg(test)]
+mod tests;
+
 use std::fmt;
 
 pub use history::{
