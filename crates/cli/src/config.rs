@@ -100,6 +100,10 @@ pub struct NodeArgs {
     /// Period of cluster-metadata gossip and heartbeats (ms).
     #[arg(long, env = "LATTICEKV_CLUSTER_GOSSIP_MS")]
     cluster_gossip_ms: Option<u64>,
+    /// Testing only: milliseconds added to the clock behind this node's write timestamps
+    /// (simulates a skewed clock; may be negative).
+    #[arg(long, env = "LATTICEKV_CLOCK_SKEW_MS", allow_negative_numbers = true)]
+    clock_skew_ms: Option<i64>,
 }
 
 /// `latticekv local`: the embedded default.
@@ -214,6 +218,9 @@ pub fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     }
     if let Some(v) = args.ack_replicas {
         config.ack_replicas = v;
+    }
+    if let Some(v) = args.clock_skew_ms {
+        config.clock_skew_ms = v;
     }
     if let Some(v) = &args.fsync {
         config.wal.fsync = v.parse().map_err(|e| anyhow::anyhow!("--fsync {v}: {e}"))?;

@@ -205,6 +205,7 @@ impl ShardSystem {
                     memory_budget: 64 << 30,
                     max_changeset_keys: GOSSIP_EVERY,
                     settle_ms: 0,
+                    clock_skew_ms: 0,
                 };
                 Shard::with_clock(config, view.clone(), FIRST_ACTOR + w as u64, system_now_ms)
             })

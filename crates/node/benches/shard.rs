@@ -83,6 +83,7 @@ fn fixture() -> Fixture {
         memory_budget: 8 << 30,
         max_changeset_keys: 1024,
         settle_ms: 0,
+        clock_skew_ms: 0,
     };
     let view = ViewState::single_node("bench", 1, DEFAULT_VNODES, default_vector(1, 1));
     let mut shard = Shard::with_clock(config, Arc::new(view), 1, system_now_ms);

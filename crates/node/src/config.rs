@@ -73,6 +73,9 @@ pub struct NodeConfig {
     /// Snapshot a memory-tier worker's state (and drop the log it covers) once this many
     /// bytes of log were written since the last snapshot. Default: 256 MiB.
     pub snapshot_after_bytes: u64,
+    /// Testing only: milliseconds added to the clock readings behind this node's write
+    /// timestamps, to test clients against a node whose clock is skewed. Default: 0.
+    pub clock_skew_ms: i64,
 }
 
 /// The storage tier a node serves.
@@ -196,6 +199,7 @@ impl Default for NodeConfig {
             ack_replicas: 0,
             wal: store::wal::WalOptions::default(),
             snapshot_after_bytes: 256 << 20,
+            clock_skew_ms: 0,
         }
     }
 }

@@ -336,6 +336,7 @@ mod tests {
                 memory_budget: 1 << 30,
                 max_changeset_keys: 1024,
                 settle_ms: 1_000,
+                clock_skew_ms: 0,
             },
             Arc::new(view),
         )

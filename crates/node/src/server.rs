@@ -284,6 +284,7 @@ impl Node {
                         memory_budget: budget,
                         max_changeset_keys: MAX_CHANGESET_KEYS,
                         settle_ms: config.cluster.settle_ms,
+                        clock_skew_ms: config.clock_skew_ms,
                     },
                     view.clone(),
                 )

@@ -63,6 +63,9 @@ pub struct ShardConfig {
     /// After a view change, how long reads that miss also ask the previous view's replicas
     /// (keys may still be on their way here), in ms.
     pub settle_ms: u64,
+    /// Added to the physical clock readings behind write timestamps, in ms: a testing knob
+    /// that simulates a node whose clock is skewed (0 in production).
+    pub clock_skew_ms: i64,
 }
 
 /// Counters reported in status output.

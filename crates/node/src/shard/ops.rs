@@ -60,6 +60,12 @@ impl Shard {
         self.live(key).and_then(|r| r.full_value())
     }
 
+    /// The physical clock reading behind write timestamps: the system clock plus the
+    /// configured skew (a testing knob, 0 in production).
+    fn clock_ms(&self) -> u64 {
+        (self.now_ms)().saturating_add_signed(self.config.clock_skew_ms)
+    }
+
     /// The epoch a write of type `ty` to `key` carries (see the module docs).
     pub(super) fn write_epoch(&mut self, key: &[u8], ty: LatticeType) -> Timestamp {
         match self.store.get(key) {
@@ -69,7 +75,7 @@ impl Shard {
                 None => r.epoch(),
                 Some(t) if t == ty => r.epoch(),
                 // A non-live value of another type (an emptied OR-set): a new incarnation.
-                Some(_) => self.hlc.tick((self.now_ms)()),
+                Some(_) => self.hlc.tick(self.clock_ms()),
             },
         }
     }
@@ -246,7 +252,7 @@ impl Shard {
         if self.live(key).is_none() {
             return OpResult::Int(0);
         }
-        let ts = self.hlc.tick((self.now_ms)());
+        let ts = self.hlc.tick(self.clock_ms());
         self.apply(key, Record::tombstone(ts));
         OpResult::Int(1)
     }
@@ -273,7 +279,7 @@ impl Shard {
         if !proceed {
             return Ok(OpResult::Int(0));
         }
-        let ts = self.hlc.tick((self.now_ms)());
+        let ts = self.hlc.tick(self.clock_ms());
         let record = Record::new(ts, Some(Value::Lww(Lww::new(ts, Box::from(value)))));
         self.apply(key, record);
         Ok(OpResult::Int(1))

@@ -37,6 +37,7 @@ pub(super) fn config(node_id: &str, worker: u32) -> ShardConfig {
         memory_budget: 1 << 30,
         max_changeset_keys: 1024,
         settle_ms: 1_000,
+        clock_skew_ms: 0,
     }
 }
 

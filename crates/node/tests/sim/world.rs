@@ -860,6 +860,7 @@ impl World {
                 memory_budget: 1 << 30,
                 max_changeset_keys: self.p.max_changeset_keys,
                 settle_ms: 1_000,
+                clock_skew_ms: 0,
             };
             shards.push(ShardSim {
                 shard: Shard::with_clock(config, view.clone(), actor, sim_clock),
