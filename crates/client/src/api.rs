@@ -265,6 +265,23 @@ impl Client {
         }
     }
 
+    /// Reads `key` at one given worker address, without redirects or retries elsewhere:
+    /// what that replica holds (diagnostics, tests; see [`Layout::replicas`] and
+    /// [`Layout::addr`] for the addresses of a key's replicas).
+    pub async fn get_at(
+        &self,
+        addr: &str,
+        key: impl AsRef<[u8]>,
+    ) -> Result<Option<Value>, ClientError> {
+        let op = ReqOp::Get(pb::Get {
+            key: bytes_of(key.as_ref()),
+        });
+        match self.call_at(addr, op).await? {
+            RespResult::Get(g) => decode_value(g),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Merges `value` into every replica of `key` before returning (`PutAll`).
     pub async fn put_all(&self, key: impl AsRef<[u8]>, value: Value) -> Result<(), ClientError> {
         let key = key.as_ref();
@@ -396,6 +413,52 @@ impl Client {
             }
         }
         Ok(())
+    }
+
+    /// Merges several values with ONE request to the node's front port, which runs each
+    /// write at (or forwards it to) the key's replica and answers once every write was
+    /// merged there: a transaction's commit batch (see docs/consistency.md). The whole
+    /// batch is retried on connection trouble (merges are idempotent) until the timeout.
+    pub async fn put_batch(&self, items: &[(Blob, Value)]) -> Result<(), ClientError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let op = ReqOp::PutMany(pb::PutMany {
+            puts: items
+                .iter()
+                .map(|(k, v)| pb::Put {
+                    key: bytes_of(k),
+                    value: Some(value_to_pb(v)),
+                })
+                .collect(),
+        });
+        let front = self.inner.front.clone();
+        let deadline = tokio::time::Instant::now() + self.inner.options.timeout;
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            let failure = match self.call_at(&front, op.clone()).await {
+                Ok(result) => multi(result, items.len())?
+                    .into_iter()
+                    .find_map(|o| match o {
+                        KeyOutcome::Error(e) => Some(e),
+                        _ => None,
+                    }),
+                Err(e) => Some(e),
+            };
+            match failure {
+                None => return Ok(()),
+                Some(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                }
+                Some(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The request timeout of this client.
+    pub fn timeout(&self) -> Duration {
+        self.inner.options.timeout
     }
 
     /// Groups key positions by the address of the worker holding each key.

@@ -20,6 +20,8 @@
 //! - [`connection`]: one pipelined connection to one address.
 //! - [`placement`](crate::routing): the client's copy of the node layout.
 //! - [`client`](crate::Client): the typed API.
+//! - [`session`]: sessions and transactions at every consistency level
+//!   (`docs/consistency.md`).
 //!
 //! Depends on `lattice`, `placement`, `wire` only.
 #![warn(missing_docs)]
@@ -28,7 +30,9 @@ mod api;
 pub mod connection;
 pub mod error;
 pub mod routing;
+pub mod session;
 
 pub use api::{Client, ClientOptions, Condition, Delta};
 pub use error::ClientError;
 pub use lattice::{LatticeType, Value};
+pub use session::{Level, Session, SessionOptions, Transaction};
