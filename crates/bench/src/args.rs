@@ -13,6 +13,9 @@ pub enum Protocol {
     Resp,
     /// latticekv's native protobuf protocol, straight to the worker owning each key.
     Native,
+    /// The Rust client's sessions at `--level` (each connection is one session doing one
+    /// operation at a time; `--pipeline` is ignored): the cost of a consistency level.
+    Session,
 }
 
 impl Protocol {
@@ -20,7 +23,7 @@ impl Protocol {
     pub fn default_addr(self) -> &'static str {
         match self {
             Protocol::Resp => "127.0.0.1:6380",
-            Protocol::Native => "127.0.0.1:7700",
+            Protocol::Native | Protocol::Session => "127.0.0.1:7700",
         }
     }
 }
@@ -145,6 +148,13 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     pub batch: usize,
 
+    /// Session protocol: the consistency level of every session (`eventual`,
+    /// `read-your-writes`, `monotonic-reads`, `monotonic-writes`, `writes-follow-reads`,
+    /// `pram`, `causal`, `multi-key-causal`, `read-uncommitted`, `read-committed`,
+    /// `item-cut`; writes on the transactional levels are single-write transactions).
+    #[arg(long, default_value = "eventual")]
+    pub level: String,
+
     /// Seed of every random choice (keys, operation mix, values).
     #[arg(long, default_value_t = 0x5eed)]
     pub seed: u64,
@@ -253,6 +263,12 @@ impl BenchArgs {
         }
         if self.batch == 0 || self.batch > 1_000_000 {
             return fail("--batch must be in 1..=1000000".into());
+        }
+        if client::Level::from_name(&self.level).is_none() {
+            return fail(format!("unknown --level {}", self.level));
+        }
+        if self.protocol == Protocol::Session && self.write_type != WriteType::Lww {
+            return fail("--protocol session writes registers: use --write-type lww".into());
         }
         if self.batch > 1 && self.protocol != Protocol::Native {
             return fail("--batch needs --protocol native".into());

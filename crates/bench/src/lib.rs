@@ -34,7 +34,7 @@
 //! - [`zipf`]: the exact Zipf sampler (inverse CDF) and the scrambled [`KeyChooser`].
 //! - [`workload`]: operation mixes and per-round operation slots.
 //! - [`proto`]: allocation-free native request encoding and response scanning.
-//! - `resp`, `native`: the two protocol drivers (one task per connection).
+//! - `resp`, `native`, `session`: the protocol drivers (one task per connection).
 //! - [`stats`]: run phases, round accounting, per-thread histograms.
 //! - `runner`: setup, threads, coordinator, progress line, load phase.
 //! - [`report`]: [`Report`], as a table or JSON.
@@ -52,6 +52,7 @@ pub mod proto;
 pub mod report;
 mod resp;
 mod runner;
+mod session;
 pub mod stats;
 pub mod workload;
 pub mod zipf;

@@ -154,6 +154,8 @@ pub(crate) struct Setup {
     pub seed: u64,
     /// Native protocol only.
     pub route: Option<Route>,
+    /// Session protocol: the sessions' level.
+    pub level: client::Level,
 }
 
 impl Setup {
@@ -171,6 +173,7 @@ impl Setup {
             batch: args.batch.max(1),
             seed: args.seed,
             route: None,
+            level: client::Level::from_name(&args.level).unwrap_or(client::Level::Eventual),
         }
     }
 
@@ -310,6 +313,7 @@ async fn conn_main(mut ctx: ConnCtx) {
     let result = match ctx.setup.protocol {
         Protocol::Resp => crate::resp::run(&mut ctx).await,
         Protocol::Native => crate::native::run(&mut ctx).await,
+        Protocol::Session => crate::session::run(&mut ctx).await,
     };
     if let Err(e) = result {
         let mut stats = ctx.stats.borrow_mut();
