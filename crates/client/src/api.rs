@@ -106,6 +106,16 @@ impl Client {
         Ok(client)
     }
 
+    /// The time allowed for one request.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.inner.options.timeout
+    }
+
+    /// The node's front address the client connected to.
+    pub(crate) fn front(&self) -> &str {
+        &self.inner.front
+    }
+
     /// The node's layout as last fetched.
     pub fn layout(&self) -> Arc<Layout> {
         self.inner

@@ -20,6 +20,7 @@
 //! - [`connection`]: one pipelined connection to one address.
 //! - [`placement`](crate::routing): the client's copy of the node layout.
 //! - [`client`](crate::Client): the typed API.
+//! - [`Subscription`]: a stream of new versions of keys ([`Client::subscribe`]).
 //!
 //! Depends on `lattice`, `placement`, `wire` only.
 #![warn(missing_docs)]
@@ -28,7 +29,9 @@ mod api;
 pub mod connection;
 pub mod error;
 pub mod routing;
+mod subscribe;
 
 pub use api::{Client, ClientOptions, Condition, Delta};
 pub use error::ClientError;
+pub use subscribe::{Notification, Subscription};
 pub use lattice::{LatticeType, Value};
