@@ -33,5 +33,5 @@ mod subscribe;
 
 pub use api::{Client, ClientOptions, Condition, Delta};
 pub use error::ClientError;
-pub use subscribe::{Notification, Subscription};
 pub use lattice::{LatticeType, Value};
+pub use subscribe::{Notification, Subscription};

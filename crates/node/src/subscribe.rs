@@ -73,8 +73,7 @@ pub enum Watched {
     Value(Option<pb::Value>),
     /// This worker no longer holds a replica of the key.
     Moved,
-    /// Nothing to say this round (a disk read failed; an absent key while a view change
-    /// settles, which may still be on its way here).
+    /// Nothing to say this round (a disk-tier read failed).
     Unknown,
 }
 
@@ -331,7 +330,11 @@ impl ConnectionSubscriptions {
     /// Runs an `Unsubscribe`; returns how many subscriptions ended.
     pub fn unsubscribe(&mut self, u: &pb::Unsubscribe) -> usize {
         match &self.registered {
-            Some((id, _)) => self.ctx.subscriptions.borrow_mut().unsubscribe(*id, &u.keys),
+            Some((id, _)) => self
+                .ctx
+                .subscriptions
+                .borrow_mut()
+                .unsubscribe(*id, &u.keys),
             None => 0,
         }
     }
@@ -445,7 +448,9 @@ mod tests {
     fn a_full_channel_skips_and_the_next_round_sends_the_current_value() {
         let mut subs = Subscriptions::default();
         let (conn, mut rx) = subs.register();
-        let keys: Vec<Bytes> = (0..PUSH_QUEUE + 10).map(|i| key(&format!("k{i}"))).collect();
+        let keys: Vec<Bytes> = (0..PUSH_QUEUE + 10)
+            .map(|i| key(&format!("k{i}")))
+            .collect();
         let t0 = Instant::now();
         subs.subscribe(conn, &keys, DEFAULT_PERIOD, t0).unwrap();
         subs.round(t0, |_| Watched::Value(Some(lww(b"old"))));
@@ -454,11 +459,15 @@ mod tests {
         subs.round(t0 + TICK, |_| Watched::Value(Some(lww(b"new"))));
         assert_eq!(rx.len(), PUSH_QUEUE);
         let first = drain(&mut rx);
-        assert!(first.iter().all(|(_, v, _)| v.as_deref() == Some(&b"old"[..])));
+        assert!(first
+            .iter()
+            .all(|(_, v, _)| v.as_deref() == Some(&b"old"[..])));
         subs.round(t0 + 2 * TICK, |_| Watched::Value(Some(lww(b"new"))));
         let rest = drain(&mut rx);
         assert_eq!(rest.len(), 10, "the keys skipped before");
-        assert!(rest.iter().all(|(_, v, _)| v.as_deref() == Some(&b"new"[..])));
+        assert!(rest
+            .iter()
+            .all(|(_, v, _)| v.as_deref() == Some(&b"new"[..])));
     }
 
     #[test]

@@ -771,16 +771,14 @@ impl WorkerCtx {
             return;
         }
         let mut shard = self.shard.borrow_mut();
-        let settling = shard.settling().is_some();
         subs.round(Instant::now(), |key| {
             if shard.route(key) != Route::Local {
                 return Watched::Moved;
             }
+            // Right after a view change, a key moving here may read absent until its
+            // hand-off arrives; that arrival is then pushed like any change.
             match shard.watched_value(key) {
-                Ok(Some(v)) => Watched::Value(Some(wire::convert::value_to_pb(&v))),
-                // It may still be on its way here from the key's previous replicas.
-                Ok(None) if settling => Watched::Unknown,
-                Ok(None) => Watched::Value(None),
+                Ok(v) => Watched::Value(v.as_ref().map(wire::convert::value_to_pb)),
                 Err(_) => Watched::Unknown,
             }
         });
