@@ -357,18 +357,19 @@ pub async fn status(args: StatusArgs) -> Result<i32> {
     if !s.workers.is_empty() {
         println!();
         println!(
-            "worker  address               keys       memory       requests  connections  storage-errors"
+            "worker  address               keys       memory       requests  connections  storage-errors  subscriptions"
         );
         for w in &s.workers {
             println!(
-                "{:<7} {:<21} {:<10} {:<12} {:<9} {:<12} {}",
+                "{:<7} {:<21} {:<10} {:<12} {:<9} {:<12} {:<15} {}",
                 w.worker,
                 w.address,
                 w.keys,
                 w.memory_bytes,
                 w.requests,
                 w.connections,
-                w.storage_errors
+                w.storage_errors,
+                w.subscriptions
             );
         }
     }

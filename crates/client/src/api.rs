@@ -106,6 +106,11 @@ impl Client {
         Ok(client)
     }
 
+    /// The node's front address the client connected to.
+    pub(crate) fn front(&self) -> &str {
+        &self.inner.front
+    }
+
     /// The node's layout as last fetched.
     pub fn layout(&self) -> Arc<Layout> {
         self.inner

@@ -22,6 +22,7 @@
 //! - [`client`](crate::Client): the typed API.
 //! - [`session`]: sessions and transactions at every consistency level
 //!   (`docs/consistency.md`).
+//! - [`Subscription`]: a stream of new versions of keys ([`Client::subscribe`]).
 //!
 //! Depends on `lattice`, `placement`, `wire` only.
 #![warn(missing_docs)]
@@ -31,8 +32,10 @@ pub mod connection;
 pub mod error;
 pub mod routing;
 pub mod session;
+mod subscribe;
 
 pub use api::{Client, ClientOptions, Condition, Delta};
 pub use error::ClientError;
 pub use lattice::{LatticeType, Value};
 pub use session::{Level, Session, SessionOptions, Transaction};
+pub use subscribe::{Notification, Subscription};

@@ -16,6 +16,7 @@
 //! - [`mesh`]: messages between workers and the bounded channels that carry them.
 //! - [`worker`]: the worker thread: runtime, inbox, gossip timer, connection tasks.
 //! - [`native`]: the native (protobuf) protocol connection handler.
+//! - [`subscribe`]: subscriptions — pushing new versions of keys to connections.
 //! - [`resp`]: the Redis protocol connection handler and commands.
 //! - [`server`]: starting a node ([`Node::start`](server::Node::start)) and stopping it.
 //! - [`routing`]: a routing node: a member without data answering "where is key k".
@@ -35,6 +36,7 @@ pub mod resp;
 pub mod routing;
 pub mod server;
 pub mod shard;
+pub mod subscribe;
 pub mod worker;
 
 pub use config::{ClusterConfig, DiskConfig, Limits, NodeConfig, NodeTier};

@@ -62,6 +62,8 @@ pub struct WorkerStats {
     pub connections: u64,
     /// Replication batches sent to other nodes and not yet acknowledged.
     pub batches_in_flight: u64,
+    /// Keys subscribed by connections on this worker.
+    pub subscriptions: u64,
 }
 
 impl WorkerStats {

@@ -5,6 +5,11 @@
 //! with one write. On a worker's own port, requests for keys the worker does not hold get a
 //! `REDIRECT` error naming the workers that do; on the shared front port they are forwarded.
 //!
+//! Subscriptions (`Subscribe`) are never forwarded, on any port: the connection's worker
+//! must hold the keys. Their pushes (`id = 0`) are written between batches of responses —
+//! behind the responses of the batch being answered, or on their own while the connection
+//! waits for requests — so responses keep their order (see [`crate::subscribe`]).
+//!
 //! Bad input: an undecodable frame gets a `BAD_REQUEST` response (id 0) and the connection
 //! goes on (framing is intact); a frame above `max_frame_size` gets `FRAME_TOO_LARGE` and the
 //! connection is closed (the stream cannot be resynchronised). Other clients are unaffected.
@@ -24,6 +29,7 @@ use crate::durability::Ack;
 use crate::error::NodeError;
 use crate::forward;
 use crate::op::{Condition, Op, OpResult};
+use crate::subscribe::{value_version, ConnectionSubscriptions};
 use crate::worker::{ConnectionPermit, LocalConnection, Pending, WorkerCtx, MAX_PIPELINE};
 use placement::Replica;
 
@@ -54,12 +60,6 @@ enum Queued {
         id: u64,
         reply: tokio::sync::oneshot::Receiver<pb::Response>,
     },
-}
-
-/// The version of a value for `GetDelta`: a 64-bit hash of its encoding, never 0 (0 means
-/// "no value").
-fn value_version(v: &pb::Value) -> u64 {
-    placement::key_hash(&v.encode_to_vec()).max(1)
 }
 
 /// Runs `work` in a task of its own and queues its response.
@@ -150,6 +150,8 @@ pub async fn serve(
     let mut inbuf = BytesMut::with_capacity(16 * 1024);
     let mut queue: VecDeque<Queued> = VecDeque::new();
     let mut shutdown = ctx.shutdown();
+    // Dropped with the connection, which ends its subscriptions.
+    let mut subs = ConnectionSubscriptions::new(&ctx);
     // False when the buffer may still hold complete requests (the pipeline bound stopped
     // the last round early): run those before waiting for more bytes.
     let mut need_read = true;
@@ -159,13 +161,26 @@ pub async fn serve(
             if inbuf.capacity() - inbuf.len() < 4096 {
                 inbuf.reserve(16 * 1024);
             }
+            // Pushes (subscriptions) go out while the connection waits for requests.
             let read = tokio::select! {
-                r = stream.read_buf(&mut inbuf) => r,
+                r = stream.read_buf(&mut inbuf) => Some(r),
+                push = subs.next_push() => {
+                    frame::encode(&push, &mut out);
+                    None
+                }
                 _ = shutdown.wait_for(|s| *s) => return,
             };
             match read {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
+                Some(Ok(0) | Err(_)) => return,
+                Some(Ok(_)) => {}
+                None => {
+                    subs.drain_into(&mut out);
+                    if stream.write_all(&out).await.is_err() {
+                        return;
+                    }
+                    out.clear();
+                    continue;
+                }
             }
         }
         let mut close = false;
@@ -187,7 +202,7 @@ pub async fn serve(
             requests += 1;
             let frame = inbuf.split_to(HEADER_LEN + len).freeze();
             let queued = match pb::Request::decode(frame.slice(HEADER_LEN..)) {
-                Ok(req) => handle(&ctx, req, front).await,
+                Ok(req) => handle(&ctx, req, front, &mut subs).await,
                 Err(e) => Queued::Ready(raw_error(
                     0,
                     pb::ErrorCode::BadRequest,
@@ -214,6 +229,9 @@ pub async fn serve(
             };
             frame::encode(&resp, &mut out);
         }
+        // Pushes waiting go out behind the responses (a Subscribe's answer comes before
+        // its first push).
+        subs.drain_into(&mut out);
         if stream.write_all(&out).await.is_err() || close {
             return;
         }
@@ -322,7 +340,12 @@ fn ack_response(id: u64, count: i64) -> Queued {
     respond(id, RespResult::Ack(pb::Ack { count }))
 }
 
-async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
+async fn handle(
+    ctx: &Rc<WorkerCtx>,
+    req: pb::Request,
+    front: bool,
+    subs: &mut ConnectionSubscriptions,
+) -> Queued {
     let id = req.id;
     let default = ctx.default_ack();
     let ack = Ack {
@@ -420,6 +443,11 @@ async fn handle(ctx: &Rc<WorkerCtx>, req: pb::Request, front: bool) -> Queued {
                 )),
             }
         }
+        ReqOp::Subscribe(s) => match subs.subscribe(s) {
+            Ok(n) => ack_response(id, n as i64),
+            Err(e) => Queued::Ready(error_response(id, &e)),
+        },
+        ReqOp::Unsubscribe(u) => ack_response(id, subs.unsubscribe(&u) as i64),
         ReqOp::Put(p) => match decode_put(p) {
             Ok(op) => run_ops(ctx, id, Shape::Ack, vec![op], front, ack).await,
             Err(e) => Queued::Ready(error_response(id, &e)),
@@ -727,6 +755,7 @@ pub async fn status(ctx: &WorkerCtx) -> pb::Status {
                 requests: w.shard.requests,
                 connections: w.connections,
                 storage_errors: w.shard.storage_errors,
+                subscriptions: w.subscriptions,
             })
             .collect(),
         memory_budget_bytes: shared.config.limits.memory_budget_bytes(),

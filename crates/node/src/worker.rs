@@ -9,6 +9,7 @@
 //! - the inbox loop: forwarded ops, gossip and handed-over connections from this node;
 //! - the view loop: switches the shard to each new cluster view the agent publishes;
 //! - the gossip timer, and the anti-entropy timer;
+//! - the subscription timer, while connections subscribe to keys (see [`crate::subscribe`]);
 //! - one task per client connection.
 
 use std::cell::{Cell, RefCell};
@@ -36,6 +37,7 @@ use crate::forward;
 use crate::mesh::{Mesh, Protocol, WorkerMsg, WorkerStats};
 use crate::op::{Op, OpResult};
 use crate::shard::{GossipBatch, Outgoing, Route, Shard};
+use crate::subscribe::{Subscriptions, Watched};
 
 /// How long a stopping worker waits for its connections to finish.
 pub const EXIT_DEADLINE: Duration = Duration::from_secs(5);
@@ -129,6 +131,11 @@ pub struct WorkerCtx {
     /// What makes this worker's writes durable (its write-ahead log, the disk journal, or
     /// nothing).
     pub durability: Durability,
+    /// Keys that connections on this worker subscribed to. Never borrowed across an
+    /// `.await`.
+    pub subscriptions: RefCell<Subscriptions>,
+    /// Signalled when a connection subscribes (wakes the idle subscription timer).
+    pub subscribed: Notify,
 }
 
 /// Counts a connection on its worker while alive.
@@ -752,7 +759,29 @@ impl WorkerCtx {
             shard: self.shard.borrow().stats(),
             connections: self.connections.get(),
             batches_in_flight: self.remote_batches.get() as u64,
+            subscriptions: self.subscriptions.borrow().len() as u64,
         }
+    }
+
+    /// One subscription round: pushes the keys that are due and changed (see
+    /// [`Subscriptions::round`]).
+    fn subscription_round(&self) {
+        let mut subs = self.subscriptions.borrow_mut();
+        if subs.is_empty() {
+            return;
+        }
+        let mut shard = self.shard.borrow_mut();
+        subs.round(Instant::now(), |key| {
+            if shard.route(key) != Route::Local {
+                return Watched::Moved;
+            }
+            // Right after a view change, a key moving here may read absent until its
+            // hand-off arrives; that arrival is then pushed like any change.
+            match shard.watched_value(key) {
+                Ok(v) => Watched::Value(v.as_ref().map(wire::convert::value_to_pb)),
+                Err(_) => Watched::Unknown,
+            }
+        });
     }
 
     /// A receiver that becomes `true` when the node stops.
@@ -970,6 +999,8 @@ pub fn run(setup: WorkerSetup) -> std::io::Result<()> {
             peers: RefCell::new(HashMap::new()),
             remote_batches: Cell::new(0),
             durability,
+            subscriptions: RefCell::new(Subscriptions::default()),
+            subscribed: Notify::new(),
         });
         let listener = TcpListener::from_std(listener)?;
         spawn_local(accept_own(ctx.clone(), listener));
@@ -989,6 +1020,7 @@ pub fn run(setup: WorkerSetup) -> std::io::Result<()> {
         spawn_local(view_loop(ctx.clone()));
         spawn_local(gossip_loop(ctx.clone()));
         spawn_local(anti_entropy_loop(ctx.clone()));
+        spawn_local(subscription_loop(ctx.clone()));
         if matches!(ctx.durability, Durability::Wal(_)) {
             spawn_local(journal_loop(ctx.clone()));
         }
@@ -1212,6 +1244,27 @@ async fn gossip_loop(ctx: Rc<WorkerCtx>) {
                 break;
             }
         }
+    }
+}
+
+/// Runs a subscription round every [`crate::subscribe::TICK`] while any connection of this
+/// worker subscribes to keys; sleeps until one does otherwise.
+async fn subscription_loop(ctx: Rc<WorkerCtx>) {
+    let mut shutdown = ctx.shutdown();
+    loop {
+        let idle = ctx.subscriptions.borrow().is_empty();
+        if idle {
+            tokio::select! {
+                _ = ctx.subscribed.notified() => {}
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+        } else {
+            tokio::select! {
+                _ = tokio::time::sleep(crate::subscribe::TICK) => {}
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+        }
+        ctx.subscription_round();
     }
 }
 

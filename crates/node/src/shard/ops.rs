@@ -102,6 +102,19 @@ impl Shard {
         Ok(self.live(key))
     }
 
+    /// The live value of `key` as a `Get` reads it (`None`: absent or deleted), for
+    /// subscriptions checking whether it changed: not counted as a request.
+    pub fn watched_value(&mut self, key: &[u8]) -> Result<Option<Value>, NodeError> {
+        if self.is_disk() {
+            self.evict_if_needed();
+            self.fault_in(key);
+            if let Some(e) = self.take_disk_error() {
+                return Err(e);
+            }
+        }
+        Ok(self.live(key).and_then(|r| r.to_value()))
+    }
+
     /// Executes one operation on this worker's replica.
     pub fn execute<B: AsRef<[u8]>>(&mut self, op: Op<B>) -> OpResult {
         let result = self.execute_tiered(op);

@@ -1998,6 +1998,7 @@ impl World {
                 shard: s.shard.stats(),
                 connections: 0,
                 batches_in_flight: s.remote_batches as u64,
+                subscriptions: 0,
             })
             .collect();
         if stats.iter().all(WorkerStats::handed_everything_off) {

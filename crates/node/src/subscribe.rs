@@ -1,0 +1,522 @@
+//! Subscriptions: pushing new versions of keys to the connections that asked for them
+//! (`Subscribe` / `Unsubscribe` in the native protocol, see docs/subscriptions.md).
+//!
+//! Each worker keeps one [`Subscriptions`] table: per connection, the keys it subscribed,
+//! each with its period, when it is next due, and the version last pushed. A worker task
+//! runs a [round](Subscriptions::round) every [`TICK`]: every due key whose value version
+//! (the hash `GetDelta` uses) differs from the one last pushed gets a `Notification`, and is
+//! then not due again before its period has passed — so a key is pushed at most once per
+//! period and the push carries the value current at that moment (latest value wins; writes
+//! in between are never queued). Polling the value, rather than hooking every write path,
+//! catches changes from client writes, gossip, hand-off and repair alike.
+//!
+//! Pushes go through a bounded channel per connection, drained by the connection's task
+//! between responses. A round never waits: when a connection's channel is full (a slow
+//! subscriber), the rest of that connection's due keys wait for the next round, and what
+//! they then push is the value current then. Memory is bounded by [`PUSH_QUEUE`] frames and
+//! [`MAX_KEYS_PER_CONNECTION`] keys per connection.
+//!
+//! A key whose replica this worker stops being (a view change) gets one push with `moved`
+//! set and leaves the table: the client subscribes again at its new replicas. A connection
+//! that closes drops all its subscriptions ([`ConnectionSubscriptions`]'s `Drop`).
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hashbrown::{HashMap, HashSet};
+use prost::Message;
+use tokio::sync::mpsc;
+use wire::pb;
+
+use crate::error::NodeError;
+use crate::shard::Route;
+use crate::worker::WorkerCtx;
+
+/// Most keys one connection may subscribe to.
+pub const MAX_KEYS_PER_CONNECTION: usize = 10_000;
+
+/// Period of a `Subscribe` with `period_ms = 0`.
+pub const DEFAULT_PERIOD: Duration = Duration::from_millis(100);
+
+/// Shortest period (shorter ones are raised to it); also the interval between rounds.
+pub const MIN_PERIOD: Duration = Duration::from_millis(10);
+
+/// Longest period (longer ones are lowered to it).
+pub const MAX_PERIOD: Duration = Duration::from_secs(60);
+
+/// Interval between two rounds of a worker that has subscriptions.
+pub const TICK: Duration = MIN_PERIOD;
+
+/// Pushes waiting to be written, per connection.
+pub const PUSH_QUEUE: usize = 1024;
+
+/// The period a `Subscribe` asks for: 0 is the default, others are clamped to
+/// [`MIN_PERIOD`, `MAX_PERIOD`].
+pub fn period_of(ms: u32) -> Duration {
+    if ms == 0 {
+        return DEFAULT_PERIOD;
+    }
+    Duration::from_millis(u64::from(ms)).clamp(MIN_PERIOD, MAX_PERIOD)
+}
+
+/// The version of a value, as `GetDelta` and pushes report it: a 64-bit hash of its
+/// encoding, never 0 (0 means "no value").
+pub fn value_version(v: &pb::Value) -> u64 {
+    placement::key_hash(&v.encode_to_vec()).max(1)
+}
+
+/// What a round finds for one subscribed key.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Watched {
+    /// This worker holds the key; its current value (`None`: absent or deleted).
+    Value(Option<pb::Value>),
+    /// This worker no longer holds a replica of the key.
+    Moved,
+    /// Nothing to say this round (a disk-tier read failed).
+    Unknown,
+}
+
+/// One subscribed key of one connection.
+#[derive(Debug)]
+struct Sub {
+    period: Duration,
+    /// When the key is next checked.
+    due: Instant,
+    /// The version last pushed (`None`: nothing pushed yet).
+    pushed: Option<u64>,
+}
+
+/// One connection's subscriptions.
+#[derive(Debug)]
+struct Conn {
+    /// Where its pushes go.
+    tx: mpsc::Sender<pb::Response>,
+    keys: HashMap<Bytes, Sub>,
+    /// The earliest `due` of its keys (a round skips the connection before then).
+    next_due: Instant,
+}
+
+/// A worker's subscriptions, by connection.
+#[derive(Debug, Default)]
+pub struct Subscriptions {
+    conns: HashMap<u64, Conn>,
+    next_conn: u64,
+    /// Subscribed keys, summed over connections.
+    keys: usize,
+}
+
+/// A push for `key`.
+fn notification(key: &Bytes, value: Option<pb::Value>, version: u64, moved: bool) -> pb::Response {
+    pb::Response {
+        id: 0,
+        result: Some(pb::response::Result::Notification(pb::Notification {
+            key: key.clone(),
+            value,
+            version,
+            moved,
+        })),
+    }
+}
+
+impl Subscriptions {
+    /// Subscribed keys, summed over connections (the `subscriptions` status counter).
+    pub fn len(&self) -> usize {
+        self.keys
+    }
+
+    /// True if no connection subscribes to anything.
+    pub fn is_empty(&self) -> bool {
+        self.keys == 0
+    }
+
+    /// Registers a connection; returns its id and the receiving end of its pushes.
+    pub fn register(&mut self) -> (u64, mpsc::Receiver<pb::Response>) {
+        let (tx, rx) = mpsc::channel(PUSH_QUEUE);
+        self.next_conn += 1;
+        let id = self.next_conn;
+        let conn = Conn {
+            tx,
+            keys: HashMap::new(),
+            next_due: Instant::now() + MAX_PERIOD,
+        };
+        self.conns.insert(id, conn);
+        (id, rx)
+    }
+
+    /// Subscribes connection `conn` to `keys` with `period`; returns the number of distinct
+    /// keys. Keys already subscribed keep their last pushed version (no new first push) and
+    /// take the new period. Fails, subscribing nothing, if the connection would exceed
+    /// [`MAX_KEYS_PER_CONNECTION`].
+    pub fn subscribe(
+        &mut self,
+        conn: u64,
+        keys: &[Bytes],
+        period: Duration,
+        now: Instant,
+    ) -> Result<usize, NodeError> {
+        let c = self
+            .conns
+            .get_mut(&conn)
+            .ok_or_else(|| NodeError::Unavailable("connection not registered".into()))?;
+        let distinct: HashSet<&Bytes> = keys.iter().collect();
+        let new = distinct
+            .iter()
+            .filter(|k| !c.keys.contains_key(**k))
+            .count();
+        if c.keys.len() + new > MAX_KEYS_PER_CONNECTION {
+            return Err(NodeError::InvalidArgument(format!(
+                "subscribing {new} more keys would exceed the limit of \
+                 {MAX_KEYS_PER_CONNECTION} keys per connection ({} subscribed)",
+                c.keys.len()
+            )));
+        }
+        for key in &distinct {
+            match c.keys.get_mut(*key) {
+                Some(sub) => {
+                    sub.period = period;
+                    sub.due = sub.due.min(now + period);
+                }
+                None => {
+                    let sub = Sub {
+                        period,
+                        due: now,
+                        pushed: None,
+                    };
+                    c.keys.insert((*key).clone(), sub);
+                }
+            }
+        }
+        c.next_due = now;
+        self.keys += new;
+        Ok(distinct.len())
+    }
+
+    /// Ends connection `conn`'s subscriptions of `keys`; returns how many it had.
+    pub fn unsubscribe(&mut self, conn: u64, keys: &[Bytes]) -> usize {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return 0;
+        };
+        let removed = keys.iter().filter(|k| c.keys.remove(*k).is_some()).count();
+        self.keys -= removed;
+        removed
+    }
+
+    /// Drops a closed connection and all its subscriptions.
+    pub fn close(&mut self, conn: u64) {
+        if let Some(c) = self.conns.remove(&conn) {
+            self.keys -= c.keys.len();
+        }
+        debug_assert_eq!(
+            self.keys,
+            self.conns.values().map(|c| c.keys.len()).sum::<usize>(),
+            "the subscription count matches the table"
+        );
+    }
+
+    /// One round at time `now`: pushes every due key whose version differs from the one
+    /// last pushed to its connection; `watch` reads a key's current state on the worker.
+    pub fn round(&mut self, now: Instant, mut watch: impl FnMut(&[u8]) -> Watched) {
+        let mut ended = 0;
+        for c in self.conns.values_mut() {
+            if c.next_due > now {
+                continue;
+            }
+            let mut next_due = now + MAX_PERIOD;
+            let mut moved: Vec<Bytes> = Vec::new();
+            let mut full = false;
+            for (key, sub) in c.keys.iter_mut() {
+                if full || sub.due > now {
+                    next_due = next_due.min(sub.due);
+                    continue;
+                }
+                if c.tx.capacity() == 0 {
+                    // A slow subscriber: the rest waits for the next round.
+                    full = true;
+                    next_due = next_due.min(sub.due);
+                    continue;
+                }
+                let (push, version) = match watch(key) {
+                    Watched::Moved => (Some(notification(key, None, 0, true)), None),
+                    Watched::Value(value) => {
+                        let version = value.as_ref().map_or(0, value_version);
+                        if sub.pushed == Some(version) {
+                            (None, None)
+                        } else {
+                            (
+                                Some(notification(key, value, version, false)),
+                                Some(version),
+                            )
+                        }
+                    }
+                    Watched::Unknown => (None, None),
+                };
+                if let Some(push) = push {
+                    let is_moved = version.is_none();
+                    if c.tx.try_send(push).is_err() {
+                        full = true;
+                        next_due = next_due.min(sub.due);
+                        continue;
+                    }
+                    if is_moved {
+                        moved.push(key.clone());
+                        continue;
+                    }
+                    sub.pushed = version;
+                }
+                sub.due = now + sub.period;
+                next_due = next_due.min(sub.due);
+            }
+            for key in &moved {
+                c.keys.remove(key);
+            }
+            ended += moved.len();
+            // A full channel: try again at the next round.
+            c.next_due = next_due;
+        }
+        self.keys -= ended;
+    }
+}
+
+/// A connection's hold on its worker's subscription table: registered at its first
+/// `Subscribe`, and dropped with the connection, which ends its subscriptions.
+pub struct ConnectionSubscriptions {
+    ctx: Rc<WorkerCtx>,
+    registered: Option<(u64, mpsc::Receiver<pb::Response>)>,
+}
+
+impl ConnectionSubscriptions {
+    /// A connection on `ctx`'s worker, with no subscriptions yet.
+    pub fn new(ctx: &Rc<WorkerCtx>) -> Self {
+        ConnectionSubscriptions {
+            ctx: ctx.clone(),
+            registered: None,
+        }
+    }
+
+    /// Runs a `Subscribe`: checks every key (size, reserved space, held by this worker —
+    /// subscriptions are never forwarded) before subscribing any; returns the number of
+    /// distinct keys subscribed.
+    pub fn subscribe(&mut self, s: pb::Subscribe) -> Result<usize, NodeError> {
+        if s.keys.len() > MAX_KEYS_PER_CONNECTION {
+            return Err(NodeError::InvalidArgument(format!(
+                "{} keys exceed the limit of {MAX_KEYS_PER_CONNECTION} keys per connection",
+                s.keys.len()
+            )));
+        }
+        {
+            let shard = self.ctx.shard.borrow();
+            for key in &s.keys {
+                shard.check_key(key)?;
+                if shard.route(key) != Route::Local {
+                    return Err(NodeError::Redirect(shard.replica_addrs(key)));
+                }
+            }
+        }
+        let ctx = &self.ctx;
+        let (id, _) = self
+            .registered
+            .get_or_insert_with(|| ctx.subscriptions.borrow_mut().register());
+        let n = ctx.subscriptions.borrow_mut().subscribe(
+            *id,
+            &s.keys,
+            period_of(s.period_ms),
+            Instant::now(),
+        )?;
+        ctx.subscribed.notify_one();
+        Ok(n)
+    }
+
+    /// Runs an `Unsubscribe`; returns how many subscriptions ended.
+    pub fn unsubscribe(&mut self, u: &pb::Unsubscribe) -> usize {
+        match &self.registered {
+            Some((id, _)) => self
+                .ctx
+                .subscriptions
+                .borrow_mut()
+                .unsubscribe(*id, &u.keys),
+            None => 0,
+        }
+    }
+
+    /// Waits for the next push (forever on a connection that never subscribed).
+    pub async fn next_push(&mut self) -> pb::Response {
+        if let Some((_, rx)) = &mut self.registered {
+            if let Some(push) = rx.recv().await {
+                return push;
+            }
+        }
+        std::future::pending().await
+    }
+
+    /// Appends every push waiting now to `out`, as frames.
+    pub fn drain_into(&mut self, out: &mut Vec<u8>) {
+        if let Some((_, rx)) = &mut self.registered {
+            while let Ok(push) = rx.try_recv() {
+                wire::frame::encode(&push, out);
+            }
+        }
+    }
+}
+
+impl Drop for ConnectionSubscriptions {
+    fn drop(&mut self) {
+        if let Some((id, _)) = self.registered.take() {
+            self.ctx.subscriptions.borrow_mut().close(id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lww(v: &[u8]) -> pb::Value {
+        pb::Value {
+            kind: Some(pb::value::Kind::Lww(pb::LwwValue {
+                ts: None,
+                value: Bytes::copy_from_slice(v),
+            })),
+        }
+    }
+
+    fn key(k: &str) -> Bytes {
+        Bytes::copy_from_slice(k.as_bytes())
+    }
+
+    /// The pushes waiting: (key, value bytes or None, moved).
+    fn drain(rx: &mut mpsc::Receiver<pb::Response>) -> Vec<(String, Option<Vec<u8>>, bool)> {
+        let mut out = Vec::new();
+        while let Ok(r) = rx.try_recv() {
+            assert_eq!(r.id, 0, "pushes have id 0");
+            let Some(pb::response::Result::Notification(n)) = r.result else {
+                panic!("not a notification: {r:?}")
+            };
+            let value = n.value.map(|v| match v.kind {
+                Some(pb::value::Kind::Lww(l)) => l.value.to_vec(),
+                other => panic!("{other:?}"),
+            });
+            out.push((String::from_utf8(n.key.to_vec()).unwrap(), value, n.moved));
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn first_push_then_only_changes_at_most_once_per_period() {
+        let mut subs = Subscriptions::default();
+        let (conn, mut rx) = subs.register();
+        let t0 = Instant::now();
+        let period = Duration::from_millis(100);
+        let n = subs
+            .subscribe(conn, &[key("a"), key("b"), key("a")], period, t0)
+            .unwrap();
+        assert_eq!(n, 2, "distinct keys");
+        assert_eq!(subs.len(), 2);
+        let mut a = b"1".to_vec();
+        let read = |a: &[u8]| {
+            let a = a.to_vec();
+            move |k: &[u8]| match k {
+                b"a" => Watched::Value(Some(lww(&a))),
+                _ => Watched::Value(None),
+            }
+        };
+        subs.round(t0, read(&a));
+        assert_eq!(
+            drain(&mut rx),
+            vec![
+                ("a".into(), Some(b"1".to_vec()), false),
+                ("b".into(), None, false)
+            ],
+            "the current values right away, absent included"
+        );
+        subs.round(t0 + period, read(&a));
+        assert!(drain(&mut rx).is_empty(), "nothing changed");
+        a = b"2".to_vec();
+        subs.round(t0 + period + Duration::from_millis(10), read(&a));
+        assert!(drain(&mut rx).is_empty(), "not due before its period");
+        a = b"3".to_vec();
+        subs.round(t0 + 2 * period, read(&a));
+        assert_eq!(
+            drain(&mut rx),
+            vec![("a".into(), Some(b"3".to_vec()), false)],
+            "the latest value, once"
+        );
+    }
+
+    #[test]
+    fn a_full_channel_skips_and_the_next_round_sends_the_current_value() {
+        let mut subs = Subscriptions::default();
+        let (conn, mut rx) = subs.register();
+        let keys: Vec<Bytes> = (0..PUSH_QUEUE + 10)
+            .map(|i| key(&format!("k{i}")))
+            .collect();
+        let t0 = Instant::now();
+        subs.subscribe(conn, &keys, DEFAULT_PERIOD, t0).unwrap();
+        subs.round(t0, |_| Watched::Value(Some(lww(b"old"))));
+        assert_eq!(rx.len(), PUSH_QUEUE, "bounded");
+        // The subscriber reads nothing: the rest waits, then gets the value current then.
+        subs.round(t0 + TICK, |_| Watched::Value(Some(lww(b"new"))));
+        assert_eq!(rx.len(), PUSH_QUEUE);
+        let first = drain(&mut rx);
+        assert!(first
+            .iter()
+            .all(|(_, v, _)| v.as_deref() == Some(&b"old"[..])));
+        subs.round(t0 + 2 * TICK, |_| Watched::Value(Some(lww(b"new"))));
+        let rest = drain(&mut rx);
+        assert_eq!(rest.len(), 10, "the keys skipped before");
+        assert!(rest
+            .iter()
+            .all(|(_, v, _)| v.as_deref() == Some(&b"new"[..])));
+    }
+
+    #[test]
+    fn moved_keys_leave_and_closing_frees_everything() {
+        let mut subs = Subscriptions::default();
+        let (c1, mut rx1) = subs.register();
+        let (c2, _rx2) = subs.register();
+        let t0 = Instant::now();
+        subs.subscribe(c1, &[key("a"), key("b")], DEFAULT_PERIOD, t0)
+            .unwrap();
+        subs.subscribe(c2, &[key("a")], DEFAULT_PERIOD, t0).unwrap();
+        assert_eq!(subs.len(), 3);
+        subs.round(t0, |k| match k {
+            b"a" => Watched::Moved,
+            _ => Watched::Value(None),
+        });
+        assert_eq!(
+            drain(&mut rx1),
+            vec![("a".into(), None, true), ("b".into(), None, false)]
+        );
+        assert_eq!(subs.len(), 1, "moved keys are no longer subscribed");
+        assert_eq!(subs.unsubscribe(c1, &[key("b"), key("zz")]), 1);
+        assert_eq!(subs.len(), 0);
+        subs.subscribe(c2, &[key("x"), key("y")], DEFAULT_PERIOD, t0)
+            .unwrap();
+        subs.close(c2);
+        assert_eq!(subs.len(), 0, "closing frees the connection's keys");
+        assert!(subs.conns.len() == 1);
+    }
+
+    #[test]
+    fn limits_and_periods() {
+        let mut subs = Subscriptions::default();
+        let (conn, _rx) = subs.register();
+        let t0 = Instant::now();
+        let keys: Vec<Bytes> = (0..MAX_KEYS_PER_CONNECTION)
+            .map(|i| key(&format!("k{i}")))
+            .collect();
+        subs.subscribe(conn, &keys, DEFAULT_PERIOD, t0).unwrap();
+        let e = subs
+            .subscribe(conn, &[key("one more")], DEFAULT_PERIOD, t0)
+            .unwrap_err();
+        assert!(matches!(e, NodeError::InvalidArgument(_)), "{e:?}");
+        assert_eq!(subs.len(), MAX_KEYS_PER_CONNECTION, "nothing subscribed");
+        // Subscribing a key again is not a new one.
+        assert_eq!(subs.subscribe(conn, &keys[..5], MIN_PERIOD, t0).unwrap(), 5);
+        assert_eq!(period_of(0), DEFAULT_PERIOD);
+        assert_eq!(period_of(1), MIN_PERIOD);
+        assert_eq!(period_of(250), Duration::from_millis(250));
+        assert_eq!(period_of(u32::MAX), MAX_PERIOD);
+    }
+}
