@@ -53,6 +53,7 @@ bench-smoke: build
 	bench/compare-redis --smoke --bin $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/cluster --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/durability --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
+	bench/consistency --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 
 ## A FROM-scratch image of the statically linked binary, tagged latticekv:dev (no registry).
 docker-image:
@@ -74,6 +75,7 @@ bench: release
 	bench/compare-redis
 	bench/cluster
 	bench/durability
+	bench/consistency
 
 ## The embedded default, as the README says.
 run:

@@ -4,6 +4,11 @@
 //! read that asks every replica), client-side merges, a commit's batch through the front
 //! port. Reads are `Session::get`; writes are `Session::write` (an LWW register, or a causal
 //! register on the causal levels); a read-modify-write is both.
+//!
+//! On the transactional levels each round (`--pipeline` operations) is one transaction, as
+//! in the Anna paper's consistency experiment (six operations per transaction), and every
+//! operation of it counts the whole transaction's time, begin to commit, as its latency
+//! (its writes are not visible before the commit).
 
 use std::time::Instant;
 
@@ -22,6 +27,21 @@ pub(crate) async fn run(ctx: &mut ConnCtx) -> Result<(), BenchError> {
     let mut slots = Vec::new();
     let mut first_error: Option<String> = None;
     while ctx.control.phase() != Phase::Stop && ctx.source.fill(&setup, &mut slots) {
+        if setup.level.is_transactional() {
+            let start = Instant::now();
+            let result = transaction(&session, &setup, &slots).await;
+            let latency = micros(start.elapsed());
+            for slot in slots.iter_mut() {
+                slot.latency_us = latency;
+                slot.error = result.is_err();
+            }
+            if let Err(e) = result {
+                first_error.get_or_insert(e.to_string());
+            }
+            ctx.control
+                .finish_round(&slots, &mut ctx.stats.borrow_mut(), &mut first_error);
+            continue;
+        }
         for slot in slots.iter_mut() {
             let key = setup.keys.get(slot.key);
             for phase in 0..2 {
@@ -49,4 +69,29 @@ pub(crate) async fn run(ctx: &mut ConnCtx) -> Result<(), BenchError> {
             .finish_round(&slots, &mut ctx.stats.borrow_mut(), &mut first_error);
     }
     Ok(())
+}
+
+/// Runs a round's operations as one transaction.
+async fn transaction(
+    session: &client::Session,
+    setup: &crate::runner::Setup,
+    slots: &[crate::workload::Slot],
+) -> Result<(), client::ClientError> {
+    let mut txn = session.begin()?;
+    for slot in slots {
+        let key = setup.keys.get(slot.key);
+        for phase in 0..2 {
+            match slot.kind.action(phase) {
+                Some(Action::Read) => {
+                    txn.get(key).await?;
+                }
+                Some(Action::Write) => {
+                    txn.write(key, setup.values.get(slot.variant as usize))
+                        .await?
+                }
+                None => {}
+            }
+        }
+    }
+    txn.commit().await
 }
