@@ -49,14 +49,6 @@ pub enum ClientError {
     /// level without transactions, an operation on a finished transaction).
     #[error("invalid use: {0}")]
     InvalidUse(String),
-    /// A causal read found no version of the key that includes what the session's causal
-    /// past requires, at any replica, within the request timeout (the writes it depends on
-    /// are not reachable: a partition, or replicas that lost them).
-    #[error("causal dependency on key {key:?} not available within the timeout")]
-    DependencyUnavailable {
-        /// The key, lossily decoded as UTF-8.
-        key: String,
-    },
 }
 
 impl ClientError {

@@ -12,8 +12,8 @@
 //! | monotonic writes | one replica | LWW, stamped by the session's clock (only grows) |
 //! | writes follow reads | the session's clock moves past every timestamp read | LWW, stamped by that clock |
 //! | PRAM | merged with own writes and earlier reads | LWW, stamped by the session |
-//! | causal | merged with own writes and earlier reads | causal register, the session's vector clock entry |
-//! | multi-key causal | as causal, plus: until the session's causal past is covered | causal register with dependencies |
+//! | causal | merged with own writes and earlier reads | read, then a causal register dominating it (the session's vector clock entry) |
+//! | multi-key causal | as causal | as causal, with its nearest dependencies, written to every replica after the versions read since the last write were |
 //! | read uncommitted | one replica | transaction timestamp on every write, sent at once |
 //! | read committed | one replica, own buffered writes | buffered, one batch at commit |
 //! | item cut | the first read of a key is the transaction's read of it | as read committed |
@@ -24,11 +24,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use lattice::{
-    Blob, CausalVersion, CausalWriter, Hlc, Lattice, Lww, MultiKeyCausal, SingleKeyCausal, Timestamp, Value,
-    VectorClock,
+    Blob, CausalVersion, CausalWriter, Hlc, Lattice, Lww, MultiKeyCausal, SingleKeyCausal,
+    Timestamp, Value, VectorClock,
 };
 
 use crate::api::Client;
@@ -54,8 +54,9 @@ pub enum Level {
     /// overwritten by something in the session's past on that key; concurrent writes are
     /// kept as siblings.
     Causal,
-    /// Causal consistency across keys: as [`Level::Causal`], and a read also covers every
-    /// version of the key that the session's reads and writes of OTHER keys depend on.
+    /// Causal consistency across keys: as [`Level::Causal`], with the causal past built
+    /// over every key. A write first makes the session's causal past stable (on every
+    /// replica) and is itself written to every replica, so reads stay single-replica.
     MultiKeyCausal,
     /// Transactions without dirty writes: all writes of a transaction carry its timestamp.
     ReadUncommitted,
@@ -189,9 +190,9 @@ struct Tracked {
     /// The merge of the versions reads must not go below (own writes and/or earlier
     /// reads, per level).
     floor: Option<Value>,
-    /// Multi-key causal: the join of the clocks of this key's versions in the session's
-    /// causal past (read, written, or depended on by something read).
-    required: Option<VectorClock>,
+    /// Multi-key causal: the session read a version of this key since its last write, and
+    /// has not yet made it stable (merged into every replica).
+    unstable: bool,
     /// When the key was last used (the session's operation counter), for eviction.
     used: u64,
 }
@@ -246,16 +247,6 @@ fn causal_clock(value: &Value) -> Option<VectorClock> {
         Value::SingleKeyCausal(c) => Some(c.clock()),
         Value::MultiKeyCausal(c) => Some(c.clock()),
         _ => None,
-    }
-}
-
-/// True if `value` includes a version at least as new as `required` (the joined clock is
-/// at or above it; writers' clocks always dominate what they read, so this is HydroCache's
-/// "superseded" test).
-fn covers(value: Option<&Value>, required: &VectorClock) -> bool {
-    match value.and_then(causal_clock) {
-        Some(clock) => required.leq(&clock),
-        None => required.is_empty(),
     }
 }
 
@@ -347,10 +338,7 @@ impl Session {
     /// version the store holds is committed.)
     pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>, ClientError> {
         let key = key.as_ref();
-        let value = match self.level {
-            Level::MultiKeyCausal => self.causal_read(key).await?,
-            _ => self.client.get(key).await?,
-        };
+        let value = self.client.get(key).await?;
         if self.level.observes_reads() {
             self.observe(value.as_ref());
         }
@@ -365,10 +353,8 @@ impl Session {
             if floors_reads {
                 if let Some(v) = &value {
                     merge_into(&mut tracked.floor, v);
+                    tracked.unstable = self.level == Level::MultiKeyCausal;
                 }
-            }
-            if self.level == Level::MultiKeyCausal {
-                self.note_dependencies(&mut state, key, value.as_ref());
             }
             value
         } else {
@@ -384,65 +370,6 @@ impl Session {
         register_values(self.get(key).await?)
     }
 
-    /// Multi-key causal: reads `key` until the version read covers what the session's
-    /// causal past requires of it, asking every replica (`GetAll`) when the first replica
-    /// is behind, and again with backoff while the writes it needs are in flight.
-    async fn causal_read(&self, key: &[u8]) -> Result<Option<Value>, ClientError> {
-        let (required, floor) = {
-            let state = self.lock();
-            match state.keys.get(key) {
-                Some(t) => (t.required.clone(), t.floor.clone()),
-                None => (None, None),
-            }
-        };
-        let mut value = self.client.get(key).await?;
-        let Some(required) = required else {
-            return Ok(value);
-        };
-        let deadline = tokio::time::Instant::now() + self.client.timeout();
-        let mut backoff = Duration::from_millis(2);
-        let mut asked_all = false;
-        while !covers(merged(value.clone(), floor.as_ref()).as_ref(), &required) {
-            if tokio::time::Instant::now() >= deadline {
-                return Err(ClientError::DependencyUnavailable {
-                    key: String::from_utf8_lossy(key).into_owned(),
-                });
-            }
-            if asked_all {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_millis(200));
-            }
-            let all = self.client.get_all(key).await?;
-            value = merged(value, all.as_ref());
-            asked_all = true;
-        }
-        Ok(value)
-    }
-
-    /// Multi-key causal: adds what reading (or writing) `value` of `key` puts in the
-    /// session's causal past: the value's clock for `key`, its dependencies for the others.
-    fn note_dependencies(&self, state: &mut State, key: &[u8], value: Option<&Value>) {
-        let Some(Value::MultiKeyCausal(c)) = value else {
-            return;
-        };
-        let ops = state.ops;
-        let mut add = |k: &[u8], clock: &VectorClock| {
-            let t = state.keys.entry(Box::from(k)).or_default();
-            t.required
-                .get_or_insert_with(VectorClock::new)
-                .merge_from(clock);
-            if t.used == 0 {
-                t.used = ops;
-            }
-        };
-        add(key, &c.clock());
-        for (dep_key, clock) in c.deps() {
-            if &*dep_key != key {
-                add(&dep_key, &clock);
-            }
-        }
-    }
-
     // ---- writes ------------------------------------------------------------------------
 
     /// Merges `value` into `key` at the session's level: it becomes part of what the
@@ -453,7 +380,11 @@ impl Session {
         if self.level.is_transactional() {
             return self.autocommit(key, value).await;
         }
-        self.client.put(key, value.clone()).await?;
+        if self.level == Level::MultiKeyCausal {
+            self.causal_put(key, &value).await?;
+        } else {
+            self.client.put(key, value.clone()).await?;
+        }
         self.remember_write(key, &value);
         self.bound().await;
         Ok(())
@@ -474,7 +405,16 @@ impl Session {
                 return self.client.assign(key, &bytes).await;
             }
             Level::Causal => {
+                // Read the key first (Anna's read-modify-write): the new version then
+                // overwrites what the replica holds, so blind writes do not pile up
+                // siblings; only writes racing between the read and the write stay
+                // concurrent.
+                let current = self.client.get(key).await?;
                 let mut state = self.lock();
+                if let Some(v) = &current {
+                    let tracked = state.keys.entry(Box::from(key)).or_default();
+                    merge_into(&mut tracked.floor, v);
+                }
                 let read = state
                     .keys
                     .get(key)
@@ -485,28 +425,27 @@ impl Session {
                 Value::SingleKeyCausal(SingleKeyCausal::new(clock, bytes))
             }
             Level::MultiKeyCausal => {
+                // Versions of the key in the session's causal past that it never read
+                // itself (it read other keys written after them) are stable, so any replica
+                // has them: read the key first, so the new version's clock dominates them.
+                let current = self.client.get(key).await?;
                 let mut state = self.lock();
-                // The new version overwrites every version of the key in the session's
-                // causal past: those it read or wrote (the floor) and those that what it
-                // read depends on (`required`). It inherits the floor's dependencies and
-                // depends on everything else in the past.
-                let (mut read, mut deps) = match state.keys.get(key) {
-                    Some(t) => {
-                        let (clock, deps) = match &t.floor {
-                            Some(Value::MultiKeyCausal(c)) => (c.clock(), c.deps()),
-                            _ => (VectorClock::new(), BTreeMap::new()),
-                        };
-                        (clock, deps)
-                    }
-                    None => (VectorClock::new(), BTreeMap::new()),
-                };
-                if let Some(required) = state.keys.get(key).and_then(|t| t.required.as_ref()) {
-                    read.merge_from(required);
+                if let Some(v) = &current {
+                    let tracked = state.keys.entry(Box::from(key)).or_default();
+                    merge_into(&mut tracked.floor, v);
                 }
+                // The new version overwrites what the session has seen of the key and
+                // inherits its dependencies (HydroCache's I2); it depends on the versions
+                // read since the session's last write (its nearest dependencies: everything
+                // before those is stable already, see `causal_put`).
+                let (read, mut deps) = match state.keys.get(key).and_then(|t| t.floor.as_ref()) {
+                    Some(Value::MultiKeyCausal(c)) => (c.clock(), c.deps()),
+                    _ => (VectorClock::new(), BTreeMap::new()),
+                };
                 for (k, t) in &state.keys {
-                    if &**k != key {
-                        if let Some(c) = &t.required {
-                            deps.entry(k.clone()).or_default().merge_from(c);
+                    if t.unstable && &**k != key {
+                        if let Some(clock) = t.floor.as_ref().and_then(causal_clock) {
+                            deps.entry(k.clone()).or_default().merge_from(&clock);
                         }
                     }
                 }
@@ -534,9 +473,45 @@ impl Session {
         let tracked = state.keys.entry(Box::from(key)).or_default();
         tracked.used = ops;
         merge_into(&mut tracked.floor, value);
-        if self.level == Level::MultiKeyCausal {
-            self.note_dependencies(&mut state, key, Some(value));
+        tracked.unstable = false;
+    }
+
+    /// Multi-key causal write: first makes the session's causal past stable — every
+    /// version it read since its last write merged into every replica of its key
+    /// (`PutAll`; its earlier writes are stable already) — then writes `value` to every
+    /// replica of `key` (`PutAll`). So when any replica holds a version, every replica
+    /// already holds (something newer than) everything in that version's causal past,
+    /// whoever wrote it, and a read at any single replica never returns a version that
+    /// something in the reader's causal past overwrote: no read ever waits for a
+    /// dependency, and no dependency metadata beyond the nearest ones travels.
+    async fn causal_put(&self, key: &[u8], value: &Value) -> Result<(), ClientError> {
+        let unstable: Vec<(Blob, Value)> = {
+            let state = self.lock();
+            state
+                .keys
+                .iter()
+                .filter(|(k, t)| t.unstable && &***k != key)
+                .filter_map(|(k, t)| t.floor.clone().map(|v| (k.clone(), v)))
+                .collect()
+        };
+        let stabilized = join_all(
+            unstable
+                .iter()
+                .map(|(k, v)| self.client.put_all(k, v.clone())),
+        )
+        .await;
+        for result in stabilized {
+            result?;
         }
+        {
+            let mut state = self.lock();
+            for (k, _) in &unstable {
+                if let Some(t) = state.keys.get_mut(k) {
+                    t.unstable = false;
+                }
+            }
+        }
+        self.client.put_all(key, value.clone()).await
     }
 
     /// A single write outside a transaction on a transactional level: a transaction of its
@@ -552,10 +527,10 @@ impl Session {
     /// Keeps the tracked keys within [`SessionOptions::max_keys`]: beyond it, makes the
     /// least recently used tenth stable (their value merged into every replica with
     /// `PutAll`, so every replica serves at least what the session requires) and forgets
-    /// them. A key that cannot be made stable now (a replica unreachable, a dependency not
-    /// yet readable) stays tracked and is tried again later.
+    /// them. A key that cannot be made stable now (a replica unreachable) stays tracked and
+    /// is tried again later.
     async fn bound(&self) {
-        let victims: Vec<(Blob, Option<Value>, Option<VectorClock>)> = {
+        let victims: Vec<(Blob, Option<Value>)> = {
             let state = self.lock();
             if state.keys.len() <= self.options.max_keys {
                 return;
@@ -568,24 +543,14 @@ impl Session {
             by_age
                 .into_iter()
                 .take(count)
-                .filter_map(|(_, k)| {
-                    state
-                        .keys
-                        .get(k)
-                        .map(|t| (k.clone(), t.floor.clone(), t.required.clone()))
-                })
+                .filter_map(|(_, k)| state.keys.get(k).map(|t| (k.clone(), t.floor.clone())))
                 .collect()
         };
-        for (key, floor, required) in victims {
+        for (key, floor) in victims {
             let Ok(all) = self.client.get_all(&key).await else {
                 continue;
             };
             let value = merged(all, floor.as_ref());
-            if let Some(required) = &required {
-                if !covers(value.as_ref(), required) {
-                    continue;
-                }
-            }
             if let Some(v) = &value {
                 if self.client.put_all(&key, v.clone()).await.is_err() {
                     continue;
@@ -761,6 +726,33 @@ fn restamp(value: Value, ts: Timestamp) -> Value {
     }
 }
 
+/// Runs futures concurrently on the current task and collects their outputs in order.
+async fn join_all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut futures: Vec<_> = futures.into_iter().map(|f| Some(Box::pin(f))).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (slot, out) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if let Some(f) = slot {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => {
+                        *out = Some(v);
+                        *slot = None;
+                    }
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -776,17 +768,6 @@ mod tests {
             Some(Level::MultiKeyCausal)
         );
         assert_eq!(Level::from_name("linearizable"), None);
-    }
-
-    #[test]
-    fn causal_coverage_uses_the_joined_clock() {
-        let clock = |entries: &[(u64, u64)]| entries.iter().copied().collect::<VectorClock>();
-        let a =
-            Value::SingleKeyCausal(SingleKeyCausal::new(clock(&[(1, 1)]), Box::from(&b"a"[..])));
-        assert!(covers(Some(&a), &clock(&[(1, 1)])));
-        assert!(!covers(Some(&a), &clock(&[(1, 2)])));
-        assert!(!covers(None, &clock(&[(1, 1)])));
-        assert!(covers(None, &VectorClock::new()));
     }
 
     #[test]
