@@ -31,6 +31,10 @@ class MemoryLimitError(Error):
 class InvalidArgumentError(Error):
     """The request was refused as invalid (sizes, reserved keys, bad arguments)."""
 
+class InvalidUseError(Error):
+    """The call does not fit the session or transaction it was made on: a transaction on a
+    level without transactions, an operation on a committed or aborted transaction."""
+
 class ServerError(Error):
     """Any other error the node answered with."""
 

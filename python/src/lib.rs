@@ -75,6 +75,13 @@ pyo3::create_exception!(
 );
 pyo3::create_exception!(
     latticekv,
+    InvalidUseError,
+    Error,
+    "The call does not fit the session or transaction it was made on: a transaction on a \
+     level without transactions, an operation on a committed or aborted transaction."
+);
+pyo3::create_exception!(
+    latticekv,
     ServerError,
     Error,
     "Any other error the node answered with."
@@ -116,6 +123,10 @@ fn to_py_err(e: ClientError) -> PyErr {
         ClientError::Timeout => TimeoutError::new_err(msg),
         ClientError::Protocol(_) => ProtocolError::new_err(msg),
         ClientError::UnexpectedType { .. } => WrongTypeError::new_err(msg),
+        ClientError::InvalidUse(_) => InvalidUseError::new_err(msg),
+        // The versions a causal read depends on are not reachable now (in flight, or behind
+        // a partition): like an unavailable worker, retrying later may succeed.
+        ClientError::DependencyUnavailable { .. } => UnavailableError::new_err(msg),
         ClientError::Server { code, .. } => match code {
             ErrorCode::WrongType => WrongTypeError::new_err(msg),
             ErrorCode::Unavailable | ErrorCode::ShuttingDown | ErrorCode::TooManyConnections => {
@@ -499,6 +510,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "InvalidArgumentError",
         py.get_type::<InvalidArgumentError>(),
     )?;
+    m.add("InvalidUseError", py.get_type::<InvalidUseError>())?;
     m.add("ServerError", py.get_type::<ServerError>())?;
     Ok(())
 }
