@@ -59,7 +59,10 @@ class Client:
         """Merges a value of another lattice type into key, creating it.
 
         kind: "max"/"min" (int), "bool" (bool), "set"/"ordered-set" (iterable of members),
-        "priority" ((float, bytes|str), lowest wins).
+        "priority" ((float, bytes|str), lowest wins), "lww" (bytes|str, stamped by this
+        client's clock), "map" (dict of field -> value merged field by field; a value is a
+        (kind, value) tuple, or bytes/str -> lww, bool -> bool, int -> max, dict -> map,
+        set -> set).
         """
     def delete(self, key: Key) -> bool:
         """Deletes a key of any type; True if it existed."""
