@@ -7,6 +7,10 @@
 //! keep going meanwhile.
 //!
 //! Errors become Python exceptions, all subclasses of `latticekv.Error` (see [`to_py_err`]).
+//!
+//! [`session`] wraps sessions and transactions ([`client::Session`], [`client::Transaction`]).
+
+mod session;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -437,6 +441,18 @@ impl Client {
         block_on(py, async move { c.put(&key, value).await })
     }
 
+    /// A new session at consistency `level` (see docs/python.md): "eventual",
+    /// "read-your-writes", "monotonic-reads", "monotonic-writes", "writes-follow-reads",
+    /// "pram", "causal", "multi-key-causal", "read-uncommitted", "read-committed" or
+    /// "item-cut" (case-insensitive, "_" for "-"; short names ryw, mr, mw, wfr, ru, rc).
+    ///
+    /// `max_keys` bounds the keys whose versions the session tracks (default 100,000).
+    /// Raises ValueError for an unknown level.
+    #[pyo3(signature = (level = "eventual", max_keys = None))]
+    fn session(&self, level: &str, max_keys: Option<usize>) -> PyResult<session::Session> {
+        session::Session::new(&self.inner, level, max_keys, self.stamper.clone())
+    }
+
     /// Deletes a key of any type; True if it existed.
     fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let key = as_bytes(key, "key")?;
@@ -588,6 +604,8 @@ fn connect(
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<Client>()?;
+    m.add_class::<session::Session>()?;
+    m.add_class::<session::Transaction>()?;
     m.add_function(wrap_pyfunction!(connect, m)?)?;
     m.add("Error", py.get_type::<Error>())?;
     m.add("ConnectionError", py.get_type::<ConnectionError>())?;
