@@ -172,7 +172,8 @@ impl Session {
     }
 
     fn __repr__(&self) -> String {
-        format!("latticekv.Session(level={:?})", self.inner.level().name())
+        // Level names are plain ASCII words: quote them as Python's repr of a str does.
+        format!("latticekv.Session(level='{}')", self.inner.level().name())
     }
 }
 
@@ -344,7 +345,7 @@ impl Transaction {
             "open"
         };
         Ok(format!(
-            "latticekv.Transaction(level={:?}, {state})",
+            "latticekv.Transaction(level='{}', {state})",
             self.level.name()
         ))
     }

@@ -32,7 +32,7 @@ def test_every_level_name_creates_a_session(client):
         s = client.session(level)
         assert isinstance(s, latticekv.Session)
         assert s.level == level
-        assert level in repr(s)
+        assert repr(s) == f"latticekv.Session(level='{level}')"
     # Aliases and spellings Level::from_name accepts map to the canonical name.
     assert client.session("RYW").level == "read-your-writes"
     assert client.session("multi_key_causal").level == "multi-key-causal"
