@@ -7,10 +7,21 @@ Blocking use::
     c.put("k", b"v")
     print(c.get("k"))          # b'v'
 
+Sessions and transactions at a consistency level::
+
+    s = c.session("read-your-writes")
+    s.write("k", b"v")
+    assert s.read("k") == [b"v"]
+    with c.session("read-committed").begin() as t:
+        t.write("a", b"1")
+        t.write("b", b"2")          # both visible at commit, together
+
 Asyncio use::
 
     c = await latticekv.connect_async("127.0.0.1:7700")
     await c.put("k", b"v")
+    s = c.session("causal")
+    await s.write("k", b"w")
 
 The blocking client is compiled Rust (the project's own client, on a shared tokio
 runtime); every call releases the GIL while it waits. The asyncio client runs the blocking
@@ -20,18 +31,22 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any, Callable, Optional, TypeVar
+from types import TracebackType
+from typing import Any, Callable, Optional, Type, TypeVar
 
 from ._native import (
     Client,
     ConnectionError,
     Error,
     InvalidArgumentError,
+    InvalidUseError,
     MemoryLimitError,
     ProtocolError,
     ServerError,
+    Session,
     StorageError,
     TimeoutError,
+    Transaction,
     UnavailableError,
     WrongTypeError,
     connect,
@@ -39,15 +54,20 @@ from ._native import (
 
 __all__ = [
     "AsyncClient",
+    "AsyncSession",
+    "AsyncTransaction",
     "Client",
     "ConnectionError",
     "Error",
     "InvalidArgumentError",
+    "InvalidUseError",
     "MemoryLimitError",
     "ProtocolError",
     "ServerError",
+    "Session",
     "StorageError",
     "TimeoutError",
+    "Transaction",
     "UnavailableError",
     "WrongTypeError",
     "connect",
@@ -122,12 +142,139 @@ class AsyncClient:
         """Round trip to the node."""
         await _run(self.client.ping)
 
+    def session(self, level: str = "eventual", max_keys: Optional[int] = None) -> AsyncSession:
+        """A new session at a consistency level; see :meth:`Client.session`.
+
+        Not a coroutine: creating a session sends nothing.
+        """
+        return AsyncSession(self.client.session(level, max_keys))
+
     async def status(self) -> dict[str, Any]:
         """The node's statistics; see :meth:`Client.status`."""
         return await _run(self.client.status)
 
     def __repr__(self) -> str:
         return f"latticekv.AsyncClient({self.client.address!r})"
+
+
+class AsyncSession:
+    """The asyncio face of :class:`Session`: the same methods, awaitable.
+
+    Obtain one with :meth:`AsyncClient.session`, or wrap a session:
+    ``AsyncSession(client.session("causal"))``. Concurrent calls share the one session.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    @property
+    def level(self) -> str:
+        """The session's level (its canonical name)."""
+        return self.session.level
+
+    @property
+    def actor(self) -> int:
+        """The session's actor id."""
+        return self.session.actor
+
+    async def get(self, key: bytes | str) -> Any:
+        """Reads a key at the session's level; see :meth:`Session.get`."""
+        return await _run(self.session.get, key)
+
+    async def read(self, key: bytes | str) -> list[bytes]:
+        """Reads a register's value or causal siblings; see :meth:`Session.read`."""
+        return await _run(self.session.read, key)
+
+    async def write(self, key: bytes | str, value: bytes | str) -> None:
+        """Writes a register at the session's level; see :meth:`Session.write`."""
+        await _run(self.session.write, key, value)
+
+    async def put(self, key: bytes | str, value: bytes | str) -> None:
+        """The same as :meth:`write`."""
+        await _run(self.session.put, key, value)
+
+    async def merge(self, key: bytes | str, kind: str, value: Any) -> None:
+        """Merges a lattice value through the session; see :meth:`Session.merge`."""
+        await _run(self.session.merge, key, kind, value)
+
+    def begin(self) -> AsyncTransaction:
+        """Starts a transaction; see :meth:`Session.begin`. Use ``async with``.
+
+        Not a coroutine: starting a transaction sends nothing.
+        """
+        return AsyncTransaction(self.session.begin())
+
+    def __repr__(self) -> str:
+        return f"latticekv.AsyncSession(level={self.session.level!r})"
+
+
+class AsyncTransaction:
+    """The asyncio face of :class:`Transaction`: the same methods, awaitable.
+
+    ``async with session.begin() as t:`` commits on normal exit and aborts on an
+    exception.
+    """
+
+    def __init__(self, transaction: Transaction) -> None:
+        self.transaction = transaction
+
+    @property
+    def level(self) -> str:
+        """The level of the transaction's session."""
+        return self.transaction.level
+
+    @property
+    def finished(self) -> bool:
+        """True once the transaction has committed or aborted."""
+        return self.transaction.finished
+
+    @property
+    def buffered(self) -> int:
+        """The writes buffered so far."""
+        return self.transaction.buffered
+
+    async def get(self, key: bytes | str) -> Any:
+        """Reads a key in the transaction; see :meth:`Transaction.get`."""
+        return await _run(self.transaction.get, key)
+
+    async def read(self, key: bytes | str) -> list[bytes]:
+        """Reads a register in the transaction; see :meth:`Transaction.read`."""
+        return await _run(self.transaction.read, key)
+
+    async def write(self, key: bytes | str, value: bytes | str) -> None:
+        """Writes an LWW register in the transaction; see :meth:`Transaction.write`."""
+        await _run(self.transaction.write, key, value)
+
+    async def put(self, key: bytes | str, value: bytes | str) -> None:
+        """The same as :meth:`write`."""
+        await _run(self.transaction.put, key, value)
+
+    async def merge(self, key: bytes | str, kind: str, value: Any) -> None:
+        """Merges a lattice value in the transaction; see :meth:`Transaction.merge`."""
+        await _run(self.transaction.merge, key, kind, value)
+
+    async def commit(self) -> None:
+        """Commits; see :meth:`Transaction.commit`."""
+        await _run(self.transaction.commit)
+
+    async def abort(self) -> None:
+        """Aborts; see :meth:`Transaction.abort`."""
+        await _run(self.transaction.abort)
+
+    async def __aenter__(self) -> AsyncTransaction:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool:
+        """Commits on normal exit, aborts on an exception (never swallows it)."""
+        return await _run(self.transaction.__exit__, exc_type, exc, tb)
+
+    def __repr__(self) -> str:
+        return f"latticekv.AsyncTransaction(level={self.transaction.level!r})"
 
 
 async def connect_async(

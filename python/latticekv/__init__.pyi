@@ -1,5 +1,7 @@
-"""Type stubs of the latticekv package (the compiled Client and the asyncio wrapper)."""
-from typing import Any, Optional, Union
+"""Type stubs of the latticekv package (the compiled Client, Session and Transaction, and
+the asyncio wrappers)."""
+from types import TracebackType
+from typing import Any, Literal, Optional, Type, Union
 
 Key = Union[bytes, bytearray, str]
 """Keys, values and set members: bytes, bytearray or str (encoded as UTF-8)."""
@@ -31,6 +33,10 @@ class MemoryLimitError(Error):
 class InvalidArgumentError(Error):
     """The request was refused as invalid (sizes, reserved keys, bad arguments)."""
 
+class InvalidUseError(Error):
+    """The call does not fit the session or transaction it was made on: a transaction on a
+    level without transactions, an operation on a committed or aborted transaction."""
+
 class ServerError(Error):
     """Any other error the node answered with."""
 
@@ -55,7 +61,10 @@ class Client:
         """Merges a value of another lattice type into key, creating it.
 
         kind: "max"/"min" (int), "bool" (bool), "set"/"ordered-set" (iterable of members),
-        "priority" ((float, bytes|str), lowest wins).
+        "priority" ((float, bytes|str), lowest wins), "lww" (bytes|str, stamped by this
+        client's clock), "map" (dict of field -> value merged field by field; a value is a
+        (kind, value) tuple, or bytes/str -> lww, bool -> bool, int -> max, dict -> map,
+        set -> set).
         """
     def delete(self, key: Key) -> bool:
         """Deletes a key of any type; True if it existed."""
@@ -73,6 +82,91 @@ class Client:
         """Round trip to the node."""
     def status(self) -> dict[str, Any]:
         """The node's statistics (node_id, version, uptime_seconds, workers, ...)."""
+    def session(self, level: str = "eventual", max_keys: Optional[int] = None) -> Session:
+        """A new session at a consistency level (ValueError for an unknown name).
+
+        Levels: "eventual", "read-your-writes", "monotonic-reads", "monotonic-writes",
+        "writes-follow-reads", "pram", "causal", "multi-key-causal", "read-uncommitted",
+        "read-committed", "item-cut" (case-insensitive, "_" for "-"; short names ryw, mr,
+        mw, wfr, ru, rc). max_keys bounds the keys the session tracks (default 100,000).
+        """
+
+Level = Literal[
+    "eventual",
+    "read-your-writes",
+    "monotonic-reads",
+    "monotonic-writes",
+    "writes-follow-reads",
+    "pram",
+    "causal",
+    "multi-key-causal",
+    "read-uncommitted",
+    "read-committed",
+    "item-cut",
+]
+"""The canonical level names (Session.level returns one of them)."""
+
+class Session:
+    """A session at one consistency level; safe to share between threads."""
+
+    @property
+    def level(self) -> Level:
+        """The session's level, by its canonical name."""
+    @property
+    def actor(self) -> int:
+        """The session's actor id (its entry in vector clocks)."""
+    @property
+    def tracked_keys(self) -> int:
+        """Keys whose versions the session currently tracks."""
+    def get(self, key: Key) -> Any:
+        """Reads a key at the session's level, converted as Client.get_value (None if absent)."""
+    def read(self, key: Key) -> list[bytes]:
+        """Reads a register: [value] (LWW), the siblings (causal), [] if absent."""
+    def write(self, key: Key, value: Key) -> None:
+        """Writes a register as the level says (LWW, or a causal register on the causal levels)."""
+    def put(self, key: Key, value: Key) -> None:
+        """The same as write."""
+    def merge(self, key: Key, kind: str, value: Any) -> None:
+        """Merges a lattice value through the session (kinds as Client.merge)."""
+    def begin(self) -> Transaction:
+        """Starts a transaction (read-uncommitted, read-committed, item-cut; else InvalidUseError)."""
+
+class Transaction:
+    """A transaction of a Session; a context manager (commit on exit, abort on exception).
+
+    After commit or abort every call raises InvalidUseError.
+    """
+
+    @property
+    def level(self) -> Level:
+        """The level of the transaction's session."""
+    @property
+    def finished(self) -> bool:
+        """True once the transaction has committed or aborted."""
+    @property
+    def buffered(self) -> int:
+        """The writes buffered so far (read-committed, item-cut)."""
+    def get(self, key: Key) -> Any:
+        """Reads a key in the transaction (own writes; item-cut: the first read of the key)."""
+    def read(self, key: Key) -> list[bytes]:
+        """Reads a register in the transaction: [value], the siblings, or []."""
+    def write(self, key: Key, value: Key) -> None:
+        """Writes an LWW register in the transaction, stamped with its timestamp."""
+    def put(self, key: Key, value: Key) -> None:
+        """The same as write."""
+    def merge(self, key: Key, kind: str, value: Any) -> None:
+        """Merges a lattice value in the transaction (kinds as Client.merge)."""
+    def commit(self) -> None:
+        """Commits: buffered writes are sent as one batch."""
+    def abort(self) -> None:
+        """Aborts: buffered writes are dropped (read-uncommitted: sent writes stay)."""
+    def __enter__(self) -> Transaction: ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> bool: ...
 
 def connect(
     addr: str = "127.0.0.1:7700",
@@ -105,6 +199,51 @@ class AsyncClient:
     async def smembers(self, key: Key) -> set[bytes]: ...
     async def ping(self) -> None: ...
     async def status(self) -> dict[str, Any]: ...
+    def session(self, level: str = "eventual", max_keys: Optional[int] = None) -> AsyncSession:
+        """A new session (not a coroutine: nothing is sent)."""
+
+class AsyncSession:
+    """The asyncio face of Session: the same methods, awaitable."""
+
+    session: Session
+    def __init__(self, session: Session) -> None: ...
+    @property
+    def level(self) -> Level: ...
+    @property
+    def actor(self) -> int: ...
+    async def get(self, key: Key) -> Any: ...
+    async def read(self, key: Key) -> list[bytes]: ...
+    async def write(self, key: Key, value: Key) -> None: ...
+    async def put(self, key: Key, value: Key) -> None: ...
+    async def merge(self, key: Key, kind: str, value: Any) -> None: ...
+    def begin(self) -> AsyncTransaction:
+        """Starts a transaction (not a coroutine); use ``async with``."""
+
+class AsyncTransaction:
+    """The asyncio face of Transaction; ``async with`` commits or aborts."""
+
+    transaction: Transaction
+    def __init__(self, transaction: Transaction) -> None: ...
+    @property
+    def level(self) -> Level: ...
+    @property
+    def finished(self) -> bool: ...
+    @property
+    def buffered(self) -> int: ...
+    async def get(self, key: Key) -> Any: ...
+    async def read(self, key: Key) -> list[bytes]: ...
+    async def write(self, key: Key, value: Key) -> None: ...
+    async def put(self, key: Key, value: Key) -> None: ...
+    async def merge(self, key: Key, kind: str, value: Any) -> None: ...
+    async def commit(self) -> None: ...
+    async def abort(self) -> None: ...
+    async def __aenter__(self) -> AsyncTransaction: ...
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
 
 async def connect_async(
     addr: str = "127.0.0.1:7700",

@@ -7,16 +7,22 @@
 //! keep going meanwhile.
 //!
 //! Errors become Python exceptions, all subclasses of `latticekv.Error` (see [`to_py_err`]).
+//!
+//! [`session`] wraps sessions and transactions ([`client::Session`], [`client::Transaction`]).
+
+mod session;
 
 use std::future::Future;
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use client::{ClientError, ClientOptions};
-use lattice::{Blob, Bool, Max, Min, OrderedSet, Priority, Set, Value};
+use lattice::{Blob, Bool, Hlc, Lww, Map, Max, Min, OrderedSet, Priority, Set, Timestamp, Value};
 use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PySet, PyString, PyTuple};
+use pyo3::types::{
+    PyBool, PyByteArray, PyBytes, PyDict, PyFrozenSet, PyInt, PyList, PySet, PyString, PyTuple,
+};
 use wire::pb::ErrorCode;
 
 pyo3::create_exception!(
@@ -75,6 +81,13 @@ pyo3::create_exception!(
 );
 pyo3::create_exception!(
     latticekv,
+    InvalidUseError,
+    Error,
+    "The call does not fit the session or transaction it was made on: a transaction on a \
+     level without transactions, an operation on a committed or aborted transaction."
+);
+pyo3::create_exception!(
+    latticekv,
     ServerError,
     Error,
     "Any other error the node answered with."
@@ -97,7 +110,7 @@ fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
 }
 
 /// Runs `fut` to completion on the shared runtime with the GIL released.
-fn block_on<T, F>(py: Python<'_>, fut: F) -> PyResult<T>
+pub(crate) fn block_on<T, F>(py: Python<'_>, fut: F) -> PyResult<T>
 where
     F: Future<Output = Result<T, ClientError>> + Send,
     T: Send,
@@ -107,7 +120,7 @@ where
 }
 
 /// Maps a client error onto the Python exception hierarchy.
-fn to_py_err(e: ClientError) -> PyErr {
+pub(crate) fn to_py_err(e: ClientError) -> PyErr {
     let msg = e.to_string();
     match &e {
         ClientError::Connect { .. } | ClientError::ConnectionLost { .. } => {
@@ -116,6 +129,10 @@ fn to_py_err(e: ClientError) -> PyErr {
         ClientError::Timeout => TimeoutError::new_err(msg),
         ClientError::Protocol(_) => ProtocolError::new_err(msg),
         ClientError::UnexpectedType { .. } => WrongTypeError::new_err(msg),
+        ClientError::InvalidUse(_) => InvalidUseError::new_err(msg),
+        // The versions a causal read depends on are not reachable now (in flight, or behind
+        // a partition): like an unavailable worker, retrying later may succeed.
+        ClientError::DependencyUnavailable { .. } => UnavailableError::new_err(msg),
         ClientError::Server { code, .. } => match code {
             ErrorCode::WrongType => WrongTypeError::new_err(msg),
             ErrorCode::Unavailable | ErrorCode::ShuttingDown | ErrorCode::TooManyConnections => {
@@ -136,7 +153,7 @@ fn to_py_err(e: ClientError) -> PyErr {
 }
 
 /// The bytes of a key, value or member given as `bytes`, `bytearray` or `str` (UTF-8).
-fn as_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
+pub(crate) fn as_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
     if let Ok(b) = obj.cast::<PyBytes>() {
         Ok(b.as_bytes().to_vec())
     } else if let Ok(s) = obj.cast::<PyString>() {
@@ -152,7 +169,7 @@ fn as_bytes(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
 }
 
 /// Python bytes of a blob.
-fn blob<'py>(py: Python<'py>, b: &Blob) -> Bound<'py, PyAny> {
+pub(crate) fn blob<'py>(py: Python<'py>, b: &Blob) -> Bound<'py, PyAny> {
     PyBytes::new(py, b).into_any()
 }
 
@@ -172,7 +189,7 @@ fn blob_set<'py, 'a>(
 /// LWW and priority registers → `bytes` / `(float, bytes)`, sets → `set[bytes]` (ordered
 /// sets → sorted `list[bytes]`), counters, max and min → `int`, bool → `bool`, maps →
 /// `dict[bytes, value]`, causal registers → `list[bytes]` of their concurrent values.
-fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
     Ok(match v {
         Value::Lww(l) => blob(py, &l.value),
         Value::Set(s) => blob_set(py, s.iter())?,
@@ -180,7 +197,7 @@ fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
         Value::OrderedSet(s) => PyList::new(py, s.iter().map(|m| PyBytes::new(py, m)))?.into_any(),
         Value::Max(m) => m.0.into_pyobject(py)?.into_any(),
         Value::Min(m) => m.0.into_pyobject(py)?.into_any(),
-        Value::Bool(b) => pyo3::types::PyBool::new(py, b.0).to_owned().into_any(),
+        Value::Bool(b) => PyBool::new(py, b.0).to_owned().into_any(),
         Value::Counter(c) => c.value().into_pyobject(py)?.into_any(),
         Value::Map(m) => {
             let dict = PyDict::new(py);
@@ -203,8 +220,42 @@ fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
     })
 }
 
-/// The lattice value `merge` writes: `kind` names the type, `value` its Python form.
-fn value_from_py(kind: &str, value: &Bound<'_, PyAny>) -> PyResult<Value> {
+/// Milliseconds since the Unix epoch (0 if the system clock is before it).
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The clock that timestamps LWW registers written through `merge` (kind "lww", and the
+/// LWW entries of maps): one per connected client, shared by its sessions, with a random
+/// writer id so two clients' timestamps never tie.
+#[derive(Clone)]
+pub(crate) struct Stamper(Arc<Mutex<Hlc>>);
+
+impl Stamper {
+    fn new() -> Self {
+        Stamper(Arc::new(Mutex::new(Hlc::new(fastrand::u64(1..)))))
+    }
+
+    /// The next timestamp.
+    fn tick(&self) -> Timestamp {
+        // A poisoned clock is still a valid clock: a panic cannot leave an Hlc half-updated.
+        let mut hlc = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        hlc.tick(now_ms())
+    }
+}
+
+/// The kinds `merge` accepts.
+const MERGE_KINDS: &str = "lww, max, min, bool, set, ordered-set, priority or map";
+
+/// The lattice value `merge` writes: `kind` names the type, `value` its Python form. LWW
+/// registers (kind "lww", map entries) are stamped by `stamper`.
+pub(crate) fn value_from_py(
+    kind: &str,
+    value: &Bound<'_, PyAny>,
+    stamper: &Stamper,
+) -> PyResult<Value> {
     let blobs = |what: &str| -> PyResult<Vec<Blob>> {
         if value.cast::<PyBytes>().is_ok() || value.cast::<PyString>().is_ok() {
             return Err(PyTypeError::new_err(format!(
@@ -217,6 +268,10 @@ fn value_from_py(kind: &str, value: &Bound<'_, PyAny>) -> PyResult<Value> {
             .collect()
     };
     Ok(match kind {
+        "lww" => Value::Lww(Lww::new(
+            stamper.tick(),
+            as_bytes(value, "value")?.into_boxed_slice(),
+        )),
         "max" => Value::Max(Max(value.extract()?)),
         "min" => Value::Min(Min(value.extract()?)),
         "bool" => Value::Bool(Bool(value.extract()?)),
@@ -233,13 +288,60 @@ fn value_from_py(kind: &str, value: &Bound<'_, PyAny>) -> PyResult<Value> {
                 as_bytes(&v, "value")?.into_boxed_slice(),
             ))
         }
+        "map" => {
+            let dict = value
+                .cast::<PyDict>()
+                .map_err(|_| PyTypeError::new_err("a map is given as a dict of field -> value"))?;
+            let mut map = Map::new();
+            for (field, v) in dict.iter() {
+                let field = as_bytes(&field, "a map field")?.into_boxed_slice();
+                map.insert_merge(field, map_entry_from_py(&v, stamper)?);
+            }
+            Value::Map(map)
+        }
         other => {
             return Err(PyValueError::new_err(format!(
-                "merge writes max, min, bool, set, ordered-set or priority, not {other:?} \
-                 (put writes lww, incr counters, sadd/srem orset)"
+                "merge writes {MERGE_KINDS}, not {other:?} (incr writes counters, sadd/srem \
+                 add-wins sets)"
             )))
         }
     })
+}
+
+/// The lattice value of one map entry: `(kind, value)` as for `merge`, or by its Python
+/// type: bytes/bytearray/str → lww, bool → bool, int → max, dict → map, set/frozenset → set.
+fn map_entry_from_py(v: &Bound<'_, PyAny>, stamper: &Stamper) -> PyResult<Value> {
+    let kind = if let Ok(t) = v.cast::<PyTuple>() {
+        if t.len() == 2 {
+            if let Ok(kind) = t.get_item(0)?.cast::<PyString>() {
+                return value_from_py(&kind.to_cow()?, &t.get_item(1)?, stamper);
+            }
+        }
+        None
+    } else if v.cast::<PyBytes>().is_ok()
+        || v.cast::<PyByteArray>().is_ok()
+        || v.cast::<PyString>().is_ok()
+    {
+        Some("lww")
+    } else if v.cast::<PyBool>().is_ok() {
+        Some("bool")
+    } else if v.cast::<PyInt>().is_ok() {
+        Some("max")
+    } else if v.cast::<PyDict>().is_ok() {
+        Some("map")
+    } else if v.cast::<PySet>().is_ok() || v.cast::<PyFrozenSet>().is_ok() {
+        Some("set")
+    } else {
+        None
+    };
+    match kind {
+        Some(kind) => value_from_py(kind, v, stamper),
+        None => Err(PyTypeError::new_err(format!(
+            "a map value is bytes/str (lww), bool, int (max), dict (map), set, or a \
+             (kind, value) tuple with kind one of {MERGE_KINDS}; not {}",
+            v.get_type().name()?
+        ))),
+    }
 }
 
 /// The key and the (non-empty) members of a set command named `command`.
@@ -271,6 +373,7 @@ fn members_of(members: &Bound<'_, PyTuple>) -> PyResult<Vec<Vec<u8>>> {
 struct Client {
     inner: client::Client,
     addr: String,
+    stamper: Stamper,
 }
 
 #[pymethods]
@@ -320,9 +423,11 @@ impl Client {
     }
 
     /// Merges a value of another lattice type into `key`, creating it: `kind` is "max" or
-    /// "min" (value: int), "bool" (bool), "set" or "ordered-set" (iterable of bytes/str) or
-    /// "priority" ((float, bytes|str): lowest priority wins). Merging into a key of
-    /// another type raises WrongTypeError.
+    /// "min" (value: int), "bool" (bool), "set" or "ordered-set" (iterable of bytes/str),
+    /// "priority" ((float, bytes|str): lowest priority wins), "lww" (bytes|str, stamped by
+    /// this client's clock) or "map" (dict of field -> value, merged field by field; a value
+    /// is a (kind, value) tuple, or bytes/str → lww, bool → bool, int → max, dict → map,
+    /// set → set). Merging into a key of another type raises WrongTypeError.
     fn merge(
         &self,
         py: Python<'_>,
@@ -331,9 +436,21 @@ impl Client {
         value: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let key = as_bytes(key, "key")?;
-        let value = value_from_py(kind, value)?;
+        let value = value_from_py(kind, value, &self.stamper)?;
         let c = &self.inner;
         block_on(py, async move { c.put(&key, value).await })
+    }
+
+    /// A new session at consistency `level` (see docs/python.md): "eventual",
+    /// "read-your-writes", "monotonic-reads", "monotonic-writes", "writes-follow-reads",
+    /// "pram", "causal", "multi-key-causal", "read-uncommitted", "read-committed" or
+    /// "item-cut" (case-insensitive, "_" for "-"; short names ryw, mr, mw, wfr, ru, rc).
+    ///
+    /// `max_keys` bounds the keys whose versions the session tracks (default 100,000).
+    /// Raises ValueError for an unknown level.
+    #[pyo3(signature = (level = "eventual", max_keys = None))]
+    fn session(&self, level: &str, max_keys: Option<usize>) -> PyResult<session::Session> {
+        session::Session::new(&self.inner, level, max_keys, self.stamper.clone())
     }
 
     /// Deletes a key of any type; True if it existed.
@@ -478,6 +595,7 @@ fn connect(
     Ok(Client {
         inner,
         addr: addr.to_string(),
+        stamper: Stamper::new(),
     })
 }
 
@@ -486,6 +604,8 @@ fn connect(
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<Client>()?;
+    m.add_class::<session::Session>()?;
+    m.add_class::<session::Transaction>()?;
     m.add_function(wrap_pyfunction!(connect, m)?)?;
     m.add("Error", py.get_type::<Error>())?;
     m.add("ConnectionError", py.get_type::<ConnectionError>())?;
@@ -499,6 +619,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "InvalidArgumentError",
         py.get_type::<InvalidArgumentError>(),
     )?;
+    m.add("InvalidUseError", py.get_type::<InvalidUseError>())?;
     m.add("ServerError", py.get_type::<ServerError>())?;
     Ok(())
 }
