@@ -130,9 +130,6 @@ pub(crate) fn to_py_err(e: ClientError) -> PyErr {
         ClientError::Protocol(_) => ProtocolError::new_err(msg),
         ClientError::UnexpectedType { .. } => WrongTypeError::new_err(msg),
         ClientError::InvalidUse(_) => InvalidUseError::new_err(msg),
-        // The versions a causal read depends on are not reachable now (in flight, or behind
-        // a partition): like an unavailable worker, retrying later may succeed.
-        ClientError::DependencyUnavailable { .. } => UnavailableError::new_err(msg),
         ClientError::Server { code, .. } => match code {
             ErrorCode::WrongType => WrongTypeError::new_err(msg),
             ErrorCode::Unavailable | ErrorCode::ShuttingDown | ErrorCode::TooManyConnections => {
