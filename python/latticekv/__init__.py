@@ -16,12 +16,21 @@ Sessions and transactions at a consistency level::
         t.write("a", b"1")
         t.write("b", b"2")          # both visible at commit, together
 
+Subscriptions: new values of keys, pushed by their replicas::
+
+    with c.subscribe(["config", "leader"], period=0.2) as sub:
+        for key, value in sub:      # first the current values, then each change
+            print(key, value)       # value None: absent or deleted
+
 Asyncio use::
 
     c = await latticekv.connect_async("127.0.0.1:7700")
     await c.put("k", b"v")
     s = c.session("causal")
     await s.write("k", b"w")
+    async with await c.subscribe(["k"]) as sub:
+        async for key, value in sub:
+            ...
 
 The blocking client is compiled Rust (the project's own client, on a shared tokio
 runtime); every call releases the GIL while it waits. The asyncio client runs the blocking
@@ -32,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from types import TracebackType
-from typing import Any, Callable, Optional, Type, TypeVar
+from typing import Any, Callable, Iterable, Optional, Tuple, Type, TypeVar, Union
 
 from ._native import (
     Client,
@@ -45,6 +54,7 @@ from ._native import (
     ServerError,
     Session,
     StorageError,
+    Subscription,
     TimeoutError,
     Transaction,
     UnavailableError,
@@ -55,6 +65,7 @@ from ._native import (
 __all__ = [
     "AsyncClient",
     "AsyncSession",
+    "AsyncSubscription",
     "AsyncTransaction",
     "Client",
     "ConnectionError",
@@ -66,6 +77,7 @@ __all__ = [
     "ServerError",
     "Session",
     "StorageError",
+    "Subscription",
     "TimeoutError",
     "Transaction",
     "UnavailableError",
@@ -75,6 +87,12 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+_Keys = Union[bytes, bytearray, str, Iterable[Union[bytes, bytearray, str]]]
+
+# How long one executor call of AsyncSubscription.next waits at most (seconds): a
+# cancelled `await sub.next()` leaves its executor thread busy this long at most.
+_ASYNC_SLICE = 0.1
 
 
 async def _run(fn: Callable[..., T], *args: Any) -> T:
@@ -152,6 +170,14 @@ class AsyncClient:
     async def status(self) -> dict[str, Any]:
         """The node's statistics; see :meth:`Client.status`."""
         return await _run(self.client.status)
+
+    async def subscribe(self, keys: _Keys, period: float = 0.1) -> AsyncSubscription:
+        """Subscribes to keys; see :meth:`Client.subscribe`.
+
+        ``async for key, value in sub`` yields the notifications; ``async with`` closes
+        the subscription at the end of the block.
+        """
+        return AsyncSubscription(await _run(self.client.subscribe, keys, period))
 
     def __repr__(self) -> str:
         return f"latticekv.AsyncClient({self.client.address!r})"
@@ -275,6 +301,99 @@ class AsyncTransaction:
 
     def __repr__(self) -> str:
         return f"latticekv.AsyncTransaction(level={self.transaction.level!r})"
+
+
+class AsyncSubscription:
+    """The asyncio face of :class:`Subscription`.
+
+    ``async for key, value in sub`` waits for each notification without blocking the
+    event loop; ``await sub.next(timeout)`` returns one or None on timeout; ``async with``
+    closes the subscription at the end of the block.
+
+    Waiting runs in the event loop's default executor, in slices of at most 0.1 s. A
+    cancelled ``next()`` (e.g. under :func:`asyncio.wait_for`) loses nothing: a
+    notification that arrives in the slice it left running is returned by the next call.
+    """
+
+    def __init__(self, subscription: Subscription) -> None:
+        self.subscription = subscription
+        # The executor call of a cancelled next(), still running or done but not taken.
+        self._pending: Optional[asyncio.Future[Optional[Tuple[bytes, Any]]]] = None
+        # Created on first use, inside the running loop (Python 3.9 binds it at creation).
+        self._lock: Optional[asyncio.Lock] = None
+
+    @property
+    def keys(self) -> set[bytes]:
+        """The keys still subscribed (empty once closed)."""
+        return self.subscription.keys
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self.subscription.closed
+
+    async def next(self, timeout: Optional[float] = None) -> Optional[Tuple[bytes, Any]]:
+        """The next ``(key, value)``; see :meth:`Subscription.next`.
+
+        None on timeout, and at once when the subscription is closed or has no key left.
+        Concurrent calls each get a different notification.
+        """
+        if timeout is not None and not timeout >= 0:
+            raise ValueError(f"timeout must be a number of seconds >= 0, not {timeout}")
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            while True:
+                if self._pending is None:
+                    remaining = _ASYNC_SLICE if deadline is None else deadline - loop.time()
+                    wait = max(0.0, min(_ASYNC_SLICE, remaining))
+                    self._pending = loop.run_in_executor(None, self.subscription.next, wait)
+                # Shielded: if this call is cancelled, the executor call runs on and its
+                # result stays in _pending for the next call.
+                item = await asyncio.shield(self._pending)
+                self._pending = None
+                if item is not None:
+                    return item
+                if self.subscription.closed or not self.subscription.keys:
+                    return None
+                if deadline is not None and loop.time() >= deadline:
+                    return None
+
+    async def unsubscribe(self, keys: _Keys) -> None:
+        """Ends the subscription of some keys; see :meth:`Subscription.unsubscribe`."""
+        await _run(self.subscription.unsubscribe, keys)
+
+    def close(self) -> None:
+        """Ends the subscription and closes its connections (not a coroutine: it does not
+        wait on the node)."""
+        self.subscription.close()
+
+    def __aiter__(self) -> AsyncSubscription:
+        return self
+
+    async def __anext__(self) -> Tuple[bytes, Any]:
+        item = await self.next()
+        if item is None:
+            raise StopAsyncIteration
+        return item
+
+    async def __aenter__(self) -> AsyncSubscription:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool:
+        """Closes the subscription (never swallows the block's exception)."""
+        self.close()
+        return False
+
+    def __repr__(self) -> str:
+        return "latticekv.Async" + repr(self.subscription)[len("latticekv.") :]
 
 
 async def connect_async(

@@ -1,10 +1,16 @@
-"""Type stubs of the latticekv package (the compiled Client, Session and Transaction, and
-the asyncio wrappers)."""
+"""Type stubs of the latticekv package (the compiled Client, Session, Transaction and
+Subscription, and the asyncio wrappers)."""
 from types import TracebackType
-from typing import Any, Literal, Optional, Type, Union
+from typing import Any, Iterable, Iterator, Literal, Optional, Tuple, Type, Union
 
 Key = Union[bytes, bytearray, str]
 """Keys, values and set members: bytes, bytearray or str (encoded as UTF-8)."""
+
+Keys = Union[Key, Iterable[Key]]
+"""One key, or an iterable of keys (subscribe, unsubscribe)."""
+
+Notification = Tuple[bytes, Any]
+"""A subscription's (key, value): value as Client.get_value returns it, None if absent."""
 
 class Error(Exception):
     """Base class of every latticekv error."""
@@ -90,6 +96,39 @@ class Client:
         "read-committed", "item-cut" (case-insensitive, "_" for "-"; short names ryw, mr,
         mw, wfr, ru, rc). max_keys bounds the keys the session tracks (default 100,000).
         """
+    def subscribe(self, keys: Keys, period: float = 0.1) -> Subscription:
+        """Subscribes to keys: each key's current value first, then its new values, at most
+        one per key every period seconds (clamped by the node to [0.01, 60]).
+
+        ValueError for no key or a period <= 0; InvalidArgumentError for a key the node
+        refuses.
+        """
+
+class Subscription:
+    """A stream of (key, value) notifications; iterable, and a context manager (closes on
+    exit). Waiting releases the GIL and is interrupted by Ctrl-C."""
+
+    @property
+    def keys(self) -> set[bytes]:
+        """The keys still subscribed (empty once closed)."""
+    @property
+    def closed(self) -> bool:
+        """True once close() was called."""
+    def next(self, timeout: Optional[float] = None) -> Optional[Notification]:
+        """The next (key, value); None on timeout, or at once when closed or no key is left."""
+    def unsubscribe(self, keys: Keys) -> None:
+        """Ends the subscription of keys (others stay); keys not subscribed are ignored."""
+    def close(self) -> None:
+        """Ends the subscription and closes its connections; closing twice does nothing."""
+    def __iter__(self) -> Iterator[Notification]: ...
+    def __next__(self) -> Notification: ...
+    def __enter__(self) -> Subscription: ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> bool: ...
 
 Level = Literal[
     "eventual",
@@ -201,6 +240,31 @@ class AsyncClient:
     async def status(self) -> dict[str, Any]: ...
     def session(self, level: str = "eventual", max_keys: Optional[int] = None) -> AsyncSession:
         """A new session (not a coroutine: nothing is sent)."""
+    async def subscribe(self, keys: Keys, period: float = 0.1) -> AsyncSubscription:
+        """Subscribes to keys (see Client.subscribe)."""
+
+class AsyncSubscription:
+    """The asyncio face of Subscription: ``async for``, ``async with``, awaitable next."""
+
+    subscription: Subscription
+    def __init__(self, subscription: Subscription) -> None: ...
+    @property
+    def keys(self) -> set[bytes]: ...
+    @property
+    def closed(self) -> bool: ...
+    async def next(self, timeout: Optional[float] = None) -> Optional[Notification]: ...
+    async def unsubscribe(self, keys: Keys) -> None: ...
+    def close(self) -> None:
+        """Ends the subscription (not a coroutine)."""
+    def __aiter__(self) -> AsyncSubscription: ...
+    async def __anext__(self) -> Notification: ...
+    async def __aenter__(self) -> AsyncSubscription: ...
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
 
 class AsyncSession:
     """The asyncio face of Session: the same methods, awaitable."""

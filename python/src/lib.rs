@@ -8,9 +8,11 @@
 //!
 //! Errors become Python exceptions, all subclasses of `latticekv.Error` (see [`to_py_err`]).
 //!
-//! [`session`] wraps sessions and transactions ([`client::Session`], [`client::Transaction`]).
+//! [`session`] wraps sessions and transactions ([`client::Session`], [`client::Transaction`]),
+//! [`subscribe`] subscriptions ([`client::Subscription`]).
 
 mod session;
+mod subscribe;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -94,7 +96,7 @@ pyo3::create_exception!(
 );
 
 /// The runtime every client shares, started on first use.
-fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
     static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
     RUNTIME
         .get_or_init(|| {
@@ -450,6 +452,23 @@ impl Client {
         session::Session::new(&self.inner, level, max_keys, self.stamper.clone())
     }
 
+    /// Subscribes to `keys` (one key, or an iterable of bytes/str keys): each key's current
+    /// value arrives first, then its new values, at most one per key every `period`
+    /// seconds (the node clamps it to [0.01, 60]). Returns a Subscription: iterate it for
+    /// `(key, value)` tuples, or call its next(timeout).
+    ///
+    /// Raises ValueError for no key or a period that is not positive, InvalidArgumentError
+    /// for a key the node refuses (too long, reserved).
+    #[pyo3(signature = (keys, period = 0.1))]
+    fn subscribe(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        period: f64,
+    ) -> PyResult<subscribe::Subscription> {
+        subscribe::Subscription::open(py, &self.inner, keys, period)
+    }
+
     /// Deletes a key of any type; True if it existed.
     fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let key = as_bytes(key, "key")?;
@@ -603,6 +622,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
     m.add_class::<session::Session>()?;
     m.add_class::<session::Transaction>()?;
+    m.add_class::<subscribe::Subscription>()?;
     m.add_function(wrap_pyfunction!(connect, m)?)?;
     m.add("Error", py.get_type::<Error>())?;
     m.add("ConnectionError", py.get_type::<ConnectionError>())?;
