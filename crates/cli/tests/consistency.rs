@@ -1,9 +1,11 @@
 //! Consistency levels against stale replicas, checked on recorded histories.
 //!
 //! Each test starts a 3-node cluster (replication 3, one worker per node) whose replicas are
-//! kept stale: replica gossip only every 400 ms, clients sending every request to a random
-//! replica (so a session switches replicas all the time), and one node whose clock runs
-//! 300 ms ahead (the timestamps it stamps beat later writes elsewhere). Concurrent sessions
+//! kept stale: replica gossip only every 400 ms, one node cut off from replication in one
+//! direction (it sends no gossip and starts no anti-entropy: its writes leave it only when
+//! the others' anti-entropy pulls them, every 2 s), clients sending every request to a
+//! random replica (so a session switches replicas all the time), and one node whose clock
+//! runs 300 ms ahead (the timestamps it stamps beat later writes elsewhere). Concurrent sessions
 //! run a randomized workload at one level while every operation is recorded (`checker`);
 //! the level's checker must find zero violations. The same workload then runs at a weaker
 //! level, and the checker must find at least one: every checker can fail.
@@ -50,9 +52,18 @@ impl Cluster {
         let first = NodeProc::server("n1", None, &skewed);
         let seed = first.native;
         let mut nodes = vec![first];
-        for i in 2..=3 {
-            nodes.push(NodeProc::server(&format!("n{i}"), Some(seed), FLAGS));
-        }
+        nodes.push(NodeProc::server("n2", Some(seed), FLAGS));
+        // n3 is cut off from replication in one direction: it never gossips and never
+        // starts anti-entropy, so its writes reach the others only when THEIR anti-entropy
+        // (every 2 s) pulls them, while it still gets theirs by gossip.
+        let cut_off: Vec<&str> = FLAGS
+            .iter()
+            .map(|f| match *f {
+                "400" | "2000" => "600000",
+                f => f,
+            })
+            .collect();
+        nodes.push(NodeProc::server("n3", Some(seed), &cut_off));
         for node in &nodes {
             assert!(
                 eventually(Duration::from_secs(20), || alive_members(node) == 3),
