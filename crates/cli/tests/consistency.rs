@@ -564,3 +564,61 @@ fn item_cut_isolation() {
         true,
     );
 }
+
+/// A session tracks at most `max_keys` keys: beyond it the least recently used are made
+/// stable — merged into every replica — and forgotten, so reads of them at any replica are
+/// still at least what the session wrote.
+#[test]
+fn bounded_session_state_makes_forgotten_keys_stable() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = Cluster::start();
+    rt().block_on(async {
+        let client = Client::connect(&cluster.front()).await.expect("connect");
+        let options = client::SessionOptions { max_keys: 20 };
+        let session = client.session_with(Level::ReadYourWrites, options);
+        let keys: Vec<String> = (0..100).map(|i| format!("bounded/k{i:03}")).collect();
+        for key in &keys {
+            session.write(key, key.as_bytes()).await.expect("write");
+        }
+        assert!(
+            session.tracked_keys() <= 20,
+            "tracks {} keys, bound 20",
+            session.tracked_keys()
+        );
+        // The first half was forgotten long ago: every worker, the cut-off one included,
+        // holds those keys already (asked with `Holds`, which never looks elsewhere, unlike
+        // a read that misses while the cluster's view settles).
+        let first: Vec<bytes::Bytes> = keys[..50]
+            .iter()
+            .map(|k| bytes::Bytes::from(k.clone()))
+            .collect();
+        for node in &cluster.nodes {
+            for worker in &node.workers {
+                let mut c = Native::connect(*worker);
+                let resp = c.call(ReqOp::Holds(pb::Holds {
+                    keys: first.clone(),
+                }));
+                let Some(R::Multi(m)) = resp.result else {
+                    panic!("{resp:?}")
+                };
+                let missing: Vec<&String> = m
+                    .results
+                    .iter()
+                    .zip(&keys)
+                    .filter(|(r, _)| {
+                        !matches!(r.result, Some(pb::key_result::Result::Ack(ref a)) if a.count == 1)
+                    })
+                    .map(|(_, k)| k)
+                    .collect();
+                assert!(missing.is_empty(), "{worker} lacks {missing:?}");
+            }
+        }
+        // And the session still reads its own writes of every key.
+        for key in &keys {
+            assert_eq!(
+                session.read(key).await.expect("read"),
+                vec![Box::from(key.as_bytes())]
+            );
+        }
+    });
+}
