@@ -107,6 +107,19 @@ pub struct Op {
     pub txn: Option<u64>,
     /// What the op did.
     pub event: Event,
+    /// When the op was invoked and when its response arrived, if the recorder knew.
+    pub span: Option<Span>,
+}
+
+/// When an operation was invoked and when its response arrived, in microseconds since a
+/// point the recorder chose (its start). The checkers judge session and causal order, not
+/// real time, so they only show spans in reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Span {
+    /// When the client issued the operation.
+    pub invoked_us: u64,
+    /// When the client got its response.
+    pub completed_us: u64,
 }
 
 impl Op {
@@ -270,6 +283,7 @@ impl Session {
     fn record(&self, event: Event) {
         self.recorder.record(Op {
             session: self.id,
+            span: None,
             txn: self.txn,
             event,
         });

@@ -15,6 +15,10 @@
 //! a key is the order of known timestamps; writes without one are compared only where a rule
 //! below says so.
 //!
+//! Each op may carry its [`Span`]: when it was invoked and when its response arrived. The
+//! guarantees here are about session order and reads-from, not real time, so spans only
+//! help read a history; they are never needed.
+//!
 //! Ops with the same transaction id of one session form a transaction, ended by `Commit` or
 //! `Abort`; one without an end is aborted. An op outside any transaction is a committed
 //! transaction of its own. Writes of aborted transactions are never visible: the session rules
@@ -90,8 +94,8 @@ mod tests;
 use std::fmt;
 
 pub use history::{
-    decode_value, encode_value, Event, FinalState, History, Observed, Op, Recorder, Session, Ts,
-    WriteId,
+    decode_value, encode_value, Event, FinalState, History, Observed, Op, Recorder, Session, Span,
+    Ts, WriteId,
 };
 pub use report::{Anomaly, Report, Violation, FINALS_SESSION};
 

@@ -14,6 +14,7 @@ fn w(s: u64, key: &str, id: u64, t: u64) -> Op {
     };
     Op {
         session: s,
+        span: None,
         txn: None,
         event,
     }
@@ -23,6 +24,7 @@ fn w(s: u64, key: &str, id: u64, t: u64) -> Op {
 fn wu(s: u64, key: &str, id: u64) -> Op {
     Op {
         session: s,
+        span: None,
         txn: None,
         event: Event::Write {
             key: key.into(),
@@ -40,6 +42,7 @@ fn r(s: u64, key: &str, observed: &[(u64, u64)]) -> Op {
         .collect();
     Op {
         session: s,
+        span: None,
         txn: None,
         event: Event::Read {
             key: key.into(),
@@ -56,6 +59,7 @@ fn rc(s: u64, key: &str, ids: &[u64]) -> Op {
         .collect();
     Op {
         session: s,
+        span: None,
         txn: None,
         event: Event::Read {
             key: key.into(),
@@ -75,6 +79,7 @@ fn t(txn: u64, op: Op) -> Op {
 fn commit(s: u64, txn: u64) -> Op {
     Op {
         session: s,
+        span: None,
         txn: Some(txn),
         event: Event::Commit,
     }
@@ -83,6 +88,7 @@ fn commit(s: u64, txn: u64) -> Op {
 fn abort(s: u64, txn: u64) -> Op {
     Op {
         session: s,
+        span: None,
         txn: Some(txn),
         event: Event::Abort,
     }
@@ -634,6 +640,7 @@ fn serial_history(seed: u64, len: usize, sessions: u64, keys: u64, lww: bool) ->
                 let observed = seen.map(|v| vec![stamp(*v)]).unwrap_or_default();
                 ops.push(Op {
                     session: s,
+                    span: None,
                     txn,
                     event: Event::Read { key, observed },
                 });
@@ -649,6 +656,7 @@ fn serial_history(seed: u64, len: usize, sessions: u64, keys: u64, lww: bool) ->
                 };
                 ops.push(Op {
                     session: s,
+                    span: None,
                     txn,
                     event,
                 });
@@ -665,6 +673,7 @@ fn serial_history(seed: u64, len: usize, sessions: u64, keys: u64, lww: bool) ->
                 0..=15 => {
                     ops.push(Op {
                         session: s,
+                        span: None,
                         txn,
                         event: Event::Commit,
                     });
@@ -672,6 +681,7 @@ fn serial_history(seed: u64, len: usize, sessions: u64, keys: u64, lww: bool) ->
                 }
                 16..=18 => ops.push(Op {
                     session: s,
+                    span: None,
                     txn,
                     event: Event::Abort,
                 }),

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use checker::{check, decode_value, encode_value, Event, Guarantee, History, Observed, Op};
+use checker::{check, decode_value, encode_value, Event, Guarantee, History, Observed, Op, Span};
 use client::{Client, ClientOptions, Level, Session, Value};
 use common::{eventually, Native, NodeProc};
 use wire::pb::{self, request::Op as ReqOp, response::Result as R};
@@ -224,26 +224,19 @@ async fn run(
         .await
         .expect("connect");
     let keys: Vec<String> = (0..KEYS).map(|i| format!("{tag}/k{i}")).collect();
-    let next_write = Arc::new(AtomicU64::new(1));
-    let next_txn = Arc::new(AtomicU64::new(1));
+    let ids = Arc::new(Ids {
+        write: AtomicU64::new(1),
+        txn: AtomicU64::new(1),
+        epoch: std::time::Instant::now(),
+    });
     let tasks = scripts.iter().enumerate().map(|(s, scripts)| {
         let session = client.session(level);
         let keys = keys.clone();
-        let next_write = next_write.clone();
-        let next_txn = next_txn.clone();
+        let ids = ids.clone();
         async move {
             let mut ops = Vec::new();
             for script in scripts {
-                run_script(
-                    &session,
-                    s as u64,
-                    script,
-                    &keys,
-                    &next_write,
-                    &next_txn,
-                    &mut ops,
-                )
-                .await;
+                run_script(&session, s as u64, script, &keys, &ids, &mut ops).await;
                 // A little spacing, so sessions interleave with gossip rounds.
                 if fastrand::u8(..4) == 0 {
                     tokio::time::sleep(Duration::from_millis(1)).await;
@@ -282,17 +275,26 @@ async fn run(
     }
 }
 
+/// Numbering shared by a run's sessions: write ids, transaction ids, and the start that
+/// op spans count from.
+struct Ids {
+    write: AtomicU64,
+    txn: AtomicU64,
+    epoch: std::time::Instant,
+}
+
 /// Runs one script for session `s`, appending its ops to `ops`.
 async fn run_script(
     session: &Session,
     s: u64,
     script: &Script,
     keys: &[String],
-    next_write: &AtomicU64,
-    next_txn: &AtomicU64,
+    ids: &Ids,
     ops: &mut Vec<Op>,
 ) {
+    let (next_write, next_txn, epoch) = (&ids.write, &ids.txn, ids.epoch);
     let level = session.level();
+    let micros = || epoch.elapsed().as_micros() as u64;
     // At the non-transactional levels a "transaction" script is still recorded as one
     // transaction (the checker judges what the level failed to make atomic).
     let txn = script
@@ -306,6 +308,7 @@ async fn run_script(
     for step in &script.steps {
         match *step {
             Step::Read(k) => {
+                let invoked_us = micros();
                 let v = match handle.as_mut() {
                     Some(t) => t.get(&keys[k]).await,
                     None => session.get(&keys[k]).await,
@@ -313,6 +316,10 @@ async fn run_script(
                 .unwrap_or_else(|e| panic!("read at {level}: {e}"));
                 ops.push(Op {
                     session: s,
+                    span: Some(Span {
+                        invoked_us,
+                        completed_us: micros(),
+                    }),
                     txn,
                     event: Event::Read {
                         key: keys[k].as_bytes().to_vec(),
@@ -323,6 +330,7 @@ async fn run_script(
             Step::Write(k) => {
                 let id = checker::WriteId(next_write.fetch_add(1, Ordering::Relaxed));
                 let bytes = encode_value(id);
+                let invoked_us = micros();
                 match handle.as_mut() {
                     Some(t) => t.write(&keys[k], &bytes).await,
                     None => session.write(&keys[k], &bytes).await,
@@ -330,6 +338,10 @@ async fn run_script(
                 .unwrap_or_else(|e| panic!("write at {level}: {e}"));
                 ops.push(Op {
                     session: s,
+                    span: Some(Span {
+                        invoked_us,
+                        completed_us: micros(),
+                    }),
                     txn,
                     event: Event::Write {
                         key: keys[k].as_bytes().to_vec(),
@@ -340,6 +352,7 @@ async fn run_script(
             }
         }
     }
+    let invoked_us = micros();
     if let Some(t) = handle.take() {
         if script.abort {
             t.abort();
@@ -352,6 +365,10 @@ async fn run_script(
     if txn.is_some() {
         ops.push(Op {
             session: s,
+            span: Some(Span {
+                invoked_us,
+                completed_us: micros(),
+            }),
             txn,
             event: if script.abort {
                 Event::Abort
