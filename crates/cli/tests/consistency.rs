@@ -639,3 +639,36 @@ fn bounded_session_state_makes_forgotten_keys_stable() {
         }
     });
 }
+
+/// A read-committed commit is one batch that any node can take: when the node the client
+/// connected to dies, the commit goes to another node's front port (retried until the
+/// cluster has declared the dead node dead) and every write of it is then readable.
+#[test]
+fn commit_survives_the_death_of_the_node_the_client_connected_to() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cluster = Cluster::start();
+    rt().block_on(async {
+        let options = ClientOptions {
+            timeout: Duration::from_secs(30),
+            ..ClientOptions::default()
+        };
+        let client = Client::connect_with(&cluster.front(), options)
+            .await
+            .expect("connect");
+        let session = client.session(Level::ReadCommitted);
+        cluster.nodes[0].stop_with(libc::SIGKILL);
+        let mut txn = session.begin().expect("begin");
+        for i in 0..5 {
+            txn.write(format!("survivor/k{i}"), format!("v{i}"))
+                .await
+                .expect("buffered write");
+        }
+        txn.commit().await.expect("commit through another node");
+        for i in 0..5 {
+            assert_eq!(
+                session.read(format!("survivor/k{i}")).await.expect("read"),
+                vec![Box::from(format!("v{i}").as_bytes())]
+            );
+        }
+    });
+}

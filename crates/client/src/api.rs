@@ -423,7 +423,8 @@ impl Client {
     /// Merges several values with ONE request to the node's front port, which runs each
     /// write at (or forwards it to) the key's replica and answers once every write was
     /// merged there: a transaction's commit batch (see docs/consistency.md). The whole
-    /// batch is retried on connection trouble (merges are idempotent) until the timeout.
+    /// batch is retried on connection trouble (merges are idempotent) until the timeout,
+    /// at the other nodes' front ports in turn when the first one does not answer.
     pub async fn put_batch(&self, items: &[(Blob, Value)]) -> Result<(), ClientError> {
         if items.is_empty() {
             return Ok(());
@@ -437,10 +438,24 @@ impl Client {
                 })
                 .collect(),
         });
-        let front = self.inner.front.clone();
         let deadline = tokio::time::Instant::now() + self.inner.options.timeout;
         let mut backoff = Duration::from_millis(10);
+        let mut attempt = 0;
         loop {
+            // The node the client connected to first, then the others' front ports in turn:
+            // any node takes the batch and forwards each write to its replicas.
+            let front = {
+                let mut targets = vec![self.inner.front.clone()];
+                targets.extend(
+                    self.layout()
+                        .fronts
+                        .iter()
+                        .filter(|f| **f != self.inner.front)
+                        .cloned(),
+                );
+                targets[attempt % targets.len()].clone()
+            };
+            attempt += 1;
             let failure = match self.call_at(&front, op.clone()).await {
                 Ok(result) => multi(result, items.len())?
                     .into_iter()

@@ -17,6 +17,10 @@ pub struct Layout {
     default: ReplicationVector,
     /// Explicit vectors.
     replication: HashMap<Vec<u8>, ReplicationVector>,
+    /// Front addresses of the storage nodes in the rings (alive or suspect), in member order:
+    /// where a request that any node can take (a commit batch) goes when the node the client
+    /// connected to is unreachable.
+    pub fronts: Vec<String>,
 }
 
 fn vector(global: u32, local: u32, disk_global: u32, disk_local: u32) -> ReplicationVector {
@@ -60,6 +64,11 @@ impl Layout {
                 vnodes: m.vnodes.max(1),
             })
             .collect();
+        let fronts: Vec<String> = nodes
+            .iter()
+            .filter(|n| !n.front.is_empty())
+            .map(|n| n.front.clone())
+            .collect();
         if nodes.is_empty() && !t.workers.is_empty() {
             nodes.push(NodeInfo {
                 id: t.node_id.clone(),
@@ -92,6 +101,7 @@ impl Layout {
                     (r.key.to_vec(), v)
                 })
                 .collect(),
+            fronts,
         }
     }
 
