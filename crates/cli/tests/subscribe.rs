@@ -544,3 +544,77 @@ async fn all_reach(sub: &mut client::Subscription, n: usize, value: &str) {
         latest.insert(note.key.to_vec(), lww(&note.value));
     }
 }
+
+/// Keys that move to a node joining the cluster keep being pushed: the old replica says
+/// `moved`, the client subscribes them again at the new node, and later writes arrive.
+#[test]
+fn subscriptions_follow_keys_to_a_joining_node() {
+    let _serial = serial();
+    let flags = [
+        "--workers",
+        "1",
+        "--replication",
+        "1",
+        "--failure-timeout-ms",
+        "5000",
+        "--cluster-gossip-ms",
+        "100",
+    ];
+    let n1 = NodeProc::server("n1", None, &flags);
+    rt().block_on(async {
+        let c = Client::connect(&n1.native.to_string()).await.unwrap();
+        let keys: Vec<String> = (0..32).map(|i| format!("join{i}")).collect();
+        for k in &keys {
+            c.assign(k, "before").await.unwrap();
+        }
+        let mut sub = c.subscribe(&keys, Duration::from_millis(20)).await.unwrap();
+        all_reach(&mut sub, keys.len(), "before").await;
+
+        let n2 = NodeProc::server("n2", Some(n1.native), &flags);
+        // Wait until the client's view has n2 and some keys live there.
+        let mut moved = 0;
+        for _ in 0..200 {
+            c.refresh_topology().await.unwrap();
+            let layout = c.layout();
+            moved = keys
+                .iter()
+                .filter(|k| {
+                    layout.addr_for(k.as_bytes()) == Some(n2.workers[0].to_string().as_str())
+                })
+                .count();
+            if moved > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(moved > 0, "no key moved to the joining node");
+        // Writes go to the keys' current owners; every key's new value is pushed, those on
+        // n2 from n2.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut latest: HashMap<Vec<u8>, Option<String>> = HashMap::new();
+        let mut round = 0;
+        while latest
+            .values()
+            .filter(|v| v.as_deref() == Some("after"))
+            .count()
+            < keys.len()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "not every key was pushed after the join: {latest:?}"
+            );
+            // Write again now and then: a write may land while the key is still being
+            // handed off, and the hand-off then carries it.
+            if round % 25 == 0 {
+                for k in &keys {
+                    c.assign(k, "after").await.unwrap();
+                }
+            }
+            round += 1;
+            if let Some(note) = next(&mut sub, Duration::from_millis(20)).await {
+                latest.insert(note.key.to_vec(), lww(&note.value));
+            }
+        }
+        drop(n2);
+    });
+}
