@@ -26,6 +26,22 @@ pub struct GetArgs {
     key: String,
 }
 
+/// `latticekv watch KEY… [--period-ms N] [--count N]`
+#[derive(Args, Debug)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The keys.
+    #[arg(required = true)]
+    keys: Vec<String>,
+    /// At most one notification per key per this many milliseconds.
+    #[arg(long, default_value_t = 100)]
+    period_ms: u64,
+    /// Exit after this many notifications (0: never).
+    #[arg(long, default_value_t = 0)]
+    count: u64,
+}
+
 /// `latticekv put KEY VALUE… [--type T]`
 #[derive(Args, Debug)]
 pub struct PutArgs {
@@ -145,6 +161,34 @@ pub async fn get(args: GetArgs) -> Result<i32> {
             Ok(1)
         }
     }
+}
+
+/// `watch`: subscribes to the keys and prints `KEY = VALUE` for the current value of each,
+/// then for every new version (`KEY = (absent)` when it does not exist), at most once per
+/// key per period.
+pub async fn watch(args: WatchArgs) -> Result<i32> {
+    let c = connect(&args.target).await?;
+    let period = std::time::Duration::from_millis(args.period_ms);
+    let mut sub = c
+        .subscribe(&args.keys, period)
+        .await
+        .context("subscribing")?;
+    let mut seen = 0u64;
+    while let Some(n) = sub.next().await {
+        let mut out = std::io::stdout().lock();
+        out.write_all(&n.key)?;
+        write!(out, " = ")?;
+        match &n.value {
+            Some(v) => print_value(&mut out, v)?,
+            None => writeln!(out, "(absent)")?,
+        }
+        out.flush()?;
+        seen += 1;
+        if args.count > 0 && seen >= args.count {
+            break;
+        }
+    }
+    Ok(0)
 }
 
 fn parse_int(s: &str) -> Result<i64> {

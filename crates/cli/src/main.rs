@@ -40,6 +40,8 @@ enum Command {
     Put(commands::PutArgs),
     /// Delete keys.
     Del(commands::DelArgs),
+    /// Print keys' values, then every new version of them as it arrives (a subscription).
+    Watch(commands::WatchArgs),
     /// Set how many workers of the node hold a key (its local replication).
     Replicate(commands::ReplicateArgs),
     /// Show the cluster's members and ring ownership, and each node's workers and keys.
@@ -61,6 +63,7 @@ fn main() {
         Command::Get(args) => commands::block_on(commands::get(args)),
         Command::Put(args) => commands::block_on(commands::put(args)),
         Command::Del(args) => commands::block_on(commands::del(args)),
+        Command::Watch(args) => commands::block_on(commands::watch(args)),
         Command::Replicate(args) => commands::block_on(commands::replicate(args)),
         Command::Status(args) => commands::block_on(commands::status(args)),
         Command::Bench(args) => commands::block_on(async move {

@@ -175,3 +175,39 @@ fn a_port_in_use_is_reported() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
 }
+
+/// `watch` prints the current value, then each new version, and stops after `--count`.
+#[test]
+fn watch_prints_the_value_then_new_versions() {
+    use std::io::{BufRead, BufReader};
+    let node = NodeProc::start(&["--workers", "2"]);
+    node.cli_ok(&["put", "watched", "v1"]);
+    let mut child = std::process::Command::new(common::bin())
+        .args([
+            "watch",
+            "watched",
+            "never-written",
+            "--period-ms",
+            "20",
+            "--count",
+            "3",
+        ])
+        .env("LATTICEKV_ADDR", node.native.to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // If a push never comes, end the watcher so the reads below fail instead of hanging.
+    let pid = child.id() as i32;
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(20));
+        // SAFETY: kill(2) on a child of this test (a no-op error if it already exited).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    });
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut first: Vec<String> = (0..2).map(|_| lines.next().unwrap().unwrap()).collect();
+    first.sort();
+    assert_eq!(first, ["never-written = (absent)", "watched = v1"]);
+    node.cli_ok(&["put", "watched", "v2"]);
+    assert_eq!(lines.next().unwrap().unwrap(), "watched = v2");
+    assert!(child.wait().unwrap().success());
+}
