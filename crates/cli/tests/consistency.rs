@@ -672,3 +672,53 @@ fn commit_survives_the_death_of_the_node_the_client_connected_to() {
         }
     });
 }
+
+/// While keys cannot be made stable (a replica is down and not yet declared dead), a
+/// session over its bound refuses operations at twice the bound instead of growing, and
+/// goes on once the cluster has dropped the dead replica.
+#[test]
+fn a_session_that_cannot_shed_keys_stops_growing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cluster = Cluster::start();
+    rt().block_on(async {
+        let client = Client::connect(&cluster.front()).await.expect("connect");
+        let session = client.session_with(
+            Level::ReadYourWrites,
+            client::SessionOptions { max_keys: 5 },
+        );
+        cluster.nodes[1].stop_with(libc::SIGKILL);
+        let mut full = None;
+        for i in 0..100 {
+            match session.write(format!("full/k{i}"), "v").await {
+                Ok(()) => {}
+                Err(e @ client::ClientError::SessionFull { .. }) => {
+                    full = Some(e);
+                    break;
+                }
+                Err(e) => panic!("write {i}: {e}"),
+            }
+        }
+        assert!(full.is_some(), "the session never refused to grow");
+        assert!(
+            session.tracked_keys() <= 10,
+            "{} keys",
+            session.tracked_keys()
+        );
+        // Once n2 is declared dead (5 s), every replica left takes PutAll again.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match session.write("full/after", "v").await {
+                Ok(()) => break,
+                Err(client::ClientError::SessionFull { .. }) => {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "still full after 30 s"
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(session.tracked_keys() <= 10);
+    });
+}

@@ -707,7 +707,9 @@ fn multi(r: RespResult, expected: usize) -> Result<Vec<KeyOutcome>, ClientError>
 }
 
 /// Runs futures concurrently on the current task and collects their outputs in order.
-async fn join_all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+pub(crate) async fn join_all<F: std::future::Future>(
+    futures: impl IntoIterator<Item = F>,
+) -> Vec<F::Output> {
     let futures: Vec<_> = futures.into_iter().map(Box::pin).collect();
     let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
     let mut futures: Vec<_> = futures.into_iter().map(Some).collect();

@@ -49,6 +49,15 @@ pub enum ClientError {
     /// level without transactions, an operation on a finished transaction).
     #[error("invalid use: {0}")]
     InvalidUse(String),
+    /// A session tracks twice its bound of keys because the ones beyond the bound could not
+    /// be made stable (replicas unreachable); it accepts operations again once they can.
+    #[error("session full: {tracked} keys tracked, bound {max}; replicas unreachable")]
+    SessionFull {
+        /// Keys tracked.
+        tracked: usize,
+        /// The session's bound (`SessionOptions::max_keys`).
+        max: usize,
+    },
 }
 
 impl ClientError {

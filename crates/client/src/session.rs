@@ -22,16 +22,16 @@
 //! recently used keys are made stable — their value written to every replica (`PutAll`),
 //! after which any replica serves them at least as new — and forgotten.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lattice::{
     Blob, CausalVersion, CausalWriter, Hlc, Lattice, Lww, MultiKeyCausal, SingleKeyCausal,
     Timestamp, Value, VectorClock,
 };
 
-use crate::api::Client;
+use crate::api::{join_all, Client};
 use crate::error::ClientError;
 
 /// The consistency level of a [`Session`] (see `docs/consistency.md` for each level's exact
@@ -184,15 +184,15 @@ impl Default for SessionOptions {
 /// Bits of an LWW timestamp's writer id that number the writes of one transaction.
 const COMMAND_BITS: u32 = 16;
 
+/// How long a session waits after failing to make keys stable before trying again.
+const EVICTION_RETRY: Duration = Duration::from_secs(1);
+
 /// What the session remembers of one key.
 #[derive(Default)]
 struct Tracked {
     /// The merge of the versions reads must not go below (own writes and/or earlier
     /// reads, per level).
     floor: Option<Value>,
-    /// Multi-key causal: the session read a version of this key since its last write, and
-    /// has not yet made it stable (merged into every replica).
-    unstable: bool,
     /// When the key was last used (the session's operation counter), for eviction.
     used: u64,
 }
@@ -201,7 +201,13 @@ struct State {
     hlc: Hlc,
     writer: CausalWriter,
     keys: HashMap<Blob, Tracked>,
+    /// Multi-key causal: the keys the session read since its last write, whose versions it
+    /// has not yet made stable (merged into every replica). A subset of `keys`.
+    unstable: HashSet<Blob>,
     ops: u64,
+    /// After a failed attempt to make keys stable (a replica unreachable), the next
+    /// attempt waits until then instead of trying on every operation.
+    next_eviction: Option<Instant>,
 }
 
 /// One client's session at one consistency [`Level`]. Cheap to clone: clones share the
@@ -284,7 +290,9 @@ impl Client {
                 hlc: Hlc::new(actor << COMMAND_BITS),
                 writer: CausalWriter::new(actor),
                 keys: HashMap::new(),
+                unstable: HashSet::new(),
                 ops: 0,
+                next_eviction: None,
             })),
         }
     }
@@ -338,6 +346,7 @@ impl Session {
     /// version the store holds is committed.)
     pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>, ClientError> {
         let key = key.as_ref();
+        self.ensure_capacity().await?;
         let value = self.client.get(key).await?;
         if self.level.observes_reads() {
             self.observe(value.as_ref());
@@ -353,7 +362,9 @@ impl Session {
             if floors_reads {
                 if let Some(v) = &value {
                     merge_into(&mut tracked.floor, v);
-                    tracked.unstable = self.level == Level::MultiKeyCausal;
+                    if self.level == Level::MultiKeyCausal {
+                        state.unstable.insert(Box::from(key));
+                    }
                 }
             }
             value
@@ -380,6 +391,7 @@ impl Session {
         if self.level.is_transactional() {
             return self.autocommit(key, value).await;
         }
+        self.ensure_capacity().await?;
         if self.level == Level::MultiKeyCausal {
             self.causal_put(key, &value).await?;
         } else {
@@ -405,48 +417,26 @@ impl Session {
                 return self.client.assign(key, &bytes).await;
             }
             Level::Causal => {
-                // Read the key first (Anna's read-modify-write): the new version then
-                // overwrites what the replica holds, so blind writes do not pile up
-                // siblings; only writes racing between the read and the write stay
-                // concurrent.
-                let current = self.client.get(key).await?;
-                let mut state = self.lock();
-                if let Some(v) = &current {
-                    let tracked = state.keys.entry(Box::from(key)).or_default();
-                    merge_into(&mut tracked.floor, v);
-                }
-                let read = state
-                    .keys
-                    .get(key)
-                    .and_then(|t| t.floor.as_ref())
-                    .and_then(causal_clock)
-                    .unwrap_or_default();
-                let clock = state.writer.next_clock(&read);
+                let seen = self.read_before_write(key).await?;
+                let read = seen.as_ref().and_then(causal_clock).unwrap_or_default();
+                let clock = self.lock().writer.next_clock(&read);
                 Value::SingleKeyCausal(SingleKeyCausal::new(clock, bytes))
             }
             Level::MultiKeyCausal => {
-                // Versions of the key in the session's causal past that it never read
-                // itself (it read other keys written after them) are stable, so any replica
-                // has them: read the key first, so the new version's clock dominates them.
-                let current = self.client.get(key).await?;
+                let seen = self.read_before_write(key).await?;
                 let mut state = self.lock();
-                if let Some(v) = &current {
-                    let tracked = state.keys.entry(Box::from(key)).or_default();
-                    merge_into(&mut tracked.floor, v);
-                }
                 // The new version overwrites what the session has seen of the key and
                 // inherits its dependencies (HydroCache's I2); it depends on the versions
                 // read since the session's last write (its nearest dependencies: everything
                 // before those is stable already, see `causal_put`).
-                let (read, mut deps) = match state.keys.get(key).and_then(|t| t.floor.as_ref()) {
+                let (read, mut deps) = match &seen {
                     Some(Value::MultiKeyCausal(c)) => (c.clock(), c.deps()),
                     _ => (VectorClock::new(), BTreeMap::new()),
                 };
-                for (k, t) in &state.keys {
-                    if t.unstable && &**k != key {
-                        if let Some(clock) = t.floor.as_ref().and_then(causal_clock) {
-                            deps.entry(k.clone()).or_default().merge_from(&clock);
-                        }
+                for k in &state.unstable {
+                    let floor = state.keys.get(k).and_then(|t| t.floor.as_ref());
+                    if let Some(clock) = floor.and_then(causal_clock) {
+                        deps.entry(k.clone()).or_default().merge_from(&clock);
                     }
                 }
                 deps.remove(key);
@@ -462,6 +452,22 @@ impl Session {
         self.put(key, value).await
     }
 
+    /// Causal writes read the key first (Anna's read-modify-write) and merge it into what
+    /// the session has seen of it, which the new version then overwrites. So blind writes
+    /// do not pile up siblings (only writes racing between the read and the write stay
+    /// concurrent), and under multi-key causality the versions of the key in the session's
+    /// causal past that it never read itself — stable, so on every replica — are
+    /// overwritten too. Returns the merge of what the session has seen of the key.
+    async fn read_before_write(&self, key: &[u8]) -> Result<Option<Value>, ClientError> {
+        let current = self.client.get(key).await?;
+        let mut state = self.lock();
+        let tracked = state.keys.entry(Box::from(key)).or_default();
+        if let Some(v) = &current {
+            merge_into(&mut tracked.floor, v);
+        }
+        Ok(tracked.floor.clone())
+    }
+
     /// Records a write the server acknowledged in the session's state.
     fn remember_write(&self, key: &[u8], value: &Value) {
         if !self.level.floors_writes() {
@@ -473,7 +479,7 @@ impl Session {
         let tracked = state.keys.entry(Box::from(key)).or_default();
         tracked.used = ops;
         merge_into(&mut tracked.floor, value);
-        tracked.unstable = false;
+        state.unstable.remove(key);
     }
 
     /// Multi-key causal write: first makes the session's causal past stable — every
@@ -488,10 +494,13 @@ impl Session {
         let unstable: Vec<(Blob, Value)> = {
             let state = self.lock();
             state
-                .keys
+                .unstable
                 .iter()
-                .filter(|(k, t)| t.unstable && &***k != key)
-                .filter_map(|(k, t)| t.floor.clone().map(|v| (k.clone(), v)))
+                .filter(|k| &***k != key)
+                .filter_map(|k| {
+                    let floor = state.keys.get(k).and_then(|t| t.floor.clone());
+                    floor.map(|v| (k.clone(), v))
+                })
                 .collect()
         };
         let stabilized = join_all(
@@ -506,9 +515,7 @@ impl Session {
         {
             let mut state = self.lock();
             for (k, _) in &unstable {
-                if let Some(t) = state.keys.get_mut(k) {
-                    t.unstable = false;
-                }
+                state.unstable.remove(k);
             }
         }
         self.client.put_all(key, value.clone()).await
@@ -532,7 +539,9 @@ impl Session {
     async fn bound(&self) {
         let victims: Vec<(Blob, Option<Value>)> = {
             let state = self.lock();
-            if state.keys.len() <= self.options.max_keys {
+            if state.keys.len() <= self.options.max_keys
+                || state.next_eviction.is_some_and(|t| Instant::now() < t)
+            {
                 return;
             }
             let excess = state.keys.len() - self.options.max_keys;
@@ -547,17 +556,40 @@ impl Session {
                 .collect()
         };
         for (key, floor) in victims {
-            let Ok(all) = self.client.get_all(&key).await else {
-                continue;
+            let stable = match self.client.get_all(&key).await {
+                Ok(all) => match merged(all, floor.as_ref()) {
+                    Some(v) => self.client.put_all(&key, v).await.is_ok(),
+                    None => true,
+                },
+                Err(_) => false,
             };
-            let value = merged(all, floor.as_ref());
-            if let Some(v) = &value {
-                if self.client.put_all(&key, v.clone()).await.is_err() {
-                    continue;
-                }
+            let mut state = self.lock();
+            if !stable {
+                // A replica is unreachable: the other keys would fail the same way.
+                state.next_eviction = Some(Instant::now() + EVICTION_RETRY);
+                return;
             }
-            self.lock().keys.remove(&key);
+            state.keys.remove(&key);
+            state.unstable.remove(&key);
+            state.next_eviction = None;
         }
+    }
+
+    /// Fails with `SessionFull` while the session tracks twice its bound of keys (they
+    /// could not be made stable: replicas unreachable), instead of growing without limit;
+    /// tries to make room first.
+    async fn ensure_capacity(&self) -> Result<(), ClientError> {
+        let full = |s: &Session| s.lock().keys.len() >= s.options.max_keys.saturating_mul(2);
+        if full(self) {
+            self.bound().await;
+            if full(self) {
+                return Err(ClientError::SessionFull {
+                    tracked: self.tracked_keys(),
+                    max: self.options.max_keys,
+                });
+            }
+        }
+        Ok(())
     }
 
     // ---- transactions ------------------------------------------------------------------
@@ -665,12 +697,13 @@ impl Transaction {
                 self.session.client.put(key, restamp(value, ts)).await
             }
             None => {
-                let slot = self.writes.entry(Box::from(key)).or_insert(value.clone());
-                match (&value, &mut *slot) {
+                match self.writes.get_mut(key) {
                     // A later LWW write replaces the earlier one (they get one stamp).
-                    (Value::Lww(_), _) => *slot = value,
-                    (_, slot) => {
+                    Some(slot) if !matches!(value, Value::Lww(_)) => {
                         slot.merge(value);
+                    }
+                    _ => {
+                        self.writes.insert(Box::from(key), value);
                     }
                 }
                 Ok(())
@@ -724,33 +757,6 @@ fn restamp(value: Value, ts: Timestamp) -> Value {
         Value::Lww(l) => Value::Lww(Lww::new(ts, l.value)),
         v => v,
     }
-}
-
-/// Runs futures concurrently on the current task and collects their outputs in order.
-async fn join_all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let mut futures: Vec<_> = futures.into_iter().map(|f| Some(Box::pin(f))).collect();
-    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (slot, out) in futures.iter_mut().zip(outputs.iter_mut()) {
-            if let Some(f) = slot {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => {
-                        *out = Some(v);
-                        *slot = None;
-                    }
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    outputs.into_iter().flatten().collect()
 }
 
 #[cfg(test)]
