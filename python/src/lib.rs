@@ -132,6 +132,8 @@ pub(crate) fn to_py_err(e: ClientError) -> PyErr {
         ClientError::Protocol(_) => ProtocolError::new_err(msg),
         ClientError::UnexpectedType { .. } => WrongTypeError::new_err(msg),
         ClientError::InvalidUse(_) => InvalidUseError::new_err(msg),
+        // Replicas unreachable: retrying later may succeed.
+        ClientError::SessionFull { .. } => UnavailableError::new_err(msg),
         ClientError::Server { code, .. } => match code {
             ErrorCode::WrongType => WrongTypeError::new_err(msg),
             ErrorCode::Unavailable | ErrorCode::ShuttingDown | ErrorCode::TooManyConnections => {
