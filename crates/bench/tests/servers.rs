@@ -6,13 +6,14 @@
 //! else under `$CARGO_TARGET_DIR` or the workspace's `target/debug`. A missing binary or a
 //! missing `redis-server` fails the tests: they are never skipped.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bench::{BenchArgs, LoadKeys, Protocol, Report, Workload, WriteType};
+use testkit::NodeProc;
 
 fn latticekv_bin() -> PathBuf {
     let mut tried = Vec::new();
@@ -47,62 +48,15 @@ fn latticekv_bin() -> PathBuf {
     );
 }
 
-/// A running `latticekv local` on ephemeral ports.
-struct Node {
-    child: Child,
-    native: SocketAddr,
-    resp: SocketAddr,
-}
-
-impl Node {
-    fn start(workers: usize) -> Node {
-        let mut child = Command::new(latticekv_bin())
-            .args(["local", "--listen", "127.0.0.1:0", "--resp", "127.0.0.1:0"])
-            .args(["--workers", &workers.to_string()])
-            // Compared with a Redis without persistence: the memory tier alone.
-            .args(["--disk-nodes", "0"])
-            .env("LATTICEKV_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn latticekv");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let (mut native, mut resp) = (None, None);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            let Some(Ok(line)) = lines.next() else { break };
-            let mut parts = line.split_whitespace();
-            match parts.next() {
-                Some("native") => native = parts.next().and_then(|a| a.parse().ok()),
-                Some("resp") => resp = parts.next().and_then(|a| a.parse().ok()),
-                Some("press") => break,
-                _ => {}
-            }
-        }
-        // Keep draining stdout so the node never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        let mut node = Node {
-            child,
-            native: "0.0.0.0:0".parse().unwrap(),
-            resp: "0.0.0.0:0".parse().unwrap(),
-        };
-        match (native, resp) {
-            (Some(n), Some(r)) => {
-                node.native = n;
-                node.resp = r;
-                node
-            }
-            _ => panic!("latticekv did not print its native and resp addresses"),
-        }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Starts `latticekv local` on ephemeral ports with `workers` workers, the memory tier
+/// alone (compared with a Redis without persistence).
+fn start_node(workers: usize) -> NodeProc {
+    let workers = workers.to_string();
+    NodeProc::spawn_bin(
+        latticekv_bin(),
+        &["local", "--listen", "127.0.0.1:0", "--resp", "127.0.0.1:0"],
+        &["--workers", &workers, "--disk-nodes", "0"],
+    )
 }
 
 /// A throw-away `redis-server` without persistence.
@@ -197,7 +151,7 @@ fn run(args: BenchArgs) -> Report {
 
 #[test]
 fn resp_against_latticekv() {
-    let node = Node::start(1);
+    let node = start_node(1);
     let report = run(args(Protocol::Resp, node.resp));
     let load = report.load.expect("load phase");
     assert_eq!(load.keys, 2000);
@@ -227,7 +181,7 @@ fn resp_against_latticekv() {
 
 #[test]
 fn native_against_latticekv() {
-    let node = Node::start(1);
+    let node = start_node(1);
     let report = run(args(Protocol::Native, node.native));
     assert!(report.load.is_some());
     let reply = resp_call(node.resp, &[b"GET", b"key:000000000000"]);
@@ -257,7 +211,7 @@ fn native_against_latticekv() {
 
 #[test]
 fn native_routes_to_every_worker() {
-    let node = Node::start(3);
+    let node = start_node(3);
     let mut a = args(Protocol::Native, node.native);
     a.threads = 2;
     a.workload = Workload::Update;

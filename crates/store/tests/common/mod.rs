@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use store::wal::{Lsn, Recovery, Replayed, Wal, WalOptions};
+#[allow(unused_imports)]
+pub use testkit::Tmpfs;
 
 /// Log records as (LSN, payload).
 pub type Records = Vec<(Lsn, Vec<u8>)>;
@@ -82,53 +84,4 @@ pub fn record_spans(lens: &[usize]) -> Vec<(u64, u64)> {
             (start, off)
         })
         .collect()
-}
-
-/// A tmpfs of `size` mounted on a fresh directory for a full-disk test, unmounted when
-/// dropped. Mounting needs root, as on the CI machine: the test fails (it does not skip)
-/// without it.
-pub struct Tmpfs {
-    /// The mount point.
-    pub path: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    /// Mounts a tmpfs of `size` (as `mount -o size=` takes it: `16m`).
-    pub fn mount(size: &str) -> Tmpfs {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let out = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .output()
-            .expect("run mount");
-        assert!(
-            out.status.success(),
-            "cannot mount a tmpfs for the full-disk test (run the tests as root): {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-        Tmpfs {
-            path: dir.path().to_path_buf(),
-            _dir: dir,
-        }
-    }
-
-    /// Remounts it with `mode` (`ro`, `rw`).
-    pub fn remount(&self, mode: &str) {
-        let status = std::process::Command::new("mount")
-            .args(["-o", &format!("remount,{mode}")])
-            .arg(&self.path)
-            .status()
-            .expect("run mount");
-        assert!(status.success(), "remount {mode}");
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.path)
-            .status();
-    }
 }
