@@ -3,10 +3,17 @@
 //! # Layout
 //! A node opens one [`DiskDb`] in its data directory (one fjall database: one journal, one
 //! set of background flush and compaction threads) and every worker opens its own
-//! [`DiskStore`] on it — a fjall *keyspace* named `w<worker>`, so workers never share a
+//! [`DiskStore`] on it — a fjall *keyspace* named `b<worker>`, so workers never share a
 //! tree and the shard-per-core design holds on disk too. Values are records encoded as the
 //! protobuf `Record` message of the wire protocol (the same bytes gossip carries), so a
 //! stored value can be read by any tool that reads the `.proto` file.
+//!
+//! Keys are stored behind one byte: their partition ([`crate::partition_of`], the top byte
+//! of the placement hash, which is also the anti-entropy bucket). A pass over the store
+//! walks it a partition at a time and resumes after any key ([`DiskStore::iter_partition`]),
+//! and a question about a few buckets reads only those. Stores written by earlier versions
+//! (keyspaces `w<worker>`, keys without the byte) are rewritten into this layout when first
+//! opened.
 //!
 //! # Writes and durability
 //! A write is a read-modify-write: the key's record is read, merged with the incoming one
@@ -41,7 +48,15 @@ use prost::Message;
 use wire::convert::{record_from_pb, record_to_pb};
 use wire::pb;
 
-use crate::memory::{is_live, MergeOutcome, RecordRef};
+use crate::memory::{is_live, partition_of, MergeOutcome, RecordRef};
+
+/// The stored form of `key`: its partition byte, then the key.
+fn stored_key(key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 1);
+    k.push(partition_of(key) as u8);
+    k.extend_from_slice(key);
+    k
+}
 
 /// Why a disk operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -171,10 +186,34 @@ impl DiskDb {
         })
     }
 
-    /// Opens worker `worker`'s store, counting its keys.
+    /// Opens worker `worker`'s store, counting its keys (and first rewriting a store of the
+    /// earlier layout into this one).
     pub fn shard(&self, worker: u32) -> Result<DiskStore, StoreError> {
-        let name = format!("w{worker}");
+        let name = format!("b{worker}");
         let ks = self.db.keyspace(&name, KeyspaceCreateOptions::default)?;
+        let old = format!("w{worker}");
+        if self.db.keyspace_exists(&old) {
+            let old = self.db.keyspace(&old, KeyspaceCreateOptions::default)?;
+            let mut moved = 0u64;
+            let mut batch = self.db.batch();
+            for guard in old.iter() {
+                let (key, value) = guard.into_inner()?;
+                batch.insert(&ks, stored_key(&key), value);
+                moved += 1;
+                if moved.is_multiple_of(10_000) {
+                    batch.commit()?;
+                    batch = self.db.batch();
+                }
+            }
+            batch.commit()?;
+            self.db.persist(PersistMode::SyncAll)?;
+            self.db.delete_keyspace(old)?;
+            tracing::info!(
+                worker,
+                keys = moved,
+                "disk store rewritten into the partitioned layout"
+            );
+        }
         let mut store = DiskStore {
             ks,
             live: 0,
@@ -214,7 +253,10 @@ impl DiskDb {
             .db
             .list_keyspace_names()
             .iter()
-            .filter_map(|name| name.strip_prefix('w')?.parse::<u32>().ok())
+            .filter_map(|name| {
+                let name = name.strip_prefix('b').or_else(|| name.strip_prefix('w'))?;
+                name.parse::<u32>().ok()
+            })
             .filter(|&w| w >= workers)
             .collect();
         out.sort_unstable();
@@ -269,6 +311,14 @@ fn encode(record: &Record) -> Vec<u8> {
     record_to_pb(record).encode_to_vec()
 }
 
+/// A stored entry as (key, record), without its partition byte.
+fn unstored(guard: fjall::Guard) -> Result<(Box<[u8]>, Record), StoreError> {
+    let (key, value) = guard.into_inner()?;
+    let key = key.get(1..).unwrap_or_default();
+    let record = decode(key, &value)?;
+    Ok((Box::from(key), record))
+}
+
 fn decode(key: &[u8], bytes: &[u8]) -> Result<Record, StoreError> {
     let corrupt = |reason: String| StoreError::Corrupt {
         key: String::from_utf8_lossy(key).into_owned(),
@@ -281,7 +331,7 @@ fn decode(key: &[u8], bytes: &[u8]) -> Result<Record, StoreError> {
 impl DiskStore {
     /// The record of `key`, owned.
     pub fn get_owned(&self, key: &[u8]) -> Result<Option<Record>, StoreError> {
-        match self.ks.get(key)? {
+        match self.ks.get(stored_key(key))? {
             Some(bytes) => decode(key, &bytes).map(Some),
             None => Ok(None),
         }
@@ -296,7 +346,7 @@ impl DiskStore {
 
     /// True if `key` has a record (tombstones included).
     pub fn contains(&self, key: &[u8]) -> Result<bool, StoreError> {
-        Ok(self.ks.contains_key(key)?)
+        Ok(self.ks.contains_key(stored_key(key))?)
     }
 
     /// Merges `record` into the record of `key` (inserting it if absent) and writes the
@@ -314,7 +364,7 @@ impl DiskStore {
         };
         let now_live = is_live(&merged);
         if changed {
-            self.ks.insert(key, encode(&merged))?;
+            self.ks.insert(stored_key(key), encode(&merged))?;
             if !was_present {
                 self.len += 1;
             }
@@ -340,7 +390,7 @@ impl DiskStore {
         let was_live = is_live(&record);
         let result = f(&mut record);
         let now_live = is_live(&record);
-        self.ks.insert(key, encode(&record))?;
+        self.ks.insert(stored_key(key), encode(&record))?;
         self.adjust_live(was_live, now_live);
         Ok(Some((
             result,
@@ -365,7 +415,7 @@ impl DiskStore {
         let Some(record) = self.get_owned(key)? else {
             return Ok(None);
         };
-        self.ks.remove(key)?;
+        self.ks.remove(stored_key(key))?;
         self.len = self.len.saturating_sub(1);
         self.adjust_live(is_live(&record), false);
         Ok(Some(record))
@@ -382,7 +432,7 @@ impl DiskStore {
             }
         }
         for key in &doomed {
-            self.ks.remove(&key[..])?;
+            self.ks.remove(stored_key(key))?;
         }
         self.len = self.len.saturating_sub(doomed.len());
         Ok(doomed.len())
@@ -408,13 +458,51 @@ impl DiskStore {
         self.ks.disk_space()
     }
 
-    /// Every key and record, in key order, from a consistent snapshot.
+    /// Removes `key` if it holds exactly a tombstone at `epoch` (a reclaimed delete);
+    /// returns true if it did.
+    pub fn remove_tombstone(
+        &mut self,
+        key: &[u8],
+        epoch: lattice::Timestamp,
+    ) -> Result<bool, StoreError> {
+        match self.get_owned(key)? {
+            Some(r) if r.value.is_none() && r.epoch == epoch => {
+                self.remove(key)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// The keys and records of partition `partition` after `after` (from its first key if
+    /// `None`), in key order: a cursor for passes over the store that proceed a slice at a
+    /// time.
+    pub fn iter_partition(
+        &self,
+        partition: usize,
+        after: Option<&[u8]>,
+    ) -> impl Iterator<Item = Result<(Box<[u8]>, Record), StoreError>> + '_ {
+        use std::ops::Bound;
+        let p = partition.min(255) as u8;
+        let start = match after {
+            Some(k) => {
+                let mut s = vec![p];
+                s.extend_from_slice(k);
+                Bound::Excluded(s)
+            }
+            None => Bound::Included(vec![p]),
+        };
+        let end = match p.checked_add(1) {
+            Some(next) => Bound::Excluded(vec![next]),
+            None => Bound::Unbounded,
+        };
+        self.ks.range::<Vec<u8>, _>((start, end)).map(unstored)
+    }
+
+    /// Every key and record, partition by partition and in key order within one, from a
+    /// consistent snapshot.
     pub fn iter(&self) -> impl Iterator<Item = Result<(Box<[u8]>, Record), StoreError>> + '_ {
-        self.ks.iter().map(|guard| {
-            let (key, value) = guard.into_inner()?;
-            let record = decode(&key, &value)?;
-            Ok((Box::from(&key[..]), record))
-        })
+        self.ks.iter().map(unstored)
     }
 }
 
@@ -439,6 +527,67 @@ mod tests {
             Some(Value::Lww(l)) => String::from_utf8(l.value.to_vec()).unwrap(),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn partitions_resume_after_a_key_and_tombstones_are_removed_by_epoch() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = DiskDb::open(dir.path(), &DiskOptions::default()).unwrap();
+        let mut s = db.shard(0).unwrap();
+        let keys: Vec<String> = (0..600).map(|i| format!("k{i}")).collect();
+        for k in &keys {
+            s.merge(k.as_bytes(), lww(1, k)).unwrap();
+        }
+        s.merge(b"e", Record::tombstone(ts(2))).unwrap();
+        let mut seen = Vec::new();
+        for p in 0..crate::PARTITIONS {
+            let all: Vec<Box<[u8]>> = s.iter_partition(p, None).map(|r| r.unwrap().0).collect();
+            assert!(all.iter().all(|k| partition_of(k) == p));
+            assert!(
+                all.windows(2).all(|w| w[0] < w[1]),
+                "key order within a partition"
+            );
+            if all.len() >= 2 {
+                let rest: Vec<Box<[u8]>> = s
+                    .iter_partition(p, Some(&all[0]))
+                    .map(|r| r.unwrap().0)
+                    .collect();
+                assert_eq!(rest, all[1..].to_vec(), "resumes after a key");
+            }
+            seen.extend(all);
+        }
+        assert_eq!(seen.len(), 601);
+        assert_eq!(s.iter().count(), 601);
+        assert!(!s.remove_tombstone(b"e", ts(1)).unwrap());
+        assert!(!s.remove_tombstone(b"a", ts(1)).unwrap());
+        assert!(s.remove_tombstone(b"e", ts(2)).unwrap());
+        assert_eq!(s.len(), 600);
+    }
+
+    /// A store written by the earlier layout (keyspace `w0`, keys without their partition
+    /// byte) is rewritten when opened, and reads the same.
+    #[test]
+    fn stores_of_the_earlier_layout_are_rewritten() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = DiskDb::open(dir.path(), &DiskOptions::default()).unwrap();
+            let old = db
+                .db
+                .keyspace("w0", KeyspaceCreateOptions::default)
+                .unwrap();
+            for i in 0..100 {
+                let k = format!("k{i}");
+                old.insert(k.as_bytes(), encode(&lww(1, &k))).unwrap();
+            }
+            db.persist(true).unwrap();
+        }
+        let db = DiskDb::open(dir.path(), &DiskOptions::default()).unwrap();
+        let s = db.shard(0).unwrap();
+        assert_eq!((s.len(), s.live_keys()), (100, 100));
+        assert_eq!(s.get_owned(b"k7").unwrap(), Some(lww(1, "k7")));
+        assert!(!db.db.keyspace_exists("w0"), "the old keyspace is gone");
+        assert_eq!(db.orphan_shards(0), vec![0]);
+        assert!(db.orphan_shards(1).is_empty());
     }
 
     #[test]

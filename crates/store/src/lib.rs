@@ -23,4 +23,4 @@ pub mod wal;
 
 pub use disk::{DiskDb, DiskOptions, DiskStore, StoreError};
 pub use lattice::Record;
-pub use memory::{is_live, MemStore, MergeOutcome, RecordRef};
+pub use memory::{is_live, partition_of, MemStore, MergeOutcome, RecordRef, PARTITIONS};

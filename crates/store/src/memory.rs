@@ -10,6 +10,16 @@
 //! second table. A key is in at most one of the two tables, and moves between them when its
 //! record changes form. Both tables are probed with one hash of the key.
 //!
+//! The store is split into [`PARTITIONS`] partitions, each with its own pair of tables: a
+//! key's partition is the top byte of its placement hash ([`placement::key_hash`]), which is
+//! also its anti-entropy bucket, the same on every node. Passes over the whole store — view
+//! changes, anti-entropy digests, snapshots, tombstone sweeps — proceed one partition at a
+//! time ([`MemStore::iter_partition`]) and never hold the worker for long, and a peer's
+//! question about a range of buckets touches only those partitions. Within a partition the
+//! tables hash keys with a seeded hasher ([`MemStore::with_seed`]): random in a node (so
+//! keys chosen by clients cannot be made to collide), the run's seed in the simulation (so
+//! iteration order is reproducible there).
+//!
 //! # Sizes
 //! Packed entries are sized exactly (O(1)). Full entries keep an estimate so a write never
 //! walks a whole collection: a merge or in-place update adds the size of what it brought in
@@ -18,7 +28,8 @@
 
 use std::hash::BuildHasher;
 
-use hashbrown::{DefaultHashBuilder, HashTable};
+use foldhash::fast::FixedState;
+use hashbrown::HashTable;
 use lattice::{Lattice, LatticeType, Lww, Record, Timestamp, Value};
 
 /// Fixed per-entry cost counted on top of key and value bytes for full entries: the table
@@ -28,6 +39,9 @@ pub const ENTRY_OVERHEAD: usize = 64;
 /// Per-entry cost of a packed entry beyond its block: the 16-byte table slot at about half
 /// load, control bytes and the allocator's header.
 pub const PACKED_OVERHEAD: usize = 40;
+
+/// Number of partitions of a store (see the module docs).
+pub const PARTITIONS: usize = 256;
 
 /// Below this size a full entry is always recounted exactly (cheap for small collections).
 const EXACT_BELOW: usize = 4096;
@@ -231,15 +245,21 @@ impl FullEntry {
 
 // ---- the store -------------------------------------------------------------------------------
 
-/// One shard's keys in RAM.
+/// One partition: a pair of tables.
 #[derive(Default)]
-pub struct MemStore {
+struct Part {
     /// Live LWW registers, packed.
     packed: HashTable<Box<[u8]>>,
-    /// Every other record, tombstones included (until collected).
+    /// Every other record, tombstones included (until removed).
     full: HashTable<FullEntry>,
-    /// Hashes keys for both tables.
-    hasher: DefaultHashBuilder,
+}
+
+/// One shard's keys in RAM.
+pub struct MemStore {
+    /// The partitions, [`PARTITIONS`] of them.
+    parts: Box<[Part]>,
+    /// Hashes keys for every table (and picks their partition).
+    hasher: FixedState,
     /// Sum of the entries' sizes (exact for packed, estimates for full entries).
     bytes: usize,
     /// Number of keys holding a live value.
@@ -249,18 +269,39 @@ pub struct MemStore {
 impl std::fmt::Debug for MemStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemStore")
-            .field("packed", &self.packed.len())
-            .field("full", &self.full.len())
+            .field("entries", &self.len())
             .field("bytes", &self.bytes)
             .field("live", &self.live)
             .finish()
     }
 }
 
+impl Default for MemStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The partition of a key: the top byte of its placement hash (its anti-entropy bucket).
+#[inline]
+pub fn partition_of(key: &[u8]) -> usize {
+    (placement::key_hash(key) >> 56) as usize
+}
+
 impl MemStore {
-    /// An empty store.
+    /// An empty store with a random hash seed.
     pub fn new() -> Self {
-        Self::default()
+        Self::with_seed(random_seed())
+    }
+
+    /// An empty store whose hasher is seeded with `seed` (same seed, same iteration order).
+    pub fn with_seed(seed: u64) -> Self {
+        MemStore {
+            parts: (0..PARTITIONS).map(|_| Part::default()).collect(),
+            hasher: FixedState::with_seed(seed),
+            bytes: 0,
+            live: 0,
+        }
     }
 
     #[inline]
@@ -272,14 +313,15 @@ impl MemStore {
     #[inline]
     pub fn get(&self, key: &[u8]) -> Option<RecordRef<'_>> {
         let hash = self.hash(key);
-        if let Some(block) = self.packed.find(hash, |b| packed_key(b) == key) {
+        let part = &self.parts[partition_of(key)];
+        if let Some(block) = part.packed.find(hash, |b| packed_key(b) == key) {
             let p = unpack(block);
             return Some(RecordRef::Lww {
                 ts: p.ts,
                 value: p.value,
             });
         }
-        self.full
+        part.full
             .find(hash, |e| &*e.key == key)
             .map(|e| RecordRef::Full(&e.record))
     }
@@ -293,10 +335,11 @@ impl MemStore {
     /// Estimated bytes used by `key` (0 if absent).
     pub fn size_of(&self, key: &[u8]) -> usize {
         let hash = self.hash(key);
-        if let Some(block) = self.packed.find(hash, |b| packed_key(b) == key) {
+        let part = &self.parts[partition_of(key)];
+        if let Some(block) = part.packed.find(hash, |b| packed_key(b) == key) {
             return packed_size(block);
         }
-        self.full
+        part.full
             .find(hash, |e| &*e.key == key)
             .map_or(0, |e| e.size)
     }
@@ -304,8 +347,9 @@ impl MemStore {
     /// Merges `record` into the record of `key` (inserting it if absent).
     pub fn merge(&mut self, key: &[u8], record: Record) -> MergeOutcome {
         let hash = self.hash(key);
+        let part = &mut self.parts[partition_of(key)];
         // Fast path: an LWW write onto a packed LWW register.
-        if let Ok(mut entry) = self.packed.find_entry(hash, |b| packed_key(b) == key) {
+        if let Ok(mut entry) = part.packed.find_entry(hash, |b| packed_key(b) == key) {
             if let Some((ts, value)) = packable(key, &record) {
                 let block = entry.get_mut();
                 let current = unpack(block);
@@ -337,7 +381,7 @@ impl MemStore {
                 is_live: now_live,
             };
         }
-        if let Ok(mut entry) = self.full.find_entry(hash, |e| &*e.key == key) {
+        if let Ok(mut entry) = part.full.find_entry(hash, |e| &*e.key == key) {
             let e = entry.get_mut();
             let was_live = is_live(&e.record);
             let grown = if cheap_to_size(&record) {
@@ -379,15 +423,16 @@ impl MemStore {
     /// Inserts a record for a key in neither table, packed if it can be.
     fn insert_new(&mut self, hash: u64, key: &[u8], record: Record) {
         let hasher = &self.hasher;
+        let part = &mut self.parts[partition_of(key)];
         if let Some((ts, value)) = packable(key, &record) {
             let block = pack(key, ts, value);
             self.bytes += packed_size(&block);
-            self.packed
+            part.packed
                 .insert_unique(hash, block, |b| hasher.hash_one(packed_key(b)));
         } else {
             let entry = FullEntry::new(key, record);
             self.bytes += entry.size;
-            self.full
+            part.full
                 .insert_unique(hash, entry, |e| hasher.hash_one(&*e.key));
         }
     }
@@ -403,7 +448,9 @@ impl MemStore {
         f: impl FnOnce(&mut Record) -> R,
     ) -> Option<(R, MergeOutcome)> {
         let hash = self.hash(key);
-        let entry = self.full.find_mut(hash, |e| &*e.key == key)?;
+        let entry = self.parts[partition_of(key)]
+            .full
+            .find_mut(hash, |e| &*e.key == key)?;
         let was_live = is_live(&entry.record);
         let result = f(&mut entry.record);
         let now_live = is_live(&entry.record);
@@ -433,7 +480,8 @@ impl MemStore {
     /// replicates). Returns the record it held.
     pub fn remove(&mut self, key: &[u8]) -> Option<Record> {
         let hash = self.hash(key);
-        if let Ok(entry) = self.packed.find_entry(hash, |b| packed_key(b) == key) {
+        let part = &mut self.parts[partition_of(key)];
+        if let Ok(entry) = part.packed.find_entry(hash, |b| packed_key(b) == key) {
             let (block, _) = entry.remove();
             self.bytes = self.bytes.saturating_sub(packed_size(&block));
             self.adjust_live(true, false);
@@ -443,7 +491,7 @@ impl MemStore {
                 Some(Value::Lww(Lww::new(p.ts, Box::from(p.value)))),
             ));
         }
-        let entry = self.full.find_entry(hash, |e| &*e.key == key).ok()?;
+        let entry = part.full.find_entry(hash, |e| &*e.key == key).ok()?;
         let (e, _) = entry.remove();
         self.bytes = self.bytes.saturating_sub(e.size);
         self.adjust_live(is_live(&e.record), false);
@@ -455,16 +503,25 @@ impl MemStore {
     pub fn collect_tombstones(&mut self, before_ms: u64) -> usize {
         let mut freed = 0;
         let mut removed = 0;
-        self.full.retain(|e| {
-            let drop = e.record.value.is_none() && e.record.epoch.physical_ms() < before_ms;
-            if drop {
-                freed += e.size;
-                removed += 1;
-            }
-            !drop
-        });
+        for part in self.parts.iter_mut() {
+            part.full.retain(|e| {
+                let drop = e.record.value.is_none() && e.record.epoch.physical_ms() < before_ms;
+                if drop {
+                    freed += e.size;
+                    removed += 1;
+                }
+                !drop
+            });
+        }
         self.bytes = self.bytes.saturating_sub(freed);
         removed
+    }
+
+    /// Removes `key` if it holds exactly a tombstone at `epoch` (a reclaimed delete);
+    /// returns true if it did.
+    pub fn remove_tombstone(&mut self, key: &[u8], epoch: Timestamp) -> bool {
+        let is_it = matches!(self.get(key), Some(RecordRef::Full(r)) if r.value.is_none() && r.epoch == epoch);
+        is_it && self.remove(key).is_some()
     }
 
     /// Number of keys with a live value.
@@ -474,7 +531,17 @@ impl MemStore {
 
     /// Number of entries, tombstones included.
     pub fn len(&self) -> usize {
-        self.packed.len() + self.full.len()
+        self.parts
+            .iter()
+            .map(|p| p.packed.len() + p.full.len())
+            .sum()
+    }
+
+    /// Number of entries of partition `p`.
+    pub fn partition_len(&self, p: usize) -> usize {
+        self.parts
+            .get(p)
+            .map_or(0, |p| p.packed.len() + p.full.len())
     }
 
     /// True if the store holds no entries at all.
@@ -487,24 +554,39 @@ impl MemStore {
         self.bytes
     }
 
-    /// All entries, in no particular order.
+    /// All entries, in no particular order (partition by partition).
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], RecordRef<'_>)> {
-        let packed = self.packed.iter().map(|b| {
-            let p = unpack(b);
-            (
-                p.key,
-                RecordRef::Lww {
-                    ts: p.ts,
-                    value: p.value,
-                },
-            )
-        });
-        let full = self
-            .full
-            .iter()
+        (0..PARTITIONS).flat_map(|p| self.iter_partition(p))
+    }
+
+    /// The entries of partition `p` (none if out of range), in no particular order.
+    pub fn iter_partition(&self, p: usize) -> impl Iterator<Item = (&[u8], RecordRef<'_>)> {
+        let part = self.parts.get(p);
+        let packed = part
+            .into_iter()
+            .flat_map(|part| part.packed.iter())
+            .map(|b| {
+                let p = unpack(b);
+                (
+                    p.key,
+                    RecordRef::Lww {
+                        ts: p.ts,
+                        value: p.value,
+                    },
+                )
+            });
+        let full = part
+            .into_iter()
+            .flat_map(|part| part.full.iter())
             .map(|e| (&*e.key, RecordRef::Full(&e.record)));
         packed.chain(full)
     }
+}
+
+/// A random seed for a store's hasher (so keys chosen by clients cannot be made to collide).
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher as _, RandomState};
+    RandomState::new().hash_one(std::time::Instant::now())
 }
 
 #[cfg(test)]
@@ -603,6 +685,34 @@ mod tests {
         s.merge(b"o", odd.clone());
         assert!(matches!(s.get(b"o"), Some(RecordRef::Full(_))));
         assert_eq!(s.get(b"o").map(|r| r.to_record()), Some(odd));
+    }
+
+    #[test]
+    fn partitions_cover_every_key_once_and_seeds_fix_the_order() {
+        let mut a = MemStore::with_seed(7);
+        let mut b = MemStore::with_seed(7);
+        for i in 0..2000u32 {
+            let k = format!("k{i}");
+            a.merge(k.as_bytes(), lww(1, b"v"));
+            b.merge(k.as_bytes(), lww(1, b"v"));
+        }
+        a.merge(b"t", Record::tombstone(ts(1)));
+        b.merge(b"t", Record::tombstone(ts(1)));
+        let mut seen = 0;
+        for p in 0..PARTITIONS {
+            let keys: Vec<&[u8]> = a.iter_partition(p).map(|(k, _)| k).collect();
+            assert_eq!(keys.len(), a.partition_len(p));
+            assert!(keys.iter().all(|k| partition_of(k) == p));
+            seen += keys.len();
+        }
+        assert_eq!(seen, a.len());
+        assert!((0..PARTITIONS).filter(|&p| a.partition_len(p) > 0).count() > 200);
+        let order = |s: &MemStore| s.iter().map(|(k, _)| k.to_vec()).collect::<Vec<_>>();
+        assert_eq!(order(&a), order(&b), "same seed, same order");
+        assert!(!a.remove_tombstone(b"t", ts(2)), "another epoch");
+        assert!(!a.remove_tombstone(b"k1", ts(1)), "not a tombstone");
+        assert!(a.remove_tombstone(b"t", ts(1)));
+        assert!(a.get(b"t").is_none());
     }
 
     #[test]

@@ -11,10 +11,11 @@ use bytes::Bytes;
 use tokio::sync::{watch, Notify};
 
 use crate::wal::config::WalOptions;
+use crate::wal::counters::Counters;
 use crate::wal::error::WalError;
 use crate::wal::fsio::{self, DirLock};
 use crate::wal::recovery::{self, Recovery, Replayed};
-use crate::wal::shared::{self, Counters, Entry, Progress, Queue, Shared, State};
+use crate::wal::shared::{self, Entry, Progress, Queue, Shared, State};
 use crate::wal::snapshot::SnapshotWriter;
 use crate::wal::stats::WalStats;
 use crate::wal::writer::{self, Writer};

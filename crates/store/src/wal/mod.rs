@@ -31,6 +31,8 @@
 //! - `snapshot`: [`SnapshotWriter`] and reading snapshots back;
 //! - `format`: the on-disk format (below); `fsio`: atomic file creation, directory
 //!   fsync, preallocation, the directory lock;
+//! - `shared`: the state the handle, the writer and snapshot writers share (queue,
+//!   progress watermarks); `counters`: the writer's counters and the batch-size buckets;
 //! - [`config`]: [`WalOptions`] and [`FsyncPolicy`]; [`error`]: [`WalError`];
 //!   [`stats`]: [`WalStats`].
 //!
@@ -131,6 +133,7 @@
 //!   slow enough not to flood the logs.
 
 pub mod config;
+mod counters;
 pub mod error;
 mod format;
 mod fsio;

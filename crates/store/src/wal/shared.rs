@@ -1,5 +1,5 @@
 //! State shared by the appenders and the writer thread: the bounded queue, the progress
-//! watermarks that durability waiters watch, and the counters.
+//! watermarks that durability waiters watch, and the writer's [`Counters`].
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -10,6 +10,7 @@ use bytes::Bytes;
 use tokio::sync::{watch, Notify};
 
 use crate::wal::config::WalOptions;
+use crate::wal::counters::Counters;
 use crate::wal::error::{DiskError, WalError};
 use crate::wal::format::RECORD_HEADER_LEN;
 use crate::wal::fsio::DirLock;
@@ -131,29 +132,6 @@ impl Progress {
         }
         self.failures.push_back((first, last, err));
     }
-}
-
-/// Counters updated by the writer thread (relaxed atomics; read by
-/// [`Wal::stats`](crate::wal::Wal::stats)).
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub batches: AtomicU64,
-    pub batch_records: AtomicU64,
-    pub max_batch_records: AtomicU64,
-    pub batch_histogram: [AtomicU64; crate::wal::stats::BATCH_BUCKETS],
-    pub bytes_written: AtomicU64,
-    pub fsyncs: AtomicU64,
-    pub fsync_micros: AtomicU64,
-    pub max_fsync_micros: AtomicU64,
-    pub write_errors: AtomicU64,
-    pub fsync_errors: AtomicU64,
-    pub failed_records: AtomicU64,
-    pub failures: AtomicU64,
-    pub retries: AtomicU64,
-    pub rotations: AtomicU64,
-    pub segments_deleted: AtomicU64,
-    pub snapshots: AtomicU64,
-    pub snapshot_errors: AtomicU64,
 }
 
 /// Everything shared between the [`Wal`](crate::wal::Wal) handle, the writer thread and

@@ -4,17 +4,9 @@ use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 
-use crate::wal::shared::Shared;
+pub use crate::wal::counters::BATCH_BUCKETS;
+use crate::wal::shared::{Shared, State};
 use crate::wal::Lsn;
-
-/// Buckets of the batch-size histogram: bucket `i` counts batches of `2^i ..< 2^(i+1)`
-/// records, the last bucket everything larger.
-pub const BATCH_BUCKETS: usize = 16;
-
-/// The bucket of a batch of `records` records.
-pub(crate) fn batch_bucket(records: u64) -> usize {
-    (63 - records.max(1).leading_zeros() as usize).min(BATCH_BUCKETS - 1)
-}
 
 /// A snapshot of a log's counters. Counters are totals since the log was opened; gauges
 /// (queue, LSNs, `failed`) are current values.
@@ -90,7 +82,7 @@ impl WalStats {
                 queued_records: q.entries.len() as u64,
                 queued_bytes: q.bytes as u64,
                 last_lsn: q.next_lsn - 1,
-                failed: matches!(q.state, crate::wal::shared::State::Failed(_)),
+                failed: matches!(q.state, State::Failed(_)),
                 ..WalStats::default()
             }
         };
@@ -122,20 +114,5 @@ impl WalStats {
         s.snapshots = get(&c.snapshots);
         s.snapshot_errors = get(&c.snapshot_errors);
         s
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn buckets() {
-        assert_eq!(batch_bucket(0), 0);
-        assert_eq!(batch_bucket(1), 0);
-        assert_eq!(batch_bucket(2), 1);
-        assert_eq!(batch_bucket(3), 1);
-        assert_eq!(batch_bucket(1024), 10);
-        assert_eq!(batch_bucket(u64::MAX), BATCH_BUCKETS - 1);
     }
 }

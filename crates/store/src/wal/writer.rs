@@ -28,12 +28,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::wal::config::FsyncPolicy;
+use crate::wal::counters::batch_bucket;
 use crate::wal::error::DiskError;
 use crate::wal::format::{self, SEGMENT_HEADER_LEN};
 use crate::wal::fsio::{self, SegmentFile};
 use crate::wal::recovery::{self, Scan};
 use crate::wal::shared::{Entry, Shared, State};
-use crate::wal::stats::batch_bucket;
 use crate::wal::Lsn;
 
 /// Bytes buffered before a `write` call.
