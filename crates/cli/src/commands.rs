@@ -311,29 +311,70 @@ pub async fn replicate(args: ReplicateArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// `leave --addr NODE`
+/// `leave --addr NODE [--force]`
 #[derive(Args, Debug)]
 pub struct LeaveArgs {
     #[command(flatten)]
     target: Target,
+    /// Stop without waiting until every key is acknowledged by its new replicas: keys not
+    /// yet handed off are lost.
+    #[arg(long)]
+    force: bool,
 }
 
-/// `leave`: the node hands its keys off and stops.
+/// `leave`: the node hands its keys off and stops; the answer comes once every key is
+/// acknowledged by its new replicas, however long that takes (Ctrl-C stops waiting, not
+/// the leave).
 pub async fn leave(args: LeaveArgs) -> Result<i32> {
     let conn = client::connection::Connection::open(&args.target.addr).await?;
     let req = wire::pb::Request {
         id: 1,
-        op: Some(wire::pb::request::Op::Leave(wire::pb::Leave {})),
+        op: Some(wire::pb::request::Op::Admin(wire::pb::Admin {
+            op: Some(wire::pb::admin::Op::Leave(wire::pb::Leave {
+                force: args.force,
+            })),
+        })),
         ..Default::default()
     };
-    let resp = tokio::time::timeout(std::time::Duration::from_secs(120), conn.call(req))
-        .await
-        .map_err(|_| anyhow!("the node did not finish leaving within 120 s"))??;
+    let resp = conn.call(req).await?;
     match resp.result {
         Some(wire::pb::response::Result::Ack(_)) => {
             println!("left");
             Ok(0)
         }
+        Some(wire::pb::response::Result::Error(e)) => bail!("{}", e.message),
+        other => bail!("unexpected answer: {other:?}"),
+    }
+}
+
+/// `forget NODE --addr A`
+#[derive(Args, Debug)]
+pub struct ForgetArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The id of a member declared dead that will not come back with its data.
+    node: String,
+}
+
+/// `forget`: removes a member declared dead for good from the cluster (its data is
+/// considered lost; tombstones held back for it can be reclaimed).
+pub async fn forget(args: ForgetArgs) -> Result<i32> {
+    let conn = client::connection::Connection::open(&args.target.addr).await?;
+    let req = wire::pb::Request {
+        id: 1,
+        op: Some(wire::pb::request::Op::Admin(wire::pb::Admin {
+            op: Some(wire::pb::admin::Op::Forget(wire::pb::Forget {
+                node_id: args.node.clone(),
+            })),
+        })),
+        ..Default::default()
+    };
+    match conn.call(req).await?.result {
+        Some(wire::pb::response::Result::Ack(_)) => {
+            println!("forgot {}", args.node);
+            Ok(0)
+        }
+        Some(wire::pb::response::Result::Error(e)) => bail!("{}", e.message),
         other => bail!("unexpected answer: {other:?}"),
     }
 }

@@ -44,6 +44,10 @@ pub struct NodeArgs {
     /// First per-worker native address (worker i listens on port + i).
     #[arg(long, env = "LATTICEKV_WORKER_LISTEN")]
     worker_listen: Option<SocketAddr>,
+    /// Peer-plane address: where other nodes connect (replication, membership). Default:
+    /// the --listen host, port + 10000.
+    #[arg(long, env = "LATTICEKV_PEER_LISTEN")]
+    peer_listen: Option<SocketAddr>,
     /// Host (IP address or DNS name, no port) peers and clients reach this node at; every
     /// published address is this host with the bound port. Needed when listening on
     /// 0.0.0.0 (e.g. in a container).
@@ -196,6 +200,9 @@ pub fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     if let Some(v) = args.worker_listen {
         config.worker_listen = Some(v);
     }
+    if let Some(v) = args.peer_listen {
+        config.peer_listen = Some(v);
+    }
     if let Some(v) = &args.advertise {
         config.advertise = Some(v.clone());
     }
@@ -282,6 +289,7 @@ fn print_node(config: &NodeConfig, node: &Node) {
     say!("native  {}", a.front);
     say!("resp    {}", a.resp);
     say!("workers {}", workers.join(" "));
+    say!("peer    {}", a.peer);
     let bound = node.addresses();
     if bound.front.to_string() != a.front {
         say!("listen  {} (resp {})", bound.front, bound.resp);
@@ -332,8 +340,12 @@ fn run_node(config: NodeConfig, leave_on_signal: bool) -> Result<()> {
             node.join().context("stopping the node")?;
         }
         Ending::Signal if leave_on_signal && node.has_peers() => {
-            esay!("leaving the cluster (handing keys to the other nodes)…");
-            node.leave_and_stop().context("leaving the cluster")?;
+            esay!(
+                "leaving the cluster (handing every key to its new replicas); a second \
+                 signal stops at once, losing keys not yet handed off"
+            );
+            node.leave_and_stop(second_signal()?)
+                .context("leaving the cluster")?;
         }
         Ending::Signal => {
             esay!("stopping…");
@@ -342,6 +354,37 @@ fn run_node(config: NodeConfig, leave_on_signal: bool) -> Result<()> {
     }
     esay!("stopped");
     Ok(())
+}
+
+/// A receiver that becomes true on the next SIGINT or SIGTERM (watched on a thread of its
+/// own, while the node leaves).
+fn second_signal() -> Result<tokio::sync::watch::Receiver<bool>> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    std::thread::Builder::new()
+        .name("lkv-signals".into())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                use tokio::signal::unix::{signal, SignalKind};
+                let (Ok(mut term), Ok(mut int)) = (
+                    signal(SignalKind::terminate()),
+                    signal(SignalKind::interrupt()),
+                ) else {
+                    return;
+                };
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+                let _ = tx.send(true);
+            });
+        })?;
+    Ok(rx)
 }
 
 /// `latticekv local`.
@@ -374,6 +417,11 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
         let node = Node::start(c.clone())
             .with_context(|| format!("starting disk node {} in {}", i + 1, data.display()))?;
         disks.push((c, node));
+    }
+    // Ready means one cluster: wait (briefly) until the memory node sees its disk nodes.
+    let ready = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !memory.has_peers() && std::time::Instant::now() < ready {
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
     for (c, node) in &disks {
         say!(

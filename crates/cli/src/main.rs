@@ -48,6 +48,8 @@ enum Command {
     Status(commands::StatusArgs),
     /// Ask a node to leave the cluster: it hands its keys to the other nodes, then stops.
     Leave(commands::LeaveArgs),
+    /// Remove a member declared dead for good (it will not come back with its data).
+    Forget(commands::ForgetArgs),
     /// Generate load (YCSB-style or redis-benchmark-style) over RESP or the native protocol,
     /// against latticekv or Redis, and report throughput and latency.
     Bench(bench::BenchArgs),
@@ -60,6 +62,7 @@ fn main() {
         Command::Server(args) => config::run_server(args).map(|()| 0),
         Command::Routing(args) => config::run_routing(args).map(|()| 0),
         Command::Leave(args) => commands::block_on(commands::leave(args)),
+        Command::Forget(args) => commands::block_on(commands::forget(args)),
         Command::Get(args) => commands::block_on(commands::get(args)),
         Command::Put(args) => commands::block_on(commands::put(args)),
         Command::Del(args) => commands::block_on(commands::del(args)),

@@ -251,9 +251,16 @@ fn advertise_can_come_from_the_config_file() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("node.toml");
     std::fs::write(&path, "advertise = \"127.0.0.5\"\nworkers = 1\n").unwrap();
+    // Its own data directory: the default (./latticekv-data) would land in the source tree.
+    let data = tempfile::tempdir().unwrap();
     let node = NodeProc::spawn(
         &["local", "--listen", "0.0.0.0:0", "--resp", "0.0.0.0:0"],
-        &["--config", path.to_str().unwrap()],
+        &[
+            "--config",
+            path.to_str().unwrap(),
+            "--data-dir",
+            data.path().to_str().unwrap(),
+        ],
     );
     assert_eq!(node.native.ip().to_string(), "127.0.0.5");
     let t = topology(node.native);

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use client::routing::Layout;
 use client::Client;
-use common::{eventually, Native, NodeProc};
+// Cluster tests run one at a time (`serial`): several clusters at once on a 2-core machine
+// starve the agents' heartbeats and make nodes suspect each other, which tests something else.
+use common::{eventually, serial, Native, NodeProc};
 use lattice::{Lww, Timestamp, Value};
 use wire::pb::{self, request::Op, response::Result as R};
 
@@ -44,14 +46,6 @@ const WITHOUT_GOSSIP: &[&str] = &[
     "--anti-entropy-ms",
     "600000",
 ];
-
-/// Cluster tests run one at a time: several clusters at once on a 2-core machine starve
-/// the agents' heartbeats and make nodes suspect each other, which tests something else.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn flags(replication: &str) -> Vec<&str> {
     let mut f = CLUSTER_FLAGS.to_vec();

@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use checker::{check, decode_value, encode_value, Event, Guarantee, History, Observed, Op, Span};
 use client::{Client, ClientOptions, Level, Session, Value};
-use common::{eventually, Native, NodeProc};
+// Cluster tests run one at a time (`serial`: several clusters at once starve a 2-core
+// machine).
+use common::{eventually, serial, Native, NodeProc};
 use wire::pb::{self, request::Op as ReqOp, response::Result as R};
 
 /// Slow gossip, fast failure detection off the critical path, 3 replicas per key.
@@ -37,9 +39,6 @@ const FLAGS: &[&str] = &[
     "--anti-entropy-ms",
     "2000",
 ];
-
-/// Cluster tests run one at a time (several clusters at once starve a 2-core machine).
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 struct Cluster {
     nodes: Vec<NodeProc>,
@@ -416,7 +415,7 @@ fn level_holds_and_weaker_fails(
     shape: Shape,
     settle_weaker: bool,
 ) {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let cluster = Cluster::start();
     let rt = rt();
     let mut found = 0;
@@ -587,7 +586,7 @@ fn item_cut_isolation() {
 /// still at least what the session wrote.
 #[test]
 fn bounded_session_state_makes_forgotten_keys_stable() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let cluster = Cluster::start();
     rt().block_on(async {
         let client = Client::connect(&cluster.front()).await.expect("connect");
@@ -645,7 +644,7 @@ fn bounded_session_state_makes_forgotten_keys_stable() {
 /// cluster has declared the dead node dead) and every write of it is then readable.
 #[test]
 fn commit_survives_the_death_of_the_node_the_client_connected_to() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let mut cluster = Cluster::start();
     rt().block_on(async {
         let options = ClientOptions {
@@ -678,7 +677,7 @@ fn commit_survives_the_death_of_the_node_the_client_connected_to() {
 /// goes on once the cluster has dropped the dead replica.
 #[test]
 fn a_session_that_cannot_shed_keys_stops_growing() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let mut cluster = Cluster::start();
     rt().block_on(async {
         let client = Client::connect(&cluster.front()).await.expect("connect");

@@ -112,6 +112,12 @@ impl NodeBox {
             })
             .collect()
     }
+    /// The peer port (the default: front port + 10000), on the client network.
+    fn peer(&self) -> SocketAddr {
+        format!("{}:{}", self.client_ip, FRONT_PORT + 10_000)
+            .parse()
+            .unwrap()
+    }
     fn advertised_front(&self) -> String {
         format!("{}:{FRONT_PORT}", self.cluster_ip)
     }
@@ -352,25 +358,66 @@ fn all_alive(addr: SocketAddr) -> bool {
         .is_ok_and(|m| m.len() == NODES && m.values().all(|s| *s == pb::NodeStatus::Alive))
 }
 
-/// A worker's own records of `keys` (`Fetch` reads the worker's store: no routing, no
-/// forwarding, no repair).
-fn fetch_local(worker: SocketAddr, keys: &[String]) -> Result<HashMap<String, Record>, String> {
+/// Worker `worker`'s own records of `keys`: a `Fetch` over the node's peer port, as another
+/// node would send it (it reads the worker's store: no routing, no forwarding, no repair).
+fn fetch_local(
+    peer: SocketAddr,
+    worker: u32,
+    keys: &[String],
+) -> Result<HashMap<String, Record>, String> {
+    let mut s = TcpStream::connect_timeout(&peer, Duration::from_secs(2))
+        .map_err(|e| format!("{peer}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .and_then(|()| s.set_write_timeout(Some(Duration::from_secs(10))))
+        .map_err(|e| e.to_string())?;
+    let frame = |msg: &dyn Fn(&mut Vec<u8>), s: &mut TcpStream| -> Result<(), String> {
+        let mut out = Vec::new();
+        msg(&mut out);
+        s.write_all(&out).map_err(|e| format!("{peer}: {e}"))
+    };
+    let read = |s: &mut TcpStream| -> Result<Vec<u8>, String> {
+        let mut header = [0u8; 4];
+        s.read_exact(&mut header)
+            .map_err(|e| format!("{peer}: {e}"))?;
+        let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
+        s.read_exact(&mut body)
+            .map_err(|e| format!("{peer}: {e}"))?;
+        Ok(body)
+    };
+    let hello = pb::PeerHello {
+        version: 1,
+        node_id: "docker-test".into(),
+        from_worker: Some(0),
+        to_worker: Some(worker),
+    };
+    frame(&|o| wire::frame::encode(&hello, o), &mut s)?;
+    let welcome = pb::PeerWelcome::decode(&read(&mut s)?[..]).map_err(|e| e.to_string())?;
+    if let Some(e) = welcome.error {
+        return Err(format!("{peer}: hello refused: {}", e.message));
+    }
     let mut out = HashMap::new();
-    for chunk in keys.chunks(2_000) {
-        let op = Op::Fetch(pb::Fetch {
-            keys: chunk.iter().map(|k| k.clone().into()).collect(),
-        });
-        let Some(R::Repair(repair)) = native_call(worker, op)?.result else {
-            return Err(format!("{worker}: Fetch did not answer with records"));
+    for (i, chunk) in keys.chunks(2_000).enumerate() {
+        let req = pb::PeerRequest {
+            id: i as u64 + 1,
+            msg: Some(pb::peer_request::Msg::Fetch(pb::Fetch {
+                keys: chunk.iter().map(|k| k.clone().into()).collect(),
+            })),
         };
-        for e in repair.entries {
+        frame(&|o| wire::frame::encode(&req, o), &mut s)?;
+        let resp = pb::PeerResponse::decode(&read(&mut s)?[..]).map_err(|e| e.to_string())?;
+        let Some(pb::peer_response::Result::Records(records)) = resp.result else {
+            return Err(format!(
+                "{peer}/{worker}: Fetch did not answer with records"
+            ));
+        };
+        for e in records.entries {
             let key = String::from_utf8_lossy(&e.key).into_owned();
             let record = e
                 .record
                 .as_ref()
-                .ok_or_else(|| format!("{worker}: entry without a record"))
+                .ok_or_else(|| format!("{peer}: entry without a record"))
                 .and_then(|r| {
-                    wire::convert::record_from_pb(r).map_err(|e| format!("{worker}: {e}"))
+                    wire::convert::record_from_pb(r).map_err(|e| format!("{peer}: {e}"))
                 })?;
             out.insert(key, record);
         }
@@ -650,8 +697,8 @@ fn converged(h: &Harness, ledger: &Ledger, keys: &[String]) -> Result<(), String
     let mut records: HashMap<&str, Vec<Record>> = HashMap::new();
     for n in &h.nodes {
         let mut held: Vec<HashMap<String, Record>> = Vec::new();
-        for w in n.workers() {
-            held.push(fetch_local(w, keys)?);
+        for w in 0..WORKERS as u32 {
+            held.push(fetch_local(n.peer(), w, keys)?);
         }
         for key in keys {
             // The worker of this node that holds the key (one: local replication 1).

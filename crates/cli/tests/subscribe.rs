@@ -11,17 +11,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use client::{Client, Notification, Value};
-use common::{eventually, Native, NodeProc};
+// The tests of this file run one at a time (`serial`): they measure push timing, and one of
+// them runs a cluster, whose heartbeats a busy 2-core machine would starve.
+use common::{eventually, serial, Native, NodeProc};
 use prost::Message;
 use wire::pb::{self, request::Op, response::Result as R, ErrorCode};
-
-/// The tests of this file run one at a time: they measure push timing, and one of them runs
-/// a cluster, whose heartbeats a busy 2-core machine would starve.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()

@@ -618,12 +618,14 @@ impl Client {
         key: impl AsRef<[u8]>,
         vector: placement::ReplicationVector,
     ) -> Result<(), ClientError> {
-        let op = ReqOp::SetReplication(pb::SetReplication {
-            key: bytes_of(key),
-            global: vector.memory.global,
-            local: vector.memory.local,
-            disk_global: Some(vector.disk.global),
-            disk_local: Some(vector.disk.local),
+        let op = ReqOp::Admin(pb::Admin {
+            op: Some(pb::admin::Op::SetReplication(pb::SetReplication {
+                key: bytes_of(key),
+                global: vector.memory.global,
+                local: vector.memory.local,
+                disk_global: Some(vector.disk.global),
+                disk_local: Some(vector.disk.local),
+            })),
         });
         let front = self.inner.front.clone();
         self.call_at(&front, op).await?;

@@ -61,6 +61,7 @@ impl Layout {
                 workers: m.workers.clone(),
                 front: m.front.clone(),
                 resp: m.resp.clone(),
+                peer: String::new(),
                 vnodes: m.vnodes.max(1),
             })
             .collect();
@@ -76,6 +77,7 @@ impl Layout {
                 workers: t.workers.clone(),
                 front: String::new(),
                 resp: String::new(),
+                peer: String::new(),
                 vnodes: t.vnodes.max(1),
             });
         }
@@ -160,6 +162,7 @@ mod tests {
             resp: format!("{id}:resp"),
             workers: workers.iter().map(|w| w.to_string()).collect(),
             vnodes: 64,
+            peer: format!("{id}:peer"),
         }
     }
 

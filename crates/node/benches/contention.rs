@@ -47,9 +47,10 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, SamplingMode, Throughput};
 use hashbrown::HashMap;
 use lattice::{Counter, Lattice, Record, Value};
-use node::cluster::{default_vector, ViewState};
+use node::clock::SystemClock;
 use node::op::{Op, OpResult};
-use node::shard::{system_now_ms, GossipBatch, Shard, ShardConfig};
+use node::shard::{GossipBatch, Shard, ShardConfig};
+use node::view::{default_vector, ViewState};
 use node::Limits;
 use placement::key_hash;
 use placement::ring::DEFAULT_VNODES;
@@ -205,16 +206,23 @@ impl ShardSystem {
                     memory_budget: 64 << 30,
                     max_changeset_keys: GOSSIP_EVERY,
                     settle_ms: 0,
-                    clock_skew_ms: 0,
+                    tombstone_memory_ms: 0,
                 };
-                Shard::with_clock(config, view.clone(), FIRST_ACTOR + w as u64, system_now_ms)
+                Shard::new(
+                    config,
+                    view.clone(),
+                    FIRST_ACTOR + w as u64,
+                    Arc::new(SystemClock::default()),
+                )
             })
             .collect();
         for k in &work.keys {
             counter_add(&mut shards[0], k);
         }
         for out in shards[0].take_gossip() {
-            shards[out.to.worker as usize].merge_gossip(out.entries);
+            shards[out.to.worker as usize]
+                .merge_gossip(out.entries)
+                .expect("merged in memory");
         }
         ShardSystem {
             shards,
@@ -304,7 +312,7 @@ fn send_gossip(shard: &mut Shard, me: usize, peers: &[Sender<Msg>]) {
 fn receive(shard: &mut Shard, msg: Msg) -> usize {
     match msg {
         Msg::Gossip(batch) => {
-            shard.merge_gossip(batch);
+            shard.merge_gossip(batch).expect("merged in memory");
             0
         }
         Msg::Done => 1,

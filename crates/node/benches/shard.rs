@@ -25,9 +25,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use node::cluster::{default_vector, ViewState};
+use node::clock::SystemClock;
 use node::op::{Condition, Op, OpResult};
-use node::shard::{system_now_ms, Shard, ShardConfig};
+use node::shard::{Shard, ShardConfig};
+use node::view::{default_vector, ViewState};
 use node::Limits;
 use placement::ring::DEFAULT_VNODES;
 use placement::{node_key, Replica};
@@ -83,10 +84,10 @@ fn fixture() -> Fixture {
         memory_budget: 8 << 30,
         max_changeset_keys: 1024,
         settle_ms: 0,
-        clock_skew_ms: 0,
+        tombstone_memory_ms: 0,
     };
     let view = ViewState::single_node("bench", 1, DEFAULT_VNODES, default_vector(1, 1));
-    let mut shard = Shard::with_clock(config, Arc::new(view), 1, system_now_ms);
+    let mut shard = Shard::new(config, Arc::new(view), 1, Arc::new(SystemClock::default()));
     let strings: Vec<_> = (0..STRING_KEYS).map(|i| key("str:", i)).collect();
     let counters: Vec<_> = (0..COUNTER_KEYS).map(|i| key("cnt:", i)).collect();
     let sets: Vec<_> = (0..SET_KEYS).map(|i| key("set:", i)).collect();

@@ -27,6 +27,11 @@ pub struct NodeConfig {
     /// `port + i`. Default (unset): the `listen` host, ports `listen + 1 ..`; ephemeral
     /// ports if `listen` uses port 0.
     pub worker_listen: Option<SocketAddr>,
+    /// Peer port: where other nodes send replication, hand-off, anti-entropy and membership
+    /// (never client requests; client ports never take these). Default (unset): the
+    /// `listen` host, port `listen + 10000` (7700 → 17700, as Redis Cluster's bus); an
+    /// ephemeral port if `listen` uses port 0.
+    pub peer_listen: Option<SocketAddr>,
     /// Host (an IP address, or a DNS name) that peers and clients reach this node at. Every
     /// address the node publishes — its membership entry, its workers' addresses in
     /// topologies and redirects, its status — is this host with the port the node actually
@@ -45,9 +50,10 @@ pub struct NodeConfig {
     pub default_local_replication: u32,
     /// Virtual nodes per worker on the local hash ring. Default: 128.
     pub vnodes: u32,
-    /// How long a tombstone is kept after a delete before its memory is reclaimed, in
-    /// seconds. A write older than the delete arriving later than this could reappear.
-    /// Default: 600.
+    /// How old a tombstone must be before its reclamation starts, in seconds; a tombstone
+    /// is reclaimed only once every replica holds it and no member is declared dead, and
+    /// its delete is then remembered (by key hash) for as long again (see
+    /// `docs/cluster.md`). Default: 60.
     pub tombstone_grace_secs: u64,
     /// Pin worker `i` to CPU `i mod cores` (Anna's one-thread-per-core). Default: false
     /// (several nodes or a benchmark client may share the machine).
@@ -63,7 +69,7 @@ pub struct NodeConfig {
     pub disk: DiskConfig,
     /// Acknowledgement level of writes that do not ask for one (every RESP write, native
     /// requests without `durable`): `merged` or `durable`. Default: `merged`.
-    pub ack: crate::durability::AckLevel,
+    pub ack: crate::ack::AckLevel,
     /// Replicas that must hold a write before it is acknowledged, for writes that ask for
     /// fewer (every RESP write): 0 or 1 is the replica that ran it alone. Default: 0.
     pub ack_replicas: u32,
@@ -76,6 +82,38 @@ pub struct NodeConfig {
     /// Testing only: milliseconds added to the clock readings behind this node's write
     /// timestamps, to test clients against a node whose clock is skewed. Default: 0.
     pub clock_skew_ms: i64,
+}
+
+/// Testing only: faults a node can be started with (`LATTICEKV_FAULT`), so integration
+/// tests can show that their checks catch a broken node. Never set in production.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Drop a handed-off key after the first new replica acknowledged it.
+    pub drop_after_first_ack: bool,
+    /// Abort the process right after acknowledging the first hand-off batch (a crash at
+    /// the worst moment for the sender).
+    pub abort_after_handoff_ack: bool,
+}
+
+impl Faults {
+    /// The faults named in `LATTICEKV_FAULT` (comma-separated), if any.
+    pub fn from_env() -> Faults {
+        let mut f = Faults::default();
+        if let Ok(v) = std::env::var("LATTICEKV_FAULT") {
+            for name in v.split(',').map(str::trim) {
+                match name {
+                    "drop-after-first-ack" => f.drop_after_first_ack = true,
+                    "abort-after-handoff-ack" => f.abort_after_handoff_ack = true,
+                    "" => {}
+                    other => tracing::warn!(fault = other, "unknown LATTICEKV_FAULT ignored"),
+                }
+            }
+            if f != Faults::default() {
+                tracing::warn!(?f, "started with faults injected on purpose (testing only)");
+            }
+        }
+        f
+    }
 }
 
 /// The storage tier a node serves.
@@ -184,18 +222,19 @@ impl Default for NodeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 7700)),
             resp: SocketAddr::from(([127, 0, 0, 1], 6380)),
             worker_listen: None,
+            peer_listen: None,
             advertise: None,
             data_dir: None,
             gossip_period_ms: 100,
             default_local_replication: 1,
             vnodes: placement::ring::DEFAULT_VNODES,
-            tombstone_grace_secs: 600,
+            tombstone_grace_secs: 60,
             pin_workers: false,
             limits: Limits::default(),
             cluster: ClusterConfig::default(),
             tier: NodeTier::Memory,
             disk: DiskConfig::default(),
-            ack: crate::durability::AckLevel::Merged,
+            ack: crate::ack::AckLevel::Merged,
             ack_replicas: 0,
             wal: store::wal::WalOptions::default(),
             snapshot_after_bytes: 256 << 20,
@@ -205,12 +244,39 @@ impl Default for NodeConfig {
 }
 
 impl NodeConfig {
+    /// The cluster's default replication vector: `default_global_replication` memory
+    /// nodes × `default_local_replication` workers, plus `default_disk_replication` disk
+    /// nodes (one worker each).
+    pub fn default_vector(&self) -> placement::ReplicationVector {
+        let mut v = crate::view::default_vector(
+            self.cluster.default_global_replication,
+            self.default_local_replication,
+        );
+        v.disk = placement::Replication {
+            global: self.cluster.default_disk_replication,
+            local: 1,
+        };
+        v
+    }
+
     /// The number of workers to run: `workers`, or the number of available cores if 0.
     pub fn worker_count(&self) -> usize {
         if self.workers > 0 {
             self.workers
         } else {
             std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
+    }
+
+    /// The address of the peer port: `peer_listen`, or the default (see its docs).
+    pub fn peer_addr(&self) -> SocketAddr {
+        match self.peer_listen {
+            Some(a) => a,
+            None if self.listen.port() == 0 => SocketAddr::new(self.listen.ip(), 0),
+            None => SocketAddr::new(
+                self.listen.ip(),
+                self.listen.port().checked_add(10_000).unwrap_or(0),
+            ),
         }
     }
 

@@ -1,43 +1,51 @@
 //! The latticekv storage node.
 //!
-//! A node runs one worker thread per core. Each worker owns a [`Shard`](shard::Shard) — its
-//! keys, its clock, its changeset — on a single-threaded tokio runtime, so the request path
-//! takes no locks and touches no shared memory. Workers talk only by message passing
-//! ([`mesh`]): forwarded requests, gossip of replicated keys, control messages.
+//! A node runs one worker thread per core. Each worker drives a replica core
+//! ([`core::Core`]): a state machine without I/O holding the worker's keys and making
+//! every decision about them — client operations, acknowledgement levels, gossip, hand-off,
+//! anti-entropy, tombstone reclamation. A thin tokio driver ([`driver`]) carries out what
+//! the core asks: sockets, timers, the write-ahead log. The deterministic simulation
+//! (`tests/simulation.rs`) drives the same core. Clients talk to the node on client ports
+//! ([`front`]); nodes talk to each other on the peer port ([`peer`]).
 //!
 //! # Layout
-//! - [`cluster`]: membership, failure detection, cluster views, the cluster agent.
-//! - [`config`]: node configuration and limits, with documented defaults.
-//! - [`durability`]: write-ahead logs, the disk journal syncer, acknowledgement levels.
-//! - [`error`]: [`NodeError`], every error a request can get, with its wire code and RESP text.
-//! - [`op`]: the protocol-neutral operations both protocols are translated into.
-//! - [`forward`]: those operations in protobuf form, for running them on another node.
-//! - [`shard`]: one worker's state and the execution of operations (no I/O; unit-testable).
-//! - [`mesh`]: messages between workers and the bounded channels that carry them.
-//! - [`worker`]: the worker thread: runtime, inbox, gossip timer, connection tasks.
-//! - [`native`]: the native (protobuf) protocol connection handler.
-//! - [`subscribe`]: subscriptions — pushing new versions of keys to connections.
-//! - [`resp`]: the Redis protocol connection handler and commands.
-//! - [`server`]: starting a node ([`Node::start`](server::Node::start)) and stopping it.
+//! From the bottom up (each module depends only on those above it):
+//! - [`error`], [`op`], [`ack`], [`clock`]: errors, operations, acknowledgement levels,
+//!   injected time;
+//! - [`config`]: node configuration and limits, with documented defaults;
+//! - [`view`]: what workers route by ([`view::ViewState`]);
+//! - [`codec`]: records, journal entries and forwarded ops in protobuf form;
+//! - [`shard`]: one worker's keys and what is done to them (storage engines included);
+//! - [`subscribe`]: subscription tables;
+//! - [`core`]: the replica core — events in, effects out;
+//! - [`cluster`]: membership, failure detection, the cluster agent;
+//! - [`peer`]: the peer plane — its messages, transport and port;
+//! - [`driver`]: worker threads, effects, the write-ahead log;
+//! - [`front`]: client ports — the connection pipeline, the native and Redis protocols;
+//! - [`leave`]: leaving the cluster;
+//! - [`server`]: starting a node ([`Node::start`](server::Node::start)) and stopping it;
 //! - [`routing`]: a routing node: a member without data answering "where is key k".
 //!
 //! Depends on `lattice`, `placement`, `store`, `wire`; used by the `latticekv` binary.
 #![warn(missing_docs)]
 
+pub mod ack;
+pub mod clock;
 pub mod cluster;
+pub mod codec;
 pub mod config;
-pub mod durability;
+pub mod core;
+pub mod driver;
 pub mod error;
-pub mod forward;
-pub mod mesh;
-pub mod native;
+pub mod front;
+pub mod leave;
 pub mod op;
-pub mod resp;
+pub mod peer;
 pub mod routing;
 pub mod server;
 pub mod shard;
 pub mod subscribe;
-pub mod worker;
+pub mod view;
 
 pub use config::{ClusterConfig, DiskConfig, Limits, NodeConfig, NodeTier};
 pub use error::NodeError;

@@ -1,9 +1,10 @@
 //! A routing node: a cluster member that holds no data and answers "where is key k".
 //!
 //! It runs a cluster agent (so it knows the membership and the replication table like
-//! every storage node) and one native-protocol port answering `GetTopology`, `Locate`,
-//! `GetStatus` (members and ring ownership), `Ping` and `SyncCluster`. Data requests get a
-//! `REDIRECT` to the workers holding the key, which placement-aware clients follow.
+//! every storage node), a peer port where other agents exchange cluster metadata with it,
+//! and one native-protocol port answering `GetTopology`, `Locate`, `GetStatus` (members and
+//! ring ownership) and `Ping`. Data requests get a `REDIRECT` to the workers holding the
+//! key, which placement-aware clients follow.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,10 +19,10 @@ use wire::frame::{self, HEADER_LEN};
 use wire::pb::{self, request::Op as ReqOp, response::Result as RespResult};
 
 use crate::cluster::agent::{self, Agent, AgentConfig, Snapshot};
-use crate::cluster::configured_vector;
 use crate::cluster::membership::{Description, DetectorConfig, Role};
 use crate::config::NodeConfig;
 use crate::error::NodeError;
+use crate::peer::listen::{self, Routes};
 use crate::server::StartError;
 
 /// A running routing node.
@@ -49,6 +50,24 @@ impl RoutingNode {
             .set_nonblocking(true)
             .map_err(|source| StartError::Bind { addr, source })?;
         let published = config.published(addr)?;
+        let peer_listener =
+            std::net::TcpListener::bind(config.peer_addr()).map_err(|source| StartError::Bind {
+                addr: config.peer_addr(),
+                source,
+            })?;
+        let peer_addr = peer_listener
+            .local_addr()
+            .map_err(|source| StartError::Bind {
+                addr: config.peer_addr(),
+                source,
+            })?;
+        peer_listener
+            .set_nonblocking(true)
+            .map_err(|source| StartError::Bind {
+                addr: peer_addr,
+                source,
+            })?;
+        let published_peer = config.published(peer_addr)?;
         let (stop, shutdown) = watch::channel(false);
         let cluster = &config.cluster;
         let (agent, snapshots, agent_thread) = agent::spawn(
@@ -60,6 +79,7 @@ impl RoutingNode {
                     resp: String::new(),
                     workers: Vec::new(),
                     vnodes: config.vnodes,
+                    peer: published_peer,
                 },
                 seeds: cluster.seeds.clone(),
                 gossip_interval: Duration::from_millis(cluster.gossip_interval_ms.max(10)),
@@ -68,7 +88,7 @@ impl RoutingNode {
                     dead_after_ms: cluster.failure_timeout_ms.max(cluster.suspect_after_ms),
                 },
                 fanout: cluster.fanout.max(1),
-                default: configured_vector(&config),
+                default: config.default_vector(),
                 max_replication_entries: config.limits.max_replication_entries,
             },
             shutdown.clone(),
@@ -90,7 +110,16 @@ impl RoutingNode {
                 else {
                     return;
                 };
-                rt.block_on(accept(listener, state, shutdown));
+                let routes = Arc::new(AgentRoutes {
+                    node_id: state.node_id.clone(),
+                    agent: state.agent.clone(),
+                });
+                rt.block_on(async move {
+                    if let Ok(peer) = TcpListener::from_std(peer_listener) {
+                        tokio::spawn(listen::accept(peer, routes, shutdown.clone()));
+                    }
+                    accept(listener, state, shutdown).await
+                });
             })
             .map_err(StartError::Thread)?;
         Ok(RoutingNode {
@@ -118,6 +147,28 @@ impl RoutingNode {
         let _ = self.stop.send(true);
         let _ = self.thread.join();
         let _ = self.agent_thread.join();
+    }
+}
+
+/// Where peer connections go on a routing node: to its agent (it has no workers).
+struct AgentRoutes {
+    node_id: String,
+    agent: Agent,
+}
+
+impl Routes for AgentRoutes {
+    fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    fn workers(&self) -> u32 {
+        0
+    }
+
+    fn to_worker(&self, _worker: u32, _stream: std::net::TcpStream, _from: placement::Replica) {}
+
+    fn to_agent(&self, stream: std::net::TcpStream) {
+        self.agent.serve(stream);
     }
 }
 
@@ -178,7 +229,7 @@ async fn serve(mut stream: TcpStream, state: Arc<State>) {
             };
             let body = buf.split_to(HEADER_LEN + len).freeze().slice(HEADER_LEN..);
             let resp = match pb::Request::decode(body) {
-                Ok(req) => handle(&state, req).await,
+                Ok(req) => handle(&state, req),
                 Err(e) => error(
                     0,
                     &NodeError::BadRequest(format!("undecodable request: {e}")),
@@ -210,7 +261,7 @@ fn redirect(state: &State, key: &[u8]) -> NodeError {
     NodeError::Redirect(addrs)
 }
 
-async fn handle(state: &State, req: pb::Request) -> pb::Response {
+fn handle(state: &State, req: pb::Request) -> pb::Response {
     let id = req.id;
     let ok = |result| pb::Response {
         id,
@@ -269,16 +320,18 @@ async fn handle(state: &State, req: pb::Request) -> pb::Response {
                 .collect(),
             ..Default::default()
         })),
-        ReqOp::SyncCluster(s) => match s.state {
-            Some(cluster) => match state.agent.sync(cluster).await {
-                Some(mine) => ok(RespResult::Cluster(mine)),
-                None => error(id, &NodeError::ShuttingDown),
-            },
-            None => error(
-                id,
-                &NodeError::BadRequest("SyncCluster without a state".into()),
+        ReqOp::SyncCluster(_)
+        | ReqOp::Replicate(_)
+        | ReqOp::Forward(_)
+        | ReqOp::AntiEntropy(_)
+        | ReqOp::Fetch(_) => error(
+            id,
+            &NodeError::BadRequest(
+                "a peer-plane message: nodes send it to each other's peer port; client ports \
+                 refuse it"
+                    .into(),
             ),
-        },
+        ),
         ReqOp::Get(g) => error(id, &redirect(state, &g.key)),
         ReqOp::Put(p) => error(id, &redirect(state, &p.key)),
         ReqOp::Delete(d) => error(id, &redirect(state, &d.key)),

@@ -1,15 +1,18 @@
 //! Starting and stopping a node.
 //!
 //! [`Node::start`] binds every port first (so a port in use is reported before anything
-//! runs), then starts one thread per worker. [`Node::shutdown`] asks every worker to stop:
-//! listeners close, connections finish the batch they are on, workers send their last
-//! gossip, and [`Node::join`] returns when all threads have exited.
+//! runs), replays each worker's log, then starts the cluster agent and one thread per
+//! worker, each driving a replica core, with the accept loops on them: every worker's own
+//! port, and on worker 0 the shared front, RESP and peer ports. [`Node::shutdown`] asks
+//! every worker to stop: listeners close, connections finish the batch they are on,
+//! workers send their last gossip, and [`Node::join`] returns when all threads have
+//! exited.
 
 use std::fs::{File, OpenOptions};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicUsize;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -18,14 +21,21 @@ use placement::{node_key, Replica};
 use store::{DiskDb, DiskOptions};
 use tokio::sync::watch;
 
-use crate::cluster::agent::{self, AgentConfig};
-use crate::cluster::configured_vector;
+use crate::clock::SystemClock;
+use crate::cluster::agent::{self, Agent, AgentConfig};
 use crate::cluster::membership::DetectorConfig;
-use crate::config::{NodeConfig, NodeTier};
-use crate::durability::{open_wal, Durability, LsmSyncer, WalState};
-use crate::mesh::Mesh;
+use crate::config::{Faults, NodeConfig, NodeTier};
+use crate::core::{Core, CoreConfig};
+use crate::driver::conns::ConnectionLimit;
+use crate::driver::journal::{open_wal, JournalSetup, LsmSyncer};
+use crate::driver::mesh::Mesh;
+use crate::driver::shared::Shared;
+use crate::driver::worker::{self, Service, Worker, WorkerMsg, WorkerSetup};
+use crate::front::{self, Protocol};
+use crate::peer::listen::{self, Routes};
 use crate::shard::{Shard, ShardConfig};
-use crate::worker::{self, Shared, WorkerSetup};
+
+pub use crate::driver::shared::PublishedAddresses;
 
 /// Most changeset keys before a worker gossips early.
 const MAX_CHANGESET_KEYS: usize = 65_536;
@@ -83,19 +93,8 @@ pub struct NodeAddresses {
     pub resp: SocketAddr,
     /// Native port of each worker.
     pub workers: Vec<SocketAddr>,
-}
-
-/// The addresses a node publishes — in its membership entry, topologies, redirects and
-/// status: the ports it bound, with the advertised host if one is configured
-/// ([`NodeConfig::advertise`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PublishedAddresses {
-    /// Native front address.
-    pub front: String,
-    /// RESP address.
-    pub resp: String,
-    /// Native address of each worker.
-    pub workers: Vec<String>,
+    /// Peer port (other nodes).
+    pub peer: SocketAddr,
 }
 
 /// A running node.
@@ -156,6 +155,50 @@ fn pin_to_cpu(cpu: usize) {
     }
 }
 
+/// The replica core's settings from a node's configuration.
+fn core_config(config: &NodeConfig) -> CoreConfig {
+    CoreConfig {
+        gossip_period_ms: config.gossip_period_ms.max(1),
+        anti_entropy_period_ms: config.cluster.anti_entropy_period().as_millis() as u64,
+        tombstone_grace_ms: config.tombstone_grace_secs.saturating_mul(1000),
+        default_ack: crate::ack::Ack {
+            replicas: config.ack_replicas as usize,
+            durable: config.ack == crate::ack::AckLevel::Durable,
+        },
+        ..CoreConfig::default()
+    }
+}
+
+/// Where accepted peer connections go on a storage node.
+struct NodeRoutes {
+    node_id: String,
+    mesh: Mesh<WorkerMsg>,
+    agent: Agent,
+}
+
+impl Routes for NodeRoutes {
+    fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    fn workers(&self) -> u32 {
+        self.mesh.len() as u32
+    }
+
+    fn to_worker(&self, worker: u32, stream: std::net::TcpStream, from: Replica) {
+        let serve = WorkerMsg::Run(Box::new(move |w: &Rc<Worker>| {
+            tokio::task::spawn_local(crate::driver::peer_conn::serve(w.clone(), stream, from));
+        }));
+        if self.mesh.try_send(worker, serve).is_err() {
+            tracing::debug!(worker, "worker inbox full: a peer connection is dropped");
+        }
+    }
+
+    fn to_agent(&self, stream: std::net::TcpStream) {
+        self.agent.serve(stream);
+    }
+}
+
 impl Node {
     /// Binds the node's ports and starts its workers.
     pub fn start(config: NodeConfig) -> Result<Node, StartError> {
@@ -170,6 +213,7 @@ impl Node {
                 "default_local_replication must be at least 1".into(),
             ));
         }
+        let faults = Faults::from_env();
         let data_lock = config.data_dir.as_ref().map(lock_data_dir).transpose()?;
         let disk = match (config.tier, &config.data_dir) {
             (NodeTier::Memory, _) => None,
@@ -191,6 +235,8 @@ impl Node {
         let front_addr = local_addr(&front, config.listen)?;
         let resp = bind(config.resp)?;
         let resp_addr = local_addr(&resp, config.resp)?;
+        let peer = bind(config.peer_addr())?;
+        let peer_addr = local_addr(&peer, config.peer_addr())?;
         let mut worker_listeners = Vec::with_capacity(workers);
         let mut worker_addrs = Vec::with_capacity(workers);
         for i in 0..workers {
@@ -212,6 +258,7 @@ impl Node {
                 .iter()
                 .map(|a| publish(*a))
                 .collect::<Result<_, _>>()?,
+            peer: publish(peer_addr)?,
         };
         if config.advertise.is_none() && front_addr.ip().is_unspecified() {
             tracing::warn!(
@@ -224,7 +271,6 @@ impl Node {
         let me = node_key(&config.node_id);
         let (stop, shutdown) = watch::channel(false);
         let cluster = &config.cluster;
-        let default = configured_vector(&config);
         let (agent, snapshots, agent_thread) = agent::spawn(
             AgentConfig {
                 node_id: config.node_id.clone(),
@@ -234,17 +280,16 @@ impl Node {
                     published.resp.clone(),
                     published.workers.clone(),
                     config.vnodes,
+                    published.peer.clone(),
                 ),
                 seeds: cluster.seeds.clone(),
-                gossip_interval: std::time::Duration::from_millis(
-                    cluster.gossip_interval_ms.max(10),
-                ),
+                gossip_interval: Duration::from_millis(cluster.gossip_interval_ms.max(10)),
                 detector: DetectorConfig {
                     suspect_after_ms: cluster.suspect_after_ms,
                     dead_after_ms: cluster.failure_timeout_ms.max(cluster.suspect_after_ms),
                 },
                 fanout: cluster.fanout.max(1),
-                default,
+                default: config.default_vector(),
                 max_replication_entries: config.limits.max_replication_entries,
             },
             shutdown.clone(),
@@ -253,28 +298,26 @@ impl Node {
         let view = snapshots.borrow().view.clone();
         let (mesh, inboxes) = Mesh::new(workers);
         let budget = (config.limits.memory_budget_bytes() / workers as u64) as usize;
+        let (leaving, _) = watch::channel(false);
         let shared = Arc::new(Shared {
             config: config.clone(),
-            me,
-            mesh,
-            worker_addrs: worker_addrs.clone(),
-            front_addr,
-            resp_addr,
+            mesh: mesh.clone(),
             published: published.clone(),
+            resp_port: resp_addr.port(),
             started: Instant::now(),
-            connections: AtomicUsize::new(0),
-            shutdown,
+            connections: ConnectionLimit::new(config.limits.max_connections),
+            shutdown: shutdown.clone(),
             stop,
-            agent,
+            leaving,
+            faults,
+            agent: agent.clone(),
             snapshots,
         });
 
-        let mut shared_listeners = Some((front, resp));
-        let mut threads = Vec::with_capacity(workers);
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let clock: crate::shard::SharedClock = Arc::new(SystemClock::new(config.clock_skew_ms));
         let mut shards: Vec<Shard> = (0..workers)
             .map(|i| {
-                Shard::new(
+                let mut shard = Shard::new(
                     ShardConfig {
                         me: Replica {
                             node: me,
@@ -284,79 +327,88 @@ impl Node {
                         memory_budget: budget,
                         max_changeset_keys: MAX_CHANGESET_KEYS,
                         settle_ms: config.cluster.settle_ms,
-                        clock_skew_ms: config.clock_skew_ms,
+                        tombstone_memory_ms: config.tombstone_grace_secs.saturating_mul(1000),
                     },
                     view.clone(),
-                )
+                    fastrand::u64(..),
+                    clock.clone(),
+                );
+                if faults.drop_after_first_ack {
+                    shard.break_handoff();
+                }
+                shard
             })
             .collect();
         let mut fsync_thread = None;
-        let mut durabilities: Vec<Durability> = Vec::with_capacity(workers);
+        let mut journals: Vec<JournalSetup> = Vec::with_capacity(workers);
         if let Some(db) = &disk {
             attach_disks(db, &mut shards, config.disk.reserve_bytes)?;
             let every = Duration::from_millis(config.disk.fsync_ms);
             let (syncer, thread) =
                 LsmSyncer::start(db.clone(), every).map_err(StartError::Thread)?;
             fsync_thread = Some(thread);
-            durabilities.extend((0..workers).map(|_| Durability::Lsm(syncer.clone())));
+            journals.extend((0..workers).map(|_| JournalSetup::Lsm(syncer.clone())));
         } else if let Some(dir) = &config.data_dir {
-            // Every worker replays its own log; in parallel, as they will run.
-            let opened: Vec<Result<store::wal::Wal, StartError>> = std::thread::scope(|scope| {
-                let handles: Vec<_> = shards
-                    .iter_mut()
-                    .enumerate()
-                    .map(|(i, shard)| {
-                        let wal_dir = dir.join("wal").join(format!("worker-{i}"));
-                        let options = config.wal.clone();
-                        scope.spawn(move || {
-                            open_wal(&wal_dir, options, shard)
-                                .map(|(log, _recovery)| log)
-                                .map_err(|source| StartError::Wal {
-                                    path: wal_dir.clone(),
-                                    source,
-                                })
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| {
-                            Err(StartError::Config(
-                                "replaying a write-ahead log panicked".into(),
-                            ))
-                        })
-                    })
-                    .collect()
-            });
+            let opened = open_wals(dir, &config, &mut shards)?;
             for (shard, log) in shards.iter_mut().zip(opened) {
-                let log = log?;
                 shard.enable_journal();
-                durabilities.push(Durability::Wal(WalState {
-                    log,
-                    since_snapshot: std::cell::Cell::new(0),
-                    snapshotting: std::cell::Cell::new(false),
-                    snapshot_after: config.snapshot_after_bytes.max(1 << 20),
-                }));
+                let snapshot_after = config.snapshot_after_bytes.max(1 << 20);
+                journals.push(JournalSetup::Wal(log, snapshot_after));
             }
         } else {
-            durabilities.extend((0..workers).map(|_| Durability::None));
+            journals.extend((0..workers).map(|_| JournalSetup::None));
         }
-        for (i, (((inbox, listener), shard), durability)) in inboxes
+        let core_config = core_config(&config);
+        let mut threads = Vec::with_capacity(workers);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut first = Some((front, resp, peer));
+        for (i, ((inbox, listener), shard)) in inboxes
             .into_iter()
             .zip(worker_listeners)
             .zip(shards)
-            .zip(durabilities)
             .enumerate()
         {
+            let journal = journals.remove(0);
+            let mut services: Vec<Service> = vec![Box::new(move |w: Rc<Worker>| {
+                if let Ok(l) = tokio::net::TcpListener::from_std(listener) {
+                    tokio::task::spawn_local(front::accept_own(w, l));
+                }
+            })];
+            if let Some((front_l, resp_l, peer_l)) = first.take() {
+                let routes = Arc::new(NodeRoutes {
+                    node_id: config.node_id.clone(),
+                    mesh: mesh.clone(),
+                    agent: agent.clone(),
+                });
+                services.push(Box::new(move |w: Rc<Worker>| {
+                    let shutdown = w.shared.shutdown();
+                    if let Ok(l) = tokio::net::TcpListener::from_std(front_l) {
+                        tokio::task::spawn_local(front::accept_shared(
+                            w.clone(),
+                            l,
+                            Protocol::NativeFront,
+                        ));
+                    }
+                    if let Ok(l) = tokio::net::TcpListener::from_std(resp_l) {
+                        tokio::task::spawn_local(front::accept_shared(
+                            w.clone(),
+                            l,
+                            Protocol::Resp,
+                        ));
+                    }
+                    if let Ok(l) = tokio::net::TcpListener::from_std(peer_l) {
+                        tokio::task::spawn_local(listen::accept(l, routes, shutdown));
+                    }
+                }));
+            }
+            let core = Core::new(shard, core_config.clone(), fastrand::u64(..));
             let setup = WorkerSetup {
                 shared: shared.clone(),
-                worker: i as u32,
-                shard,
+                index: i as u32,
+                core,
                 inbox,
-                listener,
-                shared_listeners: shared_listeners.take(),
-                durability,
+                journal,
+                services,
             };
             let pin = config.pin_workers.then_some(i % cores);
             let thread = std::thread::Builder::new()
@@ -375,6 +427,7 @@ impl Node {
                 front: front_addr,
                 resp: resp_addr,
                 workers: worker_addrs,
+                peer: peer_addr,
             },
             published,
             shared,
@@ -410,14 +463,27 @@ impl Node {
         self.shared.snapshots.borrow().view.view.nodes().count() > 1
     }
 
-    /// Leaves the cluster gracefully: out of the rings, every key handed to its other owners
-    /// (bounded by a deadline), then stops.
-    pub fn leave_and_stop(self) -> std::io::Result<()> {
+    /// Leaves the cluster gracefully: out of the rings, every key handed to its new
+    /// replicas (however long that takes), then stops. A signal received meanwhile (the
+    /// `force` receiver becoming true) forces the leave: the node stops with the keys no
+    /// replica acknowledged.
+    pub fn leave_and_stop(self, mut force: watch::Receiver<bool>) -> std::io::Result<()> {
         let shared = self.shared.clone();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        rt.block_on(leave(&shared));
+        rt.block_on(async {
+            tokio::select! {
+                r = crate::leave::leave(&shared, false) => {
+                    if let Err(e) = r {
+                        tracing::warn!(error = %e, "leaving");
+                    }
+                }
+                _ = force.wait_for(|f| *f) => {
+                    tracing::warn!("leave forced: stopping with keys not yet handed off");
+                }
+            }
+        });
         self.stop()
     }
 
@@ -456,24 +522,41 @@ impl Node {
     }
 }
 
-/// How long a leaving node waits for its keys to reach their other owners.
-pub const LEAVE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Leaves the cluster: marks this node as left (its workers then hand every key to the
-/// other owners) and waits until every worker has handed everything off
-/// ([`WorkerStats::handed_everything_off`](crate::mesh::WorkerStats::handed_everything_off)),
-/// or the deadline passes.
-pub async fn leave(shared: &Shared) {
-    shared.agent.leave().await;
-    let deadline = Instant::now() + LEAVE_DEADLINE;
-    while Instant::now() < deadline {
-        let stats = shared.mesh.stats().await;
-        if stats.iter().all(|s| s.handed_everything_off()) {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    tracing::warn!("leave deadline passed with keys not yet handed off");
+/// Opens (replaying, in parallel) every memory-tier worker's write-ahead log.
+fn open_wals(
+    dir: &std::path::Path,
+    config: &NodeConfig,
+    shards: &mut [Shard],
+) -> Result<Vec<store::wal::Wal>, StartError> {
+    let opened: Vec<Result<store::wal::Wal, StartError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = shards
+            .iter_mut()
+            .enumerate()
+            .map(|(i, shard)| {
+                let wal_dir = dir.join("wal").join(format!("worker-{i}"));
+                let options = config.wal.clone();
+                scope.spawn(move || {
+                    open_wal(&wal_dir, options, shard)
+                        .map(|(log, _recovery)| log)
+                        .map_err(|source| StartError::Wal {
+                            path: wal_dir.clone(),
+                            source,
+                        })
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(StartError::Config(
+                        "replaying a write-ahead log panicked".into(),
+                    ))
+                })
+            })
+            .collect()
+    });
+    opened.into_iter().collect()
 }
 
 /// Opens every worker's keyspace and attaches it to its shard. Keyspaces of workers this
@@ -500,10 +583,9 @@ fn attach_disks(db: &DiskDb, shards: &mut [Shard], reserve: u64) -> Result<(), S
         for (key, record) in records {
             let owner = shards.iter().position(|s| s.is_replica(&key)).unwrap_or(0);
             let shard = &mut shards[owner];
-            shard.merge_gossip(vec![(bytes::Bytes::from(key.to_vec()), record)]);
-            if let Some(e) = shard.take_disk_error() {
-                return Err(StartError::Config(format!("re-homing keys: {e}")));
-            }
+            shard
+                .merge_gossip(vec![(bytes::Bytes::from(key.to_vec()), record)])
+                .map_err(|e| StartError::Config(format!("re-homing keys: {e}")))?;
             old.remove(&key).map_err(StartError::Disk)?;
         }
     }

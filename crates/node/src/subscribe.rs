@@ -18,9 +18,9 @@
 //!
 //! A key whose replica this worker stops being (a view change) gets one push with `moved`
 //! set and leaves the table: the client subscribes again at its new replicas. A connection
-//! that closes drops all its subscriptions ([`ConnectionSubscriptions`]'s `Drop`).
+//! that closes drops all its subscriptions (its `ConnectionSubscriptions`, in the native
+//! front end, ends them when dropped).
 
-use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -30,8 +30,6 @@ use tokio::sync::mpsc;
 use wire::pb;
 
 use crate::error::NodeError;
-use crate::shard::Route;
-use crate::worker::WorkerCtx;
 
 /// Most keys one connection may subscribe to.
 pub const MAX_KEYS_PER_CONNECTION: usize = 10_000;
@@ -275,95 +273,6 @@ impl Subscriptions {
             c.next_due = next_due;
         }
         self.keys -= ended;
-    }
-}
-
-/// A connection's hold on its worker's subscription table: registered at its first
-/// `Subscribe`, and dropped with the connection, which ends its subscriptions.
-pub struct ConnectionSubscriptions {
-    ctx: Rc<WorkerCtx>,
-    registered: Option<(u64, mpsc::Receiver<pb::Response>)>,
-}
-
-impl ConnectionSubscriptions {
-    /// A connection on `ctx`'s worker, with no subscriptions yet.
-    pub fn new(ctx: &Rc<WorkerCtx>) -> Self {
-        ConnectionSubscriptions {
-            ctx: ctx.clone(),
-            registered: None,
-        }
-    }
-
-    /// Runs a `Subscribe`: checks every key (size, reserved space, held by this worker —
-    /// subscriptions are never forwarded) before subscribing any; returns the number of
-    /// distinct keys subscribed.
-    pub fn subscribe(&mut self, s: pb::Subscribe) -> Result<usize, NodeError> {
-        if s.keys.len() > MAX_KEYS_PER_CONNECTION {
-            return Err(NodeError::InvalidArgument(format!(
-                "{} keys exceed the limit of {MAX_KEYS_PER_CONNECTION} keys per connection",
-                s.keys.len()
-            )));
-        }
-        {
-            let shard = self.ctx.shard.borrow();
-            for key in &s.keys {
-                shard.check_key(key)?;
-                if shard.route(key) != Route::Local {
-                    return Err(NodeError::Redirect(shard.replica_addrs(key)));
-                }
-            }
-        }
-        let ctx = &self.ctx;
-        let (id, _) = self
-            .registered
-            .get_or_insert_with(|| ctx.subscriptions.borrow_mut().register());
-        let n = ctx.subscriptions.borrow_mut().subscribe(
-            *id,
-            &s.keys,
-            period_of(s.period_ms),
-            Instant::now(),
-        )?;
-        ctx.subscribed.notify_one();
-        Ok(n)
-    }
-
-    /// Runs an `Unsubscribe`; returns how many subscriptions ended.
-    pub fn unsubscribe(&mut self, u: &pb::Unsubscribe) -> usize {
-        match &self.registered {
-            Some((id, _)) => self
-                .ctx
-                .subscriptions
-                .borrow_mut()
-                .unsubscribe(*id, &u.keys),
-            None => 0,
-        }
-    }
-
-    /// Waits for the next push (forever on a connection that never subscribed).
-    pub async fn next_push(&mut self) -> pb::Response {
-        if let Some((_, rx)) = &mut self.registered {
-            if let Some(push) = rx.recv().await {
-                return push;
-            }
-        }
-        std::future::pending().await
-    }
-
-    /// Appends every push waiting now to `out`, as frames.
-    pub fn drain_into(&mut self, out: &mut Vec<u8>) {
-        if let Some((_, rx)) = &mut self.registered {
-            while let Ok(push) = rx.try_recv() {
-                wire::frame::encode(&push, out);
-            }
-        }
-    }
-}
-
-impl Drop for ConnectionSubscriptions {
-    fn drop(&mut self) {
-        if let Some((id, _)) = self.registered.take() {
-            self.ctx.subscriptions.borrow_mut().close(id);
-        }
     }
 }
 

@@ -10,8 +10,10 @@
 //! - `LATTICEKV_SIM_SEED=s`: run only seed `s` (replay a failure); add
 //!   `LATTICEKV_SIM_TRACE=1` to print every event.
 //!
-//! The two `checks_catch_*` tests run the same simulation with the protocol deliberately
-//! broken and require the checks to fail, so a passing run means something.
+//! The `checks_catch_*` tests run the same simulation with the protocol deliberately
+//! broken — in the network (lost batches acknowledged anyway) and in the core itself (a
+//! handed-off key dropped after the first acknowledgement) — and require the checks to
+//! fail, so a passing run means something.
 
 mod sim;
 
@@ -67,7 +69,8 @@ fn replicas_converge_and_keep_every_acknowledged_write() {
             "no write was ever lost to a crash: {total:?}"
         );
         assert!(total.misplaced_writes > 0, "{total:?}");
-        assert!(total.repairs > 0 && total.duplicated > 0, "{total:?}");
+        assert!(total.duplicated > 0, "{total:?}");
+        assert!(total.reclaimed > 0 && total.retired > 0, "{total:?}");
     }
 }
 
@@ -104,5 +107,11 @@ fn checks_catch_divergence_without_retries_or_anti_entropy() {
 #[test]
 fn checks_catch_lost_writes_when_timeouts_count_as_delivered() {
     let (seed, reason) = find_failure(Mode::AckOnTimeout, "is missing");
+    println!("seed {seed}: {reason}");
+}
+
+#[test]
+fn checks_catch_a_hand_off_dropped_after_the_first_acknowledgement() {
+    let (seed, reason) = find_failure(Mode::DropAfterFirstAck, "before replica");
     println!("seed {seed}: {reason}");
 }

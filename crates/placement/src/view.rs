@@ -46,6 +46,9 @@ pub struct NodeInfo {
     pub front: String,
     /// RESP address.
     pub resp: String,
+    /// Peer address: where other nodes send replication, hand-off, anti-entropy and
+    /// membership (empty if unknown, e.g. to a client).
+    pub peer: String,
     /// Virtual nodes per worker on its local ring (and per node on the global ring).
     pub vnodes: u32,
 }
@@ -205,6 +208,7 @@ mod tests {
             workers: (0..workers).map(|w| format!("{id}:{w}")).collect(),
             front: format!("{id}:front"),
             resp: format!("{id}:resp"),
+            peer: String::new(),
             vnodes: 64,
         }
     }

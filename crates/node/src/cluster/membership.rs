@@ -90,6 +90,8 @@ pub struct Description {
     pub workers: Vec<String>,
     /// Virtual nodes per worker and per node.
     pub vnodes: u32,
+    /// Peer-plane address: where other nodes' workers and agents reach this node.
+    pub peer: String,
 }
 
 /// One member's state.
@@ -247,6 +249,7 @@ mod tests {
             resp: "r".into(),
             workers: vec!["w".into()],
             vnodes: 8,
+            peer: "p".into(),
         }
     }
 

@@ -10,7 +10,7 @@ use wire::convert::{timestamp_from_pb, timestamp_to_pb};
 use wire::pb;
 
 use super::membership::{ring_members, Description, Member, Membership, Role, Status};
-use super::{rings_fingerprint, ReplicationTable, ViewState};
+use crate::view::{rings_fingerprint, ReplicationTable, ViewState};
 
 /// Encodes a member.
 pub fn member_to_pb(id: &str, m: &Member) -> pb::Member {
@@ -29,6 +29,7 @@ pub fn member_to_pb(id: &str, m: &Member) -> pb::Member {
         resp: m.desc.resp.clone(),
         workers: m.desc.workers.clone(),
         vnodes: m.desc.vnodes,
+        peer: m.desc.peer.clone(),
     }
 }
 
@@ -52,6 +53,7 @@ pub fn member_from_pb(m: &pb::Member) -> Option<(String, Member)> {
                 resp: m.resp.clone(),
                 workers: m.workers.clone(),
                 vnodes: m.vnodes.max(1),
+                peer: m.peer.clone(),
             },
         },
     ))
@@ -165,11 +167,20 @@ pub fn ring_nodes(membership: &Membership) -> Vec<NodeInfo> {
                 workers: m.desc.workers,
                 front: m.desc.front,
                 resp: m.desc.resp,
+                peer: m.desc.peer,
                 vnodes: m.desc.vnodes,
             }),
             Role::Routing => None,
         })
         .collect()
+}
+
+/// Storage members declared dead (not those that left).
+fn dead_storage_nodes(membership: &Membership) -> usize {
+    membership
+        .iter()
+        .filter(|(_, m)| m.status == Status::Dead && matches!(m.desc.role, Role::Storage(_)))
+        .count()
 }
 
 /// Builds the view workers route by.
@@ -186,6 +197,7 @@ pub fn build_view(
         view: placement::ClusterView::new(nodes),
         replication: replication.clone(),
         default,
+        dead: dead_storage_nodes(membership),
     }
 }
 
@@ -214,6 +226,7 @@ mod tests {
                     resp: "a:2".into(),
                     workers: vec!["a:3".into()],
                     vnodes: 64,
+                    peer: "a:4".into(),
                 },
             },
         );
@@ -226,14 +239,14 @@ mod tests {
         );
 
         let mut t = ReplicationTable::new();
-        let v = super::super::default_vector(2, 3);
+        let v = crate::view::default_vector(2, 3);
         merge_replication(&mut t, Box::from(&b"k"[..]), Timestamp::new(5, 1), v);
         let mut t2 = ReplicationTable::new();
         assert!(merge_replication_pb(&mut t2, &replication_to_pb(&t)));
         assert_eq!(t, t2);
         assert_eq!(replication_digest(&t), replication_digest(&t2));
         // An older setting loses.
-        let older = super::super::default_vector(1, 1);
+        let older = crate::view::default_vector(1, 1);
         assert!(!merge_replication(
             &mut t2,
             Box::from(&b"k"[..]),

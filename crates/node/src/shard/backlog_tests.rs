@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use super::tests::{config, fixed_now, node};
+use super::tests::{config, fixed_clock, node};
 use super::*;
-use crate::cluster::{default_vector, ReplicationTable, ViewState};
 use crate::op::{Condition, Op, OpResult};
+use crate::view::{default_vector, ReplicationTable, ViewState};
 
 #[test]
 fn a_large_changeset_goes_out_in_bounded_rounds() {
@@ -15,7 +15,7 @@ fn a_large_changeset_goes_out_in_bounded_rounds() {
         ReplicationTable::new(),
         default_vector(1, 2),
     ));
-    let mut s = Shard::with_clock(config("n", 0), view, 1, fixed_now);
+    let mut s = Shard::new(config("n", 0), view, 1, fixed_clock());
     let n = 3 * sync::MAX_ROUND_KEYS + 17;
     for i in 0..n {
         let key = format!("k{i}");

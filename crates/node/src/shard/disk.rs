@@ -8,8 +8,9 @@
 //! disk always holds every key's latest merged record: evicting a key from the cache is
 //! free. Whole-store passes (view changes, anti-entropy digests) read the disk.
 //!
-//! A disk error makes the operation fail with [`NodeError::Storage`]; the cache entry of
-//! a key whose write failed is dropped, so reads show what the disk holds.
+//! A disk error makes the operation fail with [`NodeError::Storage`] (returned, like every
+//! other error); the cache entry of a key whose write failed is dropped, so reads show what
+//! the disk holds.
 
 use lattice::{Blob, Record};
 use store::{DiskDb, DiskStore, StoreError};
@@ -25,10 +26,6 @@ pub(crate) struct DiskSide {
     pub(crate) store: DiskStore,
     /// Bytes that must stay free on the file system; writes are refused below it.
     pub(crate) reserve: u64,
-    /// The first disk error of the current operation, reported when it returns.
-    pub(crate) error: Option<StoreError>,
-    /// Physical ms of the last tombstone collection (a full scan on disk: done rarely).
-    pub(crate) last_collect_ms: u64,
     /// Disk errors since start (a metric).
     pub(crate) errors: u64,
     /// Until when (ms) the last free-space check stands: `statvfs` on every write would be
@@ -38,9 +35,6 @@ pub(crate) struct DiskSide {
 
 /// How long a successful free-space check stands.
 const SPACE_CHECK_MS: u64 = 10;
-
-/// Least time between two tombstone collections of a disk store.
-const COLLECT_EVERY_MS: u64 = 60_000;
 
 impl Shard {
     /// Makes this a disk-tier shard over `store` (this worker's keyspace of `db`), keeping
@@ -70,8 +64,6 @@ impl Shard {
             db,
             store,
             reserve,
-            error: None,
-            last_collect_ms: (self.now_ms)(),
             errors: 0,
             space_ok_until_ms: std::cell::Cell::new(0),
         });
@@ -94,60 +86,56 @@ impl Shard {
     }
 
     /// Loads `key`'s record from disk into the cache if it is not cached.
-    pub(super) fn fault_in(&mut self, key: &[u8]) {
+    pub(super) fn fault_in(&mut self, key: &[u8]) -> Result<(), NodeError> {
         let Some(disk) = self.disk.as_mut() else {
-            return;
+            return Ok(());
         };
         if self.store.get(key).is_some() {
-            return;
+            return Ok(());
         }
         match disk.store.get_owned(key) {
             Ok(Some(record)) => {
                 self.store.merge(key, record);
+                Ok(())
             }
-            Ok(None) => {}
-            Err(e) => Self::note_error(disk, e),
+            Ok(None) => Ok(()),
+            Err(e) => Err(Self::failed(disk, e)),
         }
     }
 
     /// Writes the cached record of `key` through to disk (after a change).
-    pub(super) fn write_through(&mut self, key: &[u8]) {
+    pub(super) fn write_through(&mut self, key: &[u8]) -> Result<(), NodeError> {
         let Some(disk) = self.disk.as_mut() else {
-            return;
+            return Ok(());
         };
         let Some(record) = self.store.get(key).map(|r| r.to_record()) else {
-            return;
+            return Ok(());
         };
         if let Err(e) = disk.store.merge(key, record) {
-            Self::note_error(disk, e);
             // The cache must not show what the disk does not hold.
             self.store.remove(key);
+            return Err(Self::failed(disk, e));
+        }
+        Ok(())
+    }
+
+    /// Removes `key` from disk too (hand-off completed, tombstone reclaimed).
+    pub(super) fn remove_from_disk(&mut self, key: &[u8]) -> Result<(), NodeError> {
+        match self.disk.as_mut() {
+            Some(disk) => disk
+                .store
+                .remove(key)
+                .map(|_| ())
+                .map_err(|e| Self::failed(disk, e)),
+            None => Ok(()),
         }
     }
 
-    /// Removes `key` from disk too (hand-off completed).
-    pub(super) fn remove_from_disk(&mut self, key: &[u8]) {
-        if let Some(disk) = self.disk.as_mut() {
-            if let Err(e) = disk.store.remove(key) {
-                Self::note_error(disk, e);
-            }
-        }
-    }
-
-    fn note_error(disk: &mut DiskSide, e: StoreError) {
+    /// Counts a disk error and turns it into the error the operation fails with.
+    fn failed(disk: &mut DiskSide, e: StoreError) -> NodeError {
         disk.errors += 1;
         tracing::warn!(error = %e, "disk error");
-        if disk.error.is_none() {
-            disk.error = Some(e);
-        }
-    }
-
-    /// The disk error met by the last operation or merge, if any (then cleared).
-    pub fn take_disk_error(&mut self) -> Option<NodeError> {
-        self.disk
-            .as_mut()
-            .and_then(|d| d.error.take())
-            .map(|e| NodeError::Storage(e.to_string()))
+        NodeError::Storage(e.to_string())
     }
 
     /// For a write on a disk-tier shard: fails if the file system is below its reserve (or
@@ -156,7 +144,7 @@ impl Shard {
         let Some(d) = &self.disk else {
             return Ok(());
         };
-        let now = (self.now_ms)();
+        let now = self.clock.mono_ms();
         if now < d.space_ok_until_ms.get() {
             return Ok(());
         }
@@ -187,58 +175,38 @@ impl Shard {
         }
     }
 
-    /// Collects old tombstones on disk (at most once a minute: a full scan).
-    pub(super) fn collect_disk_tombstones(&mut self, before_ms: u64) {
-        let now = (self.now_ms)();
-        let Some(disk) = self.disk.as_mut() else {
-            return;
-        };
-        if now.saturating_sub(disk.last_collect_ms) < COLLECT_EVERY_MS {
-            return;
-        }
-        disk.last_collect_ms = now;
-        if let Err(e) = disk.store.collect_tombstones(before_ms) {
-            Self::note_error(disk, e);
-        }
-    }
-
-    /// Every key stored here (disk for a disk-tier shard), for whole-store passes.
-    pub(super) fn for_each_key(&self, mut f: impl FnMut(&[u8])) {
-        match &self.disk {
-            Some(d) => {
-                for (key, _) in d.store.iter().flatten() {
-                    f(&key);
-                }
-            }
-            None => {
-                for (key, _) in self.store.iter() {
-                    f(key);
-                }
-            }
-        }
-    }
-
-    /// Every key stored here that `want`s, with its record (disk for a disk-tier shard).
-    pub(super) fn for_each_record(
+    /// Every key stored here in partition `partition` (after `after`, on disk), with its
+    /// record, until `f` returns false. The partitions of the memory store and of the disk
+    /// store are the same: a key's anti-entropy bucket.
+    pub(super) fn for_each_in_partition(
         &self,
-        want: impl Fn(&[u8]) -> bool,
-        mut f: impl FnMut(&[u8], Record),
+        partition: usize,
+        after: Option<&[u8]>,
+        mut f: impl FnMut(&[u8], Record) -> bool,
     ) {
         match &self.disk {
             Some(d) => {
-                for (key, record) in d.store.iter().flatten() {
-                    if want(&key) {
-                        f(&key, record);
+                for (key, record) in d.store.iter_partition(partition, after).flatten() {
+                    if !f(&key, record) {
+                        return;
                     }
                 }
             }
             None => {
-                for (key, record) in self.store.iter() {
-                    if want(key) {
-                        f(key, record.to_record());
+                for (key, record) in self.store.iter_partition(partition) {
+                    if !f(key, record.to_record()) {
+                        return;
                     }
                 }
             }
+        }
+    }
+
+    /// Entries in partition `partition` (an estimate on disk: the store's share).
+    pub(super) fn partition_entries(&self, partition: usize) -> usize {
+        match &self.disk {
+            Some(d) => d.store.len() / store::PARTITIONS + 1,
+            None => self.store.partition_len(partition),
         }
     }
 

@@ -7,10 +7,10 @@ use bytes::Bytes;
 use lattice::{Lww, Record, Timestamp, Value};
 use store::{DiskDb, DiskOptions};
 
-use super::tests::{config, fixed_now, node};
+use super::tests::{config, fixed_clock, node};
 use super::*;
-use crate::cluster::{default_vector, ReplicationTable, ViewState};
 use crate::op::{Condition, Op, OpResult};
+use crate::view::{default_vector, ReplicationTable, ViewState};
 
 fn disk_shard(dir: &std::path::Path, budget: usize) -> Shard {
     let view = ViewState::of(
@@ -20,7 +20,7 @@ fn disk_shard(dir: &std::path::Path, budget: usize) -> Shard {
     );
     let mut cfg = config("n", 0);
     cfg.memory_budget = budget;
-    let mut shard = Shard::with_clock(cfg, Arc::new(view), 7, fixed_now);
+    let mut shard = Shard::new(cfg, Arc::new(view), 7, fixed_clock());
     let db = DiskDb::open(dir, &DiskOptions::default()).unwrap();
     let store = db.shard(0).unwrap();
     shard.attach_disk(db, store, 0).unwrap();
@@ -162,14 +162,13 @@ fn gossip_merges_reach_the_disk_and_digests_read_it() {
         let record = Record::new(ts, Some(Value::Lww(Lww::new(ts, Box::from(&b"g"[..])))));
         batch.push((Bytes::from(format!("g{i}")), record));
     }
-    s.merge_gossip(batch.clone());
-    assert!(s.take_disk_error().is_none());
+    s.merge_gossip(batch.clone()).expect("merged on disk");
     assert_eq!(s.stats().live_keys, 2_000);
     // Every key is on disk whatever the cache evicted: a digest over the disk equals a
     // digest computed by a memory shard that received the same records.
     let view = s.view().clone();
-    let mut memory = Shard::with_clock(config("n", 0), view, 7, fixed_now);
-    memory.merge_gossip(batch);
+    let mut memory = Shard::new(config("n", 0), view, 7, fixed_clock());
+    memory.merge_gossip(batch).unwrap();
     let peer = placement::Replica {
         node: placement::node_key("n"),
         worker: 0,

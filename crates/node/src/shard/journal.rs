@@ -2,14 +2,19 @@
 //!
 //! When the journal is enabled (a memory-tier worker with a data directory), every record
 //! merged into the store — a client write's delta, an in-place OR-set or counter delta, a
-//! record received by gossip, hand-off or repair — is also queued here; the worker drains
-//! the queue after each batch of work into one log record. Replaying the log merges the
-//! same records back: merges are idempotent and commutative, so replaying a record twice,
-//! or after a snapshot that already contains it, changes nothing.
+//! record received by gossip, hand-off or repair — is also queued here, and so is every key
+//! the worker removes (a hand-off completed, a tombstone reclaimed); the core moves the
+//! queue to the log every few milliseconds as one log record. Replaying the log applies the
+//! same changes in order: merges are idempotent and commutative, so replaying a record
+//! twice, or after a snapshot that already contains it, changes nothing; a removal replayed
+//! after a snapshot taken before it removes the key again, so a handed-off key does not
+//! come back after a restart.
 
+use bytes::Bytes;
 use lattice::Record;
 
-use super::{GossipBatch, Shard};
+use super::Shard;
+use crate::codec::JournalEntry;
 use crate::error::NodeError;
 
 /// Most changes waiting for the log before writes are refused. The worker moves them to the
@@ -30,7 +35,7 @@ impl Shard {
     }
 
     /// The changes queued since the last call (empty if the journal is off).
-    pub fn take_journal(&mut self) -> GossipBatch {
+    pub fn take_journal(&mut self) -> Vec<JournalEntry> {
         match self.journal.as_mut() {
             Some(j) if !j.is_empty() => std::mem::take(j),
             _ => Vec::new(),
@@ -77,31 +82,65 @@ impl Shard {
     /// Queues a change of `key` for the log.
     pub(super) fn log_change(&mut self, key: &[u8], record: &Record) {
         if let Some(j) = self.journal.as_mut() {
-            j.push((bytes::Bytes::copy_from_slice(key), record.clone()));
+            j.push(JournalEntry::Merge(
+                Bytes::copy_from_slice(key),
+                record.clone(),
+            ));
         }
     }
 
-    /// Merges records replayed from the log (or a snapshot) into the store, without
-    /// queueing them for gossip or for the log again.
-    pub fn restore(&mut self, batch: GossipBatch) {
-        for (key, record) in batch {
-            self.hlc.observe(record.epoch);
-            if let Some(lattice::Value::Lww(l)) = &record.value {
-                self.hlc.observe(l.ts);
+    /// Queues the removal of `key` for the log.
+    pub(super) fn log_drop(&mut self, key: &[u8]) {
+        if let Some(j) = self.journal.as_mut() {
+            j.push(JournalEntry::Drop(Bytes::copy_from_slice(key)));
+        }
+    }
+
+    /// Applies changes replayed from the log (or a snapshot) to the store, in order,
+    /// without queueing them for gossip or for the log again.
+    pub fn restore(&mut self, entries: Vec<JournalEntry>) {
+        for entry in entries {
+            match entry {
+                JournalEntry::Merge(key, record) => {
+                    self.hlc.observe(record.epoch);
+                    if let Some(lattice::Value::Lww(l)) = &record.value {
+                        self.hlc.observe(l.ts);
+                    }
+                    let outcome = self.store.merge(&key, record);
+                    self.track_liveness(&key, outcome);
+                }
+                JournalEntry::Drop(key) => {
+                    if let Some(record) = self.store.remove(&key) {
+                        if store::is_live(&record) {
+                            self.track_liveness(
+                                &key,
+                                store::MergeOutcome {
+                                    changed: true,
+                                    was_live: true,
+                                    is_live: false,
+                                },
+                            );
+                        }
+                    }
+                }
             }
-            let outcome = self.store.merge(&key, record);
-            self.track_liveness(&key, outcome);
         }
     }
 
     /// The record stored here for `key` (from disk on a disk-tier shard), replica or not.
-    pub fn record_of(&mut self, key: &[u8]) -> Option<Record> {
-        self.fault_in(key);
-        self.store.get(key).map(|r| r.to_record())
+    pub fn record_of(&mut self, key: &[u8]) -> Result<Option<Record>, NodeError> {
+        self.fault_in(key)?;
+        Ok(self.store.get(key).map(|r| r.to_record()))
     }
 
-    /// Every key stored here with its record (for snapshots).
-    pub fn for_each_stored(&self, f: impl FnMut(&[u8], Record)) {
-        self.for_each_record(|_| true, f);
+    /// Every key of partition `partition` with its record, as log entries (a snapshot is
+    /// written a partition at a time).
+    pub fn partition_entries_for_log(&self, partition: usize) -> Vec<JournalEntry> {
+        let mut out = Vec::new();
+        self.for_each_in_partition(partition, None, |key, record| {
+            out.push(JournalEntry::Merge(Bytes::copy_from_slice(key), record));
+            true
+        });
+        out
     }
 }

@@ -1,42 +1,100 @@
-//! One worker's state, and everything it does to it.
+//! One worker's keys, and everything done to them.
 //!
-//! A [`Shard`] is owned by exactly one worker thread and does no I/O: the worker feeds it
-//! operations, gossip, views and anti-entropy digests, and ships what it returns. Every
-//! decision about types, epochs, limits, placement and replication is made here, so unit
-//! tests, the in-process benchmarks and the cluster simulation drive it directly.
+//! A [`Shard`] is owned by exactly one worker and does no network or log I/O: the replica
+//! core (`crate::core`) feeds it operations, records from other replicas, views and
+//! anti-entropy digests, and ships what it returns. Every decision about types, epochs,
+//! limits, placement and replication of a key is made here; time and randomness come from
+//! an injected [`Clock`] and a seeded random generator, so the simulation replays a run
+//! from its seed. Its storage engines (the memory map; the LSM of a disk-tier shard) are
+//! local and synchronous, part of its state.
 //!
 //! # Layout
 //! - this module: the shard's state, placement (which replicas hold a key) and counters;
-//! - [`ops`]: executing client operations;
-//! - [`sync`]: replication — the changeset and gossip, view changes (hand-off and
-//!   re-replication), anti-entropy digests and repair;
+//! - `ops`: executing client operations;
+//! - `sync`: replication — the changeset and gossip, hand-off, view changes,
+//!   anti-entropy digests and repair;
+//! - `journal`: which changes go to the write-ahead log, and replaying them;
 //! - `disk`: disk-tier shards — the disk engine behind the memory store as a
 //!   write-through cache.
 
 mod disk;
+mod entropy;
 mod journal;
 mod ops;
 mod sync;
+mod tombstones;
+mod views;
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
-use hashbrown::{HashMap, HashSet};
+use foldhash::fast::FixedState;
 use lattice::{Blob, Hlc, Record};
 use placement::{key_hash, Replica, Tier};
 use store::MemStore;
 
-use crate::cluster::ViewState;
+use crate::clock::Clock;
+use crate::codec::JournalEntry;
 use crate::config::Limits;
+use crate::view::ViewState;
 
-pub use sync::{AntiEntropyDigest, Outgoing, BUCKETS};
+pub use crate::codec::GossipBatch;
+pub use entropy::{bucket_of, AntiEntropyDigest, RepairCursor, BUCKETS};
+pub use sync::Outgoing;
 
-/// Milliseconds since the Unix epoch from the system clock (0 if the clock is before 1970).
-pub fn system_now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+/// Hash maps of a shard: seeded from the shard's seed, so their iteration order (which
+/// decides the order batches go out in) is the same in every run of a simulation seed.
+pub(crate) type Map<K, V> = hashbrown::HashMap<K, V, FixedState>;
+
+/// A set of keys with a seeded hasher (see [`Map`]).
+pub(crate) type KeySet = hashbrown::HashSet<Blob, FixedState>;
+
+/// The clock a shard reads (shared with its core; `Send` so a shard can be built on one
+/// thread and run on its worker's).
+pub type SharedClock = Arc<dyn Clock + Send + Sync>;
+
+/// A key being handed off: which record went out (its generation: every new record
+/// queued for hand-off gets a new one) and which replicas acknowledged that record.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Handoff {
+    pub(crate) generation: u64,
+    pub(crate) acked: Vec<Replica>,
+}
+
+/// What a shard did, recorded only when [`Shard::audit`] is on: the deterministic
+/// simulation checks every write it made against the cluster's final state.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Audit {
+    /// A write this shard executed.
+    Write {
+        /// The key.
+        key: bytes::Bytes,
+        /// The op.
+        op: crate::op::Op<bytes::Bytes>,
+        /// The key's record here before it.
+        before: Option<Record>,
+        /// The key's record here after it.
+        after: Option<Record>,
+        /// The writer id it used (OR-set dots, counter entries).
+        actor: u64,
+        /// This worker replicated the key (else the write reached it under an old view).
+        replica: bool,
+        /// Its result.
+        result: crate::op::OpResult,
+    },
+    /// A handed-off key dropped here.
+    Dropped {
+        /// The key.
+        key: bytes::Bytes,
+        /// Its record when dropped.
+        record: Record,
+    },
+    /// A tombstone reclaimed here.
+    Reclaimed {
+        /// The key.
+        key: bytes::Bytes,
+        /// The tombstone's epoch.
+        epoch: lattice::Timestamp,
+    },
 }
 
 /// Where a request for a key should run.
@@ -63,9 +121,8 @@ pub struct ShardConfig {
     /// After a view change, how long reads that miss also ask the previous view's replicas
     /// (keys may still be on their way here), in ms.
     pub settle_ms: u64,
-    /// Added to the physical clock readings behind write timestamps, in ms: a testing knob
-    /// that simulates a node whose clock is skewed (0 in production).
-    pub clock_skew_ms: i64,
+    /// How long a reclaimed delete is remembered, in ms (see `tombstones`).
+    pub tombstone_memory_ms: u64,
 }
 
 /// Counters reported in status output.
@@ -92,10 +149,9 @@ pub struct ShardStats {
     /// Replication not yet sent: changeset and outbox entries (including batches that
     /// failed and were requeued), and keys kept only until their hand-off is delivered.
     pub pending_replication: u64,
+    /// Keys kept only until every new replica acknowledged their hand-off.
+    pub handoff_keys: u64,
 }
-
-/// One batch of replication for one destination: keys and records to merge there.
-pub type GossipBatch = Vec<(Bytes, Record)>;
 
 /// One worker's keys, clock, view of the cluster and outgoing replication.
 pub struct Shard {
@@ -110,8 +166,10 @@ pub struct Shard {
     /// Hybrid logical clock; observes every epoch merged here, so a delete or write issued
     /// here is newer than everything this worker has seen.
     hlc: Hlc,
-    /// Physical clock source (milliseconds); injectable for tests and simulation.
-    now_ms: fn() -> u64,
+    /// Wall clock (timestamps) and monotonic clock (windows, rate limits).
+    clock: SharedClock,
+    /// Randomness (replica choice), seeded.
+    rng: fastrand::Rng,
     /// The keys.
     store: MemStore,
     /// Where keys live now.
@@ -121,18 +179,24 @@ pub struct Shard {
     /// (where a key that moved here lived — the previous view of a node that just joined
     /// is only itself).
     previous: Vec<Arc<ViewState>>,
-    /// Until when (ms) reads that miss also ask `previous`'s replicas.
+    /// Until when (monotonic ms) reads that miss also ask `previous`'s replicas.
     settling_until_ms: u64,
     /// True if the current view has a single worker in all (every key is local).
     single_worker: bool,
     /// Deltas of replicated keys written here since the last gossip, merged per key; also
     /// full records of keys being handed off.
-    changeset: HashMap<Blob, Record>,
+    changeset: Map<Blob, Record>,
     /// Keys whose full record must go to one specific new replica (re-replication after a
     /// view change), sent with the next gossip round.
-    outbox: HashMap<Replica, Vec<Blob>>,
-    /// Keys this worker no longer replicates: dropped once their record was delivered.
-    handoff: HashSet<Blob>,
+    outbox: Map<Replica, KeySet>,
+    /// Per partition, the view it has not yet been compared against since the rings
+    /// changed (`None`: up to date); see `views`.
+    reconcile: Vec<Option<Arc<ViewState>>>,
+    /// Keys this worker no longer replicates: a key is dropped once every current replica
+    /// has acknowledged holding its current record durably.
+    handoff: Map<Blob, Handoff>,
+    /// Numbers hand-offs: an acknowledgement counts only for the record it carried.
+    next_handoff: u64,
     /// Live user keys this worker is primary for.
     primary_keys: u64,
     /// Live metadata keys stored here (excluded from user key counts).
@@ -145,42 +209,50 @@ pub struct Shard {
     /// The disk engine of a disk-tier shard (the memory store is then its cache).
     disk: Option<disk::DiskSide>,
     /// Changes waiting to be written to the write-ahead log (`None`: no log).
-    journal: Option<GossipBatch>,
+    journal: Option<Vec<JournalEntry>>,
     /// Why the write-ahead log refuses appends, while it does: writes are refused too.
     journal_failure: Option<String>,
     /// Operations refused because durable storage failed.
     storage_errors: u64,
-    /// When (ms) tombstones are next collected.
-    next_tombstone_collect_ms: u64,
+    /// Tombstones being reclaimed: the epoch, and until when (monotonic ms) the mark holds.
+    retiring: Map<Blob, (lattice::Timestamp, u64)>,
+    /// Deletes reclaimed recently, by key hash: the tombstone's epoch, and until when
+    /// (monotonic ms) it is remembered (see `tombstones`).
+    reclaimed: Map<u64, (lattice::Timestamp, u64)>,
+    /// What this shard did, while auditing is on.
+    audit: Option<Vec<Audit>>,
+    /// Testing only: drop a handed-off key after the first replica acknowledged it
+    /// instead of all of them (a deliberate break that the simulation and an integration
+    /// test must catch).
+    break_handoff: bool,
 }
 
 impl Shard {
-    /// A shard with an empty store.
-    pub fn new(config: ShardConfig, view: Arc<ViewState>) -> Self {
-        Self::with_clock(config, view, fastrand::u64(..), system_now_ms)
-    }
-
-    /// A shard with a given actor id and clock (tests, simulation).
-    pub fn with_clock(
-        config: ShardConfig,
-        view: Arc<ViewState>,
-        actor: u64,
-        now_ms: fn() -> u64,
-    ) -> Self {
+    /// A shard with an empty store. Everything random about it (its writer id, replica
+    /// choices, hash-map order) follows from `seed`.
+    pub fn new(config: ShardConfig, view: Arc<ViewState>, seed: u64, clock: SharedClock) -> Self {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let actor = rng.u64(..);
+        let hasher = FixedState::with_seed(rng.u64(..));
         let single_worker = is_single_worker(&view, config.me);
         Shard {
             config,
             actor,
             hlc: Hlc::new(actor),
-            now_ms,
-            store: MemStore::new(),
+            clock,
+            store: MemStore::with_seed(rng.u64(..)),
+            rng,
             view,
             previous: Vec::new(),
             settling_until_ms: 0,
             single_worker,
-            changeset: HashMap::new(),
-            outbox: HashMap::new(),
-            handoff: HashSet::new(),
+            reconcile: vec![None; store::PARTITIONS],
+            changeset: Map::with_hasher(hasher.clone()),
+            outbox: Map::with_hasher(hasher.clone()),
+            handoff: Map::with_hasher(hasher.clone()),
+            next_handoff: 0,
+            retiring: Map::with_hasher(hasher.clone()),
+            reclaimed: Map::with_hasher(hasher),
             primary_keys: 0,
             metadata_keys: 0,
             requests: 0,
@@ -191,8 +263,30 @@ impl Shard {
             journal: None,
             journal_failure: None,
             storage_errors: 0,
-            next_tombstone_collect_ms: 0,
+            break_handoff: false,
+            audit: None,
         }
+    }
+
+    /// Starts recording what this shard does ([`Audit`]): for the simulation's checks.
+    pub fn audit(&mut self) {
+        self.audit.get_or_insert_with(Vec::new);
+    }
+
+    /// What was recorded since the last call.
+    pub fn take_audit(&mut self) -> Vec<Audit> {
+        self.audit.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Testing only: drop handed-off keys after the first acknowledgement (see
+    /// `break_handoff`).
+    pub fn break_handoff(&mut self) {
+        self.break_handoff = true;
+    }
+
+    /// The clock this shard reads.
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
     }
 
     /// The writer id of this worker's next OR-set dots and counter entries.
@@ -262,7 +356,7 @@ impl Shard {
 
     /// Where a request for `key` should run: here if this worker holds a replica (in any
     /// tier), else a random one of the key's serving replicas (memory tier first).
-    pub fn route(&self, key: &[u8]) -> Route {
+    pub fn route(&mut self, key: &[u8]) -> Route {
         if self.single_worker {
             return Route::Local;
         }
@@ -305,7 +399,7 @@ impl Shard {
         } else {
             (count, false)
         };
-        let pick = fastrand::usize(..pool);
+        let pick = self.rng.usize(..pool);
         let mut chosen = None;
         let mut i = 0;
         view.for_each_replica(hash, tier, replication, |r| {
@@ -345,8 +439,11 @@ impl Shard {
             storage_errors: self.storage_errors,
             stored_keys: self.stored_count() as u64,
             pending_replication: (self.changeset.len()
-                + self.outbox.values().map(Vec::len).sum::<usize>()
-                + self.handoff.len()) as u64,
+                + self.outbox.values().map(KeySet::len).sum::<usize>()
+                + self.handoff.len()
+                + self.reconcile.iter().filter(|r| r.is_some()).count())
+                as u64,
+            handoff_keys: self.handoff.len() as u64,
         }
     }
 

@@ -60,16 +60,16 @@ impl Shard {
         self.live(key).and_then(|r| r.full_value())
     }
 
-    /// The physical clock reading behind write timestamps: the system clock plus the
-    /// configured skew (a testing knob, 0 in production).
+    /// The physical clock reading behind write timestamps.
     fn clock_ms(&self) -> u64 {
-        (self.now_ms)().saturating_add_signed(self.config.clock_skew_ms)
+        self.clock.wall_ms()
     }
 
     /// The epoch a write of type `ty` to `key` carries (see the module docs).
     pub(super) fn write_epoch(&mut self, key: &[u8], ty: LatticeType) -> Timestamp {
         match self.store.get(key) {
-            None => Timestamp::ZERO,
+            // A delete reclaimed moments ago still sets the incarnation (see `tombstones`).
+            None => self.remembered(key).unwrap_or(Timestamp::ZERO),
             Some(r) => match r.lattice_type() {
                 // A tombstone, or a value of the same type: the key's current incarnation.
                 None => r.epoch(),
@@ -94,10 +94,7 @@ impl Shard {
         self.check_key(key)?;
         if self.is_disk() {
             self.evict_if_needed();
-            self.fault_in(key);
-            if let Some(e) = self.take_disk_error() {
-                return Err(e);
-            }
+            self.fault_in(key)?;
         }
         Ok(self.live(key))
     }
@@ -107,19 +104,45 @@ impl Shard {
     pub fn watched_value(&mut self, key: &[u8]) -> Result<Option<Value>, NodeError> {
         if self.is_disk() {
             self.evict_if_needed();
-            self.fault_in(key);
-            if let Some(e) = self.take_disk_error() {
-                return Err(e);
-            }
+            self.fault_in(key)?;
         }
         Ok(self.live(key).and_then(|r| r.to_value()))
     }
 
     /// Executes one operation on this worker's replica.
     pub fn execute<B: AsRef<[u8]>>(&mut self, op: Op<B>) -> OpResult {
+        if self.audit.is_some() && op.is_write() {
+            return self.execute_audited(op);
+        }
         let result = self.execute_tiered(op);
         if matches!(result, OpResult::Error(NodeError::Storage(_))) {
             self.storage_errors += 1;
+        }
+        result
+    }
+
+    /// [`execute`](Self::execute), recording the write ([`super::Audit`]).
+    fn execute_audited<B: AsRef<[u8]>>(&mut self, op: Op<B>) -> OpResult {
+        let owned = op.to_owned_op();
+        let key = owned.key_bytes().clone();
+        let before = self.store.get(&key).map(|r| r.to_record());
+        let actor = self.actor;
+        let replica = self.is_replica(&key);
+        let result = self.execute_tiered(op);
+        if matches!(result, OpResult::Error(NodeError::Storage(_))) {
+            self.storage_errors += 1;
+        }
+        let after = self.store.get(&key).map(|r| r.to_record());
+        if let Some(log) = self.audit.as_mut() {
+            log.push(super::Audit::Write {
+                key,
+                op: owned,
+                before,
+                after,
+                actor,
+                replica,
+                result: result.clone(),
+            });
         }
         result
     }
@@ -131,15 +154,10 @@ impl Shard {
             return self.execute_here(op);
         }
         self.evict_if_needed();
-        self.fault_in(op.key());
-        if let Some(e) = self.take_disk_error() {
+        if let Err(e) = self.fault_in(op.key()) {
             return OpResult::Error(e);
         }
-        let result = self.execute_here(op);
-        match self.take_disk_error() {
-            Some(e) => OpResult::Error(e),
-            None => result,
-        }
+        self.execute_here(op)
     }
 
     /// Executes one operation on the (cached) store.
@@ -167,7 +185,7 @@ impl Shard {
             Op::SetContains { key, member } => self.set_contains(key.as_ref(), member.as_ref()),
             Op::SetLen { key } => self.set_len(key.as_ref()),
             Op::Put { key, value } => self.put(key.as_ref(), value).into(),
-            Op::Delete { key } => self.delete(key.as_ref()),
+            Op::Delete { key } => self.delete(key.as_ref()).into(),
             Op::Assign {
                 key,
                 value,
@@ -188,7 +206,9 @@ impl Shard {
         let misplaced = (op.is_write() && !self.is_replica(op.key())).then(|| Blob::from(op.key()));
         let result = self.execute(op);
         if let Some(key) = misplaced {
-            self.queue_handoff(&key);
+            if let Err(e) = self.queue_handoff(&key) {
+                return OpResult::Error(e);
+            }
         }
         result
     }
@@ -257,17 +277,17 @@ impl Shard {
             Value::Lww(l) => l.ts,
             _ => self.write_epoch(key, ty),
         };
-        self.apply(key, Record::new(epoch, Some(value)));
+        self.apply(key, Record::new(epoch, Some(value)))?;
         Ok(OpResult::Done)
     }
 
-    pub(super) fn delete(&mut self, key: &[u8]) -> OpResult {
+    pub(super) fn delete(&mut self, key: &[u8]) -> Result<OpResult, NodeError> {
         if self.live(key).is_none() {
-            return OpResult::Int(0);
+            return Ok(OpResult::Int(0));
         }
         let ts = self.hlc.tick(self.clock_ms());
-        self.apply(key, Record::tombstone(ts));
-        OpResult::Int(1)
+        self.apply(key, Record::tombstone(ts))?;
+        Ok(OpResult::Int(1))
     }
 
     pub(super) fn assign(
@@ -294,7 +314,7 @@ impl Shard {
         }
         let ts = self.hlc.tick(self.clock_ms());
         let record = Record::new(ts, Some(Value::Lww(Lww::new(ts, Box::from(value)))));
-        self.apply(key, record);
+        self.apply(key, record)?;
         Ok(OpResult::Int(1))
     }
 
@@ -310,26 +330,31 @@ impl Shard {
 
     /// Applies an OR-set operation in place on the stored set (O(log n), no merge of a
     /// delta into the whole set) and returns its delta, which joins the changeset if the
-    /// key is replicated here. `None` if the key holds no OR-set at `epoch`.
+    /// key is replicated here. `Ok(None)` if the key holds no OR-set at `epoch`.
     pub(super) fn update_orset(
         &mut self,
         key: &[u8],
         epoch: Timestamp,
         grown: usize,
         op: impl FnOnce(&mut OrSet<Blob>) -> OrSet<Blob>,
-    ) -> Option<OrSet<Blob>> {
+    ) -> Result<Option<OrSet<Blob>>, NodeError> {
         if !self.holds_orset_at(key, epoch) {
-            return None;
+            return Ok(None);
         }
-        let (delta, outcome) = self
-            .store
-            .update(key, grown, |record| match &mut record.value {
-                Some(Value::OrSet(set)) => Some(op(set)),
-                _ => None,
-            })?;
+        let Some((delta, outcome)) =
+            self.store
+                .update(key, grown, |record| match &mut record.value {
+                    Some(Value::OrSet(set)) => Some(op(set)),
+                    _ => None,
+                })
+        else {
+            return Ok(None);
+        };
         self.track_liveness(key, outcome);
-        self.write_through(key);
-        let delta = delta?;
+        self.write_through(key)?;
+        let Some(delta) = delta else {
+            return Ok(None);
+        };
         let replicated = self.replicated(key);
         if replicated || self.journal_enabled() {
             let record = Record::new(epoch, Some(Value::OrSet(Box::new(delta.clone()))));
@@ -338,7 +363,7 @@ impl Shard {
                 self.add_to_changeset(key, record);
             }
         }
-        Some(delta)
+        Ok(Some(delta))
     }
 
     pub(super) fn set_add<B: AsRef<[u8]>>(
@@ -366,11 +391,11 @@ impl Shard {
             // Per member: its bytes, its dot and the tree entry, as the size estimate grows.
             let grown = member.len() + 64;
             let updated =
-                self.update_orset(key, epoch, grown, |set| set.add(actor, Box::from(member)));
+                self.update_orset(key, epoch, grown, |set| set.add(actor, Box::from(member)))?;
             if updated.is_none() {
                 // First member of a new set (or of a new incarnation): a small merge.
                 let delta = OrSet::new().add_delta(actor, Box::from(member));
-                self.apply(key, Record::new(epoch, Some(Value::OrSet(Box::new(delta)))));
+                self.apply(key, Record::new(epoch, Some(Value::OrSet(Box::new(delta)))))?;
             }
         }
         Ok(OpResult::Int(added))
@@ -393,7 +418,7 @@ impl Shard {
                 matches!(self.live_full(key), Some(Value::OrSet(s)) if s.contains(member));
             if present {
                 removed += 1;
-                self.update_orset(key, epoch, 0, |set| set.remove(member));
+                self.update_orset(key, epoch, 0, |set| set.remove(member))?;
             }
         }
         Ok(OpResult::Int(removed))
@@ -413,7 +438,7 @@ impl Shard {
         });
         if let Some((Some((epoch, added)), outcome)) = in_place {
             self.track_liveness(key, outcome);
-            self.write_through(key);
+            self.write_through(key)?;
             let (new_value, counter_delta) = added.ok_or(NodeError::Overflow)?;
             let replicated = self.replicated(key);
             if replicated || self.journal_enabled() {
@@ -431,18 +456,19 @@ impl Shard {
         let counter_delta = Counter::new()
             .add_delta(actor, delta)
             .ok_or(NodeError::Overflow)?;
-        self.apply(key, Record::new(epoch, Some(Value::Counter(counter_delta))));
+        self.apply(key, Record::new(epoch, Some(Value::Counter(counter_delta))))?;
         Ok(OpResult::Int(delta))
     }
 
     /// Merges a write's delta into the store and, for keys replicated on this node, into
     /// the changeset.
-    pub(super) fn apply(&mut self, key: &[u8], delta: Record) {
+    pub(super) fn apply(&mut self, key: &[u8], delta: Record) -> Result<(), NodeError> {
         self.hlc.observe(delta.epoch);
+        self.merge_into_store(key, delta.clone())?;
         if self.replicated(key) {
-            self.add_to_changeset(key, delta.clone());
+            self.add_to_changeset(key, delta);
         }
-        self.merge_into_store(key, delta);
+        Ok(())
     }
 
     /// Merges a delta of `key` into the changeset ("merge at sender").
@@ -457,14 +483,21 @@ impl Shard {
         }
     }
 
-    pub(super) fn merge_into_store(&mut self, key: &[u8], record: Record) {
+    /// Merges a record into the store (and the disk, for a disk-tier shard), and queues it
+    /// for the write-ahead log. Returns whether the stored record changed.
+    pub(super) fn merge_into_store(
+        &mut self,
+        key: &[u8],
+        record: Record,
+    ) -> Result<bool, NodeError> {
+        self.fault_in(key)?;
         self.log_change(key, &record);
-        self.fault_in(key);
         let outcome = self.store.merge(key, record);
         self.track_liveness(key, outcome);
         if outcome.changed {
-            self.write_through(key);
+            self.write_through(key)?;
         }
+        Ok(outcome.changed)
     }
 
     /// Keeps the primary and metadata key counts in step with a write's outcome.

@@ -1,42 +1,26 @@
-//! Replication of a shard: gossip of the changeset, view changes, anti-entropy.
+//! Replication of a shard: gossip of the changeset and hand-off.
 //!
 //! - **Gossip.** Writes of keys with other replicas leave a delta in the changeset, merged
 //!   per key. [`Shard::take_gossip`] turns it into one batch per destination replica; the
-//!   worker ships the batches and reports back ([`Shard::delivered`] or
+//!   core ships the batches and reports back ([`Shard::delivered`] or
 //!   [`Shard::requeue`]).
-//! - **View changes.** [`Shard::set_view`] compares every key's replicas under the old and
-//!   the new view. A key this worker no longer replicates is *handed off*: its full record
-//!   goes to the new replicas and is dropped here once delivered. A key that gained replicas
-//!   (a join, or a dead node's keys re-replicated) is sent to the newcomers by the first of
-//!   its old replicas that is still in the view — one sender, not all of them.
-//! - **Reads during a move.** For `settle_ms` after a view change, a read that misses here
-//!   may also ask the previous view's replicas ([`Shard::settling`]).
-//! - **Anti-entropy.** [`Shard::digest`] sums a hash of every (key, record) this worker
-//!   shares with a peer replica into [`BUCKETS`] buckets; peers compare digests and exchange
-//!   the records of the buckets that differ, so updates lost by gossip still converge.
-
-use std::sync::Arc;
+//! - **Hand-off.** A key this worker no longer replicates (after a view change, or a write
+//!   that reached it under an older view) is *handed off*: its full record goes to its
+//!   replicas, and it is dropped here (and the drop journaled) only once *every* one of
+//!   them has acknowledged it durably ([`Shard::delivered`]).
 
 use bytes::Bytes;
-use hashbrown::HashMap;
-use lattice::{Blob, Lattice, Lww, Record, Value};
-use placement::{key_hash, replication, Replica};
-use prost::Message;
+use lattice::{Blob, Lattice, Record, Value};
+use placement::Replica;
 
-use super::{GossipBatch, Shard};
-use crate::cluster::ViewState;
+use super::{GossipBatch, Map, Shard};
+use crate::error::NodeError;
 
 /// Most keys one gossip round takes from the changeset and the outbox.
 pub const MAX_ROUND_KEYS: usize = 8192;
 
 /// About the most bytes of records one gossip round takes (one record may exceed it).
 pub const MAX_ROUND_BYTES: usize = 8 << 20;
-
-/// Number of anti-entropy buckets (a key's bucket is the top 8 bits of its hash).
-pub const BUCKETS: usize = 256;
-
-/// Per-bucket digests of the keys shared with one peer.
-pub type AntiEntropyDigest = Vec<u64>;
 
 /// A batch of records for one destination replica.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,19 +29,17 @@ pub struct Outgoing {
     pub to: Replica,
     /// What to merge there.
     pub entries: GossipBatch,
+    /// The hand-offs it carries, with their generations: the destination must
+    /// acknowledge the batch only once the records are durable there (as durable as its
+    /// storage allows), and the acknowledgement counts for those generations only.
+    pub handoffs: Vec<(Bytes, u64)>,
 }
 
-/// The anti-entropy bucket of a key.
-pub fn bucket_of(key: &[u8]) -> usize {
-    (key_hash(key) >> 56) as usize
-}
-
-/// Hash of one (key, record): the record's canonical protobuf encoding (ordered maps), so
-/// equal states hash equal on every replica.
-fn entry_hash(key: &[u8], record: &Record) -> u64 {
-    let mut bytes = key.to_vec();
-    bytes.extend_from_slice(&wire::convert::record_to_pb(record).encode_to_vec());
-    xxhash_rust::xxh3::xxh3_64(&bytes)
+impl Outgoing {
+    /// True if the destination must answer only once the records are durable.
+    pub fn durable(&self) -> bool {
+        !self.handoffs.is_empty()
+    }
 }
 
 impl Shard {
@@ -76,7 +58,8 @@ impl Shard {
     /// ([`Shard::has_gossip`] says whether there is more). The changeset keeps its
     /// capacity: the same hot keys come back every period.
     pub fn take_gossip(&mut self) -> Vec<Outgoing> {
-        let mut batches: HashMap<Replica, GossipBatch> = HashMap::new();
+        let mut batches: Map<Replica, (GossipBatch, Vec<(Bytes, u64)>)> =
+            Map::with_hasher(self.changeset.hasher().clone());
         let me = self.config.me;
         let view = self.view.clone();
         let mut budget_keys = MAX_ROUND_KEYS;
@@ -91,22 +74,39 @@ impl Shard {
         };
         budget_keys -= taken.len();
         let mut unsent: Vec<(Bytes, Record)> = Vec::new();
+        let mut all_acked: Vec<Bytes> = Vec::new();
         for (key, record) in taken {
             budget_bytes = budget_bytes.saturating_sub(key.len() + record.approx_size());
             let key = Bytes::from(key.into_vec());
+            let handoff = self.handoff.get(&key[..]);
+            let mut others = false;
             let mut sent = false;
             for r in view.replicas(&key) {
-                if r != me {
-                    sent = true;
-                    batches
-                        .entry(r)
-                        .or_default()
-                        .push((key.clone(), record.clone()));
+                if r == me {
+                    continue;
+                }
+                others = true;
+                // A hand-off goes to each replica until it has acknowledged it.
+                if handoff.is_some_and(|h| h.acked.contains(&r)) {
+                    continue;
+                }
+                sent = true;
+                let batch = batches.entry(r).or_default();
+                batch.0.push((key.clone(), record.clone()));
+                if let Some(h) = handoff {
+                    batch.1.push((key.clone(), h.generation));
                 }
             }
-            if !sent {
+            if !others {
                 unsent.push((key, record));
+            } else if !sent {
+                all_acked.push(key);
             }
+        }
+        // Hand-offs every replica already acknowledged (a requeued batch to some of them):
+        // nothing left to send.
+        for key in all_acked {
+            self.try_drop(&key);
         }
         // Entries with no other replica to go to. Usually of a key this worker alone
         // replicates now, whose stored record already includes them; but an entry may be
@@ -116,42 +116,67 @@ impl Shard {
         for (key, record) in unsent {
             if self.is_replica(&key) {
                 self.handoff.remove(&key[..]);
-                self.merge_into_store(&key, record);
+                if self.merge_into_store(&key, record.clone()).is_err() {
+                    // A disk error: keep it for the next round.
+                    self.changeset.insert(Box::from(&key[..]), record);
+                }
             } else {
                 // No replica at all in this view: wait for the next one.
                 self.changeset.insert(Box::from(&key[..]), record);
             }
         }
-        let mut outbox: Vec<(Replica, Vec<Blob>)> = self.outbox.drain().collect();
-        for (to, keys) in outbox.iter_mut() {
-            let to = *to;
-            while budget_keys > 0 && budget_bytes > 0 {
-                let Some(key) = keys.pop() else { break };
-                budget_keys -= 1;
+        // The outbox, destination by destination (in the map's seeded order), within what
+        // is left of the round's budget; the rest stays queued.
+        let destinations: Vec<Replica> = self.outbox.keys().copied().collect();
+        for to in destinations {
+            if budget_keys == 0 || budget_bytes == 0 {
+                break;
+            }
+            let Some(queue) = self.outbox.get_mut(&to) else {
+                continue;
+            };
+            let quota = budget_keys;
+            let mut n = 0;
+            let taken: Vec<Blob> = queue
+                .extract_if(|_| {
+                    n += 1;
+                    n <= quota
+                })
+                .collect();
+            if queue.is_empty() {
+                self.outbox.remove(&to);
+            }
+            for key in taken {
+                budget_keys = budget_keys.saturating_sub(1);
                 // Still a replica there (views may have moved on), and still held here.
                 if !view.is_replica(&key, to) {
                     continue;
                 }
-                self.fault_in(&key);
+                if self.fault_in(&key).is_err() {
+                    // A disk error: try again next round.
+                    self.outbox.entry(to).or_default().insert(key);
+                    continue;
+                }
                 if let Some(record) = self.store.get(&key) {
                     let record = record.to_record();
                     budget_bytes = budget_bytes.saturating_sub(key.len() + record.approx_size());
-                    batches
-                        .entry(to)
-                        .or_default()
-                        .push((Bytes::from(key.into_vec()), record));
+                    let generation = self.handoff.get(&key).map(|h| h.generation);
+                    let key = Bytes::from(key.into_vec());
+                    let batch = batches.entry(to).or_default();
+                    batch.0.push((key.clone(), record));
+                    if let Some(g) = generation {
+                        batch.1.push((key, g));
+                    }
                 }
-            }
-        }
-        // What did not fit waits for the next round.
-        for (to, keys) in outbox {
-            if !keys.is_empty() {
-                self.outbox.entry(to).or_default().extend(keys);
             }
         }
         let out: Vec<Outgoing> = batches
             .into_iter()
-            .map(|(to, entries)| Outgoing { to, entries })
+            .map(|(to, (entries, handoffs))| Outgoing {
+                to,
+                entries,
+                handoffs,
+            })
             .collect();
         self.gossip_sent += out.iter().map(|o| o.entries.len() as u64).sum::<u64>();
         out
@@ -173,8 +198,32 @@ impl Shard {
         }
     }
 
-    /// Records that a batch reached its destination: handed-off keys that are no longer
-    /// replicated here and have nothing pending are dropped.
+    /// The keys being handed off, with the replicas that acknowledged them (introspection
+    /// for status and the simulation's diagnostics).
+    pub fn pending_handoffs(&self) -> Vec<(Bytes, Vec<Replica>)> {
+        let mut out: Vec<(Bytes, Vec<Replica>)> = self
+            .handoff
+            .iter()
+            .map(|(k, h)| (Bytes::copy_from_slice(k), h.acked.clone()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Puts back the keys of a batch to `to` that failed (no answer, or an error): their
+    /// current records go to `to` with the next round, unless `to` has stopped being their
+    /// replica by then (the view change then sends them to whoever replaced it).
+    pub fn requeue_keys(&mut self, to: Replica, keys: impl IntoIterator<Item = Bytes>) {
+        let queue = self.outbox.entry(to).or_default();
+        for key in keys {
+            queue.insert(Box::from(&key[..]));
+        }
+    }
+
+    /// Records that a batch reached `to` durably, with the hand-offs it carried (key,
+    /// generation): a handed-off key that every one of its current replicas has now
+    /// acknowledged at its current generation, with nothing newer pending, is dropped here,
+    /// and the drop journaled. (An ordinary gossip batch acknowledges no hand-off.)
     ///
     /// Dropping a key forgets this worker's own contributions to it: its counter entry and
     /// the dots of its OR-set adds. If the key came back here later (the views changed
@@ -184,42 +233,81 @@ impl Shard {
     /// another member (each replica then sees the other's member as removed). So once it
     /// has dropped keys, the worker writes under a new actor id: its old entries stay as
     /// they are everywhere, new writes add to a fresh one.
-    pub fn delivered<'k>(&mut self, keys: impl IntoIterator<Item = &'k [u8]>) {
+    pub fn delivered(&mut self, to: Replica, handoffs: &[(Bytes, u64)]) {
         if self.handoff.is_empty() {
             return;
         }
         let dropped_before = self.handed_off;
-        for key in keys {
-            if !self.handoff.contains(key) || self.changeset.contains_key(key) {
+        for (key, generation) in handoffs {
+            let Some(h) = self.handoff.get_mut(&key[..]) else {
+                continue;
+            };
+            if h.generation != *generation {
+                // A newer record of the key was queued since: this acknowledges an old one.
                 continue;
             }
-            if self.is_replica(key) {
-                self.handoff.remove(key);
-                continue;
+            if !h.acked.contains(&to) {
+                h.acked.push(to);
             }
-            let outcome_live = self.holds(key);
-            self.store.remove(key);
-            self.remove_from_disk(key);
-            if outcome_live {
-                self.track_liveness(
-                    key,
-                    store::MergeOutcome {
-                        changed: true,
-                        was_live: true,
-                        is_live: false,
-                    },
-                );
-            }
-            self.handoff.remove(key);
-            self.handed_off += 1;
+            self.try_drop(key);
         }
         if self.handed_off != dropped_before {
             self.actor = next_actor(self.actor);
         }
     }
 
-    /// Merges records received from another replica (gossip, hand-off, repair).
-    pub fn merge_gossip(&mut self, batch: GossipBatch) {
+    /// Drops a handed-off key if its hand-off is complete: nothing newer is pending, this
+    /// worker is not a replica again, and every current replica acknowledged it.
+    pub(super) fn try_drop(&mut self, key: &[u8]) {
+        if self.changeset.contains_key(key) {
+            return;
+        }
+        if self.is_replica(key) {
+            self.handoff.remove(key);
+            return;
+        }
+        let Some(h) = self.handoff.get(key) else {
+            return;
+        };
+        let replicas = self.view.replicas(key);
+        let complete = if self.break_handoff {
+            !h.acked.is_empty()
+        } else {
+            !replicas.is_empty() && replicas.iter().all(|r| h.acked.contains(r))
+        };
+        if !complete {
+            return;
+        }
+        let was_live = self.holds(key);
+        if self.remove_from_disk(key).is_err() {
+            // Kept (and still in the hand-off set): the next acknowledgement tries again.
+            return;
+        }
+        let record = self.store.remove(key);
+        if let (Some(log), Some(record)) = (self.audit.as_mut(), record) {
+            log.push(super::Audit::Dropped {
+                key: bytes::Bytes::copy_from_slice(key),
+                record,
+            });
+        }
+        self.log_drop(key);
+        if was_live {
+            self.track_liveness(
+                key,
+                store::MergeOutcome {
+                    changed: true,
+                    was_live: true,
+                    is_live: false,
+                },
+            );
+        }
+        self.handoff.remove(key);
+        self.handed_off += 1;
+    }
+
+    /// Merges records received from another replica (gossip, hand-off, repair). Stops at
+    /// the first record the disk refuses (the sender keeps the batch and retries).
+    pub fn merge_gossip(&mut self, batch: GossipBatch) -> Result<(), NodeError> {
         self.evict_if_needed();
         for (key, record) in batch {
             self.gossip_received += 1;
@@ -227,166 +315,40 @@ impl Shard {
             if let Some(Value::Lww(l)) = &record.value {
                 self.hlc.observe(l.ts);
             }
-            self.merge_into_store(&key, record);
-            if !self.is_replica(&key) {
+            if record.epoch < self.remembered(&key).unwrap_or(lattice::Timestamp::ZERO)
+                && self.store.get(&key).is_none()
+            {
+                // Older than a delete reclaimed moments ago: the tombstone would have won.
+                continue;
+            }
+            let changed = self.merge_into_store(&key, record)?;
+            if !self.is_replica(&key) && (changed || !self.handoff.contains_key(&key[..])) {
                 // Sent under another view: pass it on to the current replicas.
-                self.queue_handoff(&key);
+                self.queue_handoff(&key)?;
             }
         }
+        Ok(())
     }
 
-    /// Queues the full state of `key` for its current replicas; once delivered, the key is
-    /// dropped here unless this worker is one of them.
-    pub fn queue_handoff(&mut self, key: &[u8]) {
-        self.fault_in(key);
+    /// Queues the full state of `key` for its current replicas; once every one of them has
+    /// acknowledged it, the key is dropped here unless this worker is one of them.
+    pub fn queue_handoff(&mut self, key: &[u8]) -> Result<(), NodeError> {
+        self.fault_in(key)?;
         if let Some(record) = self.store.get(key) {
-            // The full state supersedes any pending delta of the key.
+            // The full state supersedes any pending delta of the key, and must reach every
+            // replica again.
             self.changeset.insert(Box::from(key), record.to_record());
-            self.handoff.insert(Box::from(key));
+            self.next_handoff += 1;
+            let generation = self.next_handoff;
+            self.handoff.insert(
+                Box::from(key),
+                super::Handoff {
+                    generation,
+                    acked: Vec::new(),
+                },
+            );
         }
-    }
-
-    /// Periodic housekeeping after a gossip round: collects tombstones older than
-    /// `tombstone_grace_ms`.
-    pub fn after_gossip(&mut self, tombstone_grace_ms: u64) {
-        let now = (self.now_ms)();
-        // A pass over the store's full entries: once a second is plenty for a grace period
-        // of minutes.
-        if now < self.next_tombstone_collect_ms {
-            return;
-        }
-        self.next_tombstone_collect_ms = now.saturating_add(1_000);
-        let before = now.saturating_sub(tombstone_grace_ms);
-        self.store.collect_tombstones(before);
-        self.collect_disk_tombstones(before);
-    }
-
-    // ---- views ----------------------------------------------------------------------------
-
-    /// Switches to a new view and queues the moves it implies (see the module docs).
-    pub fn set_view(&mut self, next: Arc<ViewState>) {
-        let old = std::mem::replace(&mut self.view, next);
-        self.single_worker = super::is_single_worker(&self.view, self.config.me);
-        let new = self.view.clone();
-        let me = self.config.me;
-
-        // Explicit vectors that changed: store their metadata records (on the metadata
-        // key's replicas), and they are the only keys to check if the rings did not change.
-        let mut changed_keys: Vec<Blob> = Vec::new();
-        for (key, (ts, vector)) in new.replication.iter() {
-            if old.replication.get(key) != Some(&(*ts, *vector)) {
-                changed_keys.push(key.clone());
-                let meta = replication::replication_key(key);
-                if new.is_replica(&meta, me) {
-                    let encoded = encode_vector(vector);
-                    let record = Record::new(*ts, Some(Value::Lww(Lww::new(*ts, encoded))));
-                    self.merge_into_store(&meta, record);
-                }
-            }
-        }
-        for key in old.replication.keys() {
-            if !new.replication.contains_key(key) {
-                changed_keys.push(key.clone());
-            }
-        }
-
-        let rings_changed = old.rings != new.rings;
-        let mut handoff: Vec<Blob> = Vec::new();
-        let mut directed: Vec<(Replica, Blob)> = Vec::new();
-        let mut check = |key: &[u8]| {
-            let old_set = old.replicas(key);
-            let new_set = new.replicas(key);
-            if old_set == new_set {
-                return;
-            }
-            if !new_set.contains(&me) {
-                handoff.push(Box::from(key));
-                return;
-            }
-            // The first old replica still in the view sends the key to the newcomers.
-            let sender = old_set.iter().find(|r| new.has_node(r.node)).copied();
-            if sender == Some(me) || (sender.is_none() && old_set.contains(&me)) {
-                for r in new_set.iter().filter(|r| !old_set.contains(r)) {
-                    directed.push((*r, Box::from(key)));
-                }
-            }
-        };
-        if rings_changed {
-            self.for_each_key(&mut check);
-        } else {
-            for key in &changed_keys {
-                if self.stores(key) {
-                    check(key);
-                }
-            }
-        }
-        for key in handoff {
-            self.queue_handoff(&key);
-        }
-        for (to, key) in directed {
-            self.outbox.entry(to).or_default().push(key);
-        }
-        if rings_changed || !changed_keys.is_empty() {
-            let without_me = new.without_node(me.node);
-            self.previous = vec![old, Arc::new(without_me)];
-            self.settling_until_ms = (self.now_ms)().saturating_add(self.config.settle_ms);
-        }
-    }
-
-    /// While keys may still be moving after a view change: the views whose replicas a read
-    /// that misses here may ask.
-    pub fn settling(&self) -> Option<&[Arc<ViewState>]> {
-        if (self.now_ms)() < self.settling_until_ms && !self.previous.is_empty() {
-            Some(&self.previous)
-        } else {
-            None
-        }
-    }
-
-    // ---- anti-entropy ---------------------------------------------------------------------
-
-    /// Keys stored here that `peer` should hold too.
-    fn shared_with(&self, key: &[u8], peer: Replica) -> bool {
-        self.view.is_replica(key, peer) && self.is_replica(key)
-    }
-
-    /// Per-bucket digests of the keys this worker shares with `peer`.
-    pub fn digest(&self, peer: Replica) -> AntiEntropyDigest {
-        let mut buckets = vec![0u64; BUCKETS];
-        self.for_each_record(
-            |key| self.shared_with(key, peer),
-            |key, record| {
-                buckets[bucket_of(key)] =
-                    buckets[bucket_of(key)].wrapping_add(entry_hash(key, &record));
-            },
-        );
-        buckets
-    }
-
-    /// The buckets where `theirs` (a peer's digest of the keys it shares with this worker)
-    /// differs from this worker's digest for that peer.
-    pub fn differing(&self, peer: Replica, theirs: &[u64]) -> Vec<u32> {
-        let mine = self.digest(peer);
-        (0..BUCKETS)
-            .filter(|&b| theirs.get(b).copied().unwrap_or(0) != mine[b])
-            .map(|b| b as u32)
-            .collect()
-    }
-
-    /// This worker's records of the keys it shares with `peer` in `buckets`.
-    pub fn bucket_entries(&self, peer: Replica, buckets: &[u32]) -> GossipBatch {
-        let mut wanted = [false; BUCKETS];
-        for &b in buckets {
-            if let Some(w) = wanted.get_mut(b as usize) {
-                *w = true;
-            }
-        }
-        let mut out = GossipBatch::new();
-        self.for_each_record(
-            |key| wanted[bucket_of(key)] && self.shared_with(key, peer),
-            |key, record| out.push((Bytes::copy_from_slice(key), record)),
-        );
-        out
+        Ok(())
     }
 }
 
@@ -397,14 +359,4 @@ fn next_actor(actor: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
-}
-
-/// Encodes a replication vector as stored in metadata records: four little-endian u32s
-/// (memory global, memory local, disk global, disk local).
-pub fn encode_vector(v: &placement::ReplicationVector) -> Blob {
-    let mut out = Vec::with_capacity(16);
-    for n in [v.memory.global, v.memory.local, v.disk.global, v.disk.local] {
-        out.extend_from_slice(&n.to_le_bytes());
-    }
-    out.into_boxed_slice()
 }

@@ -7,12 +7,13 @@ use lattice::{LatticeType, Timestamp, Value};
 use placement::{node_key, replication, NodeInfo, Replica, Tier};
 
 use super::*;
-use crate::cluster::{default_vector, ReplicationTable, ViewState};
 use crate::error::NodeError;
 use crate::op::{Condition, Op, OpResult};
+use crate::view::{default_vector, ReplicationTable, ViewState};
 
-pub(super) fn fixed_now() -> u64 {
-    1_700_000_000_000
+/// A clock standing still at 2023-11-14.
+pub(super) fn fixed_clock() -> SharedClock {
+    Arc::new(crate::clock::ManualClock::new(1_700_000_000_000))
 }
 
 /// A node description with `workers` workers.
@@ -23,6 +24,7 @@ pub(super) fn node(id: &str, workers: usize) -> NodeInfo {
         workers: (0..workers).map(|w| format!("{id}/{w}")).collect(),
         front: format!("{id}/front"),
         resp: format!("{id}/resp"),
+        peer: String::new(),
         vnodes: 32,
     }
 }
@@ -37,7 +39,7 @@ pub(super) fn config(node_id: &str, worker: u32) -> ShardConfig {
         memory_budget: 1 << 30,
         max_changeset_keys: 1024,
         settle_ms: 1_000,
-        clock_skew_ms: 0,
+        tombstone_memory_ms: 1_000,
     }
 }
 
@@ -48,11 +50,11 @@ fn shard(worker: u32, workers: usize) -> Shard {
         ReplicationTable::new(),
         default_vector(1, 1),
     );
-    Shard::with_clock(
+    Shard::new(
         config("n", worker),
         Arc::new(view),
         100 + worker as u64,
-        fixed_now,
+        fixed_clock(),
     )
 }
 
@@ -202,7 +204,7 @@ fn limits_are_enforced() {
     let mut cfg = config("n", 0);
     cfg.limits.max_key_size = 4;
     cfg.limits.max_value_size = 8;
-    let mut s = Shard::with_clock(cfg, shard(0, 1).view().clone(), 1, fixed_now);
+    let mut s = Shard::new(cfg, shard(0, 1).view().clone(), 1, fixed_clock());
     let r = s.execute(Op::Get { key: &b"12345"[..] });
     assert!(matches!(
         r,
@@ -227,7 +229,7 @@ fn limits_are_enforced() {
 fn memory_budget_refuses_writes_but_not_reads_or_deletes() {
     let mut cfg = config("n", 0);
     cfg.memory_budget = 300;
-    let mut s = Shard::with_clock(cfg, shard(0, 1).view().clone(), 1, fixed_now);
+    let mut s = Shard::new(cfg, shard(0, 1).view().clone(), 1, fixed_clock());
     let mut refused = None;
     for i in 0..100u32 {
         let key = i.to_be_bytes();
@@ -266,8 +268,8 @@ fn replicated_key_converges_by_gossip() {
         table,
         default_vector(1, 1),
     ));
-    let mut a = Shard::with_clock(config("n", 0), view.clone(), 100, fixed_now);
-    let mut b = Shard::with_clock(config("n", 1), view, 101, fixed_now);
+    let mut a = Shard::new(config("n", 0), view.clone(), 100, fixed_clock());
+    let mut b = Shard::new(config("n", 1), view, 101, fixed_clock());
     assert!(a.is_replica(b"hot") && b.is_replica(b"hot"));
     a.execute(Op::SetAdd {
         key: &b"hot"[..],
@@ -283,10 +285,10 @@ fn replicated_key_converges_by_gossip() {
     assert_eq!(to_b[0].to, b.me());
     assert_eq!(to_b[0].entries.len(), 1);
     for o in to_b {
-        b.merge_gossip(o.entries);
+        b.merge_gossip(o.entries).unwrap();
     }
     for o in to_a {
-        a.merge_gossip(o.entries);
+        a.merge_gossip(o.entries).unwrap();
     }
     assert_eq!(get(&mut a, b"hot"), get(&mut b, b"hot"));
     assert_eq!(int(a.execute(Op::SetLen { key: &b"hot"[..] })), 2);
@@ -308,9 +310,9 @@ fn view_changes_move_keys_to_their_new_replicas() {
         ReplicationTable::new(),
         v2,
     ));
-    let mut a = Shard::with_clock(config("a", 0), two.clone(), 1, fixed_now);
-    let mut b = Shard::with_clock(config("b", 0), two.clone(), 2, fixed_now);
-    let mut c = Shard::with_clock(config("c", 0), two.clone(), 3, fixed_now);
+    let mut a = Shard::new(config("a", 0), two.clone(), 1, fixed_clock());
+    let mut b = Shard::new(config("b", 0), two.clone(), 2, fixed_clock());
+    let mut c = Shard::new(config("c", 0), two.clone(), 3, fixed_clock());
     let keys: Vec<String> = (0..300).map(|i| format!("k{i}")).collect();
     for k in &keys {
         a.execute(Op::Assign {
@@ -321,7 +323,7 @@ fn view_changes_move_keys_to_their_new_replicas() {
     }
     for o in a.take_gossip() {
         assert_eq!(o.to, b.me());
-        b.merge_gossip(o.entries);
+        b.merge_gossip(o.entries).unwrap();
     }
     // c joins: with 3 nodes and replication 2, about a third of the keys move to c.
     let mut rings = ViewState::of(
@@ -332,7 +334,7 @@ fn view_changes_move_keys_to_their_new_replicas() {
     rings.version = 1;
     let three = Arc::new(rings);
     for s in [&mut a, &mut b, &mut c] {
-        s.set_view(three.clone());
+        s.set_view_now(three.clone());
     }
     let mut to_c = 0;
     let mut batches = Vec::new();
@@ -348,14 +350,14 @@ fn view_changes_move_keys_to_their_new_replicas() {
         }
         if o.to == c.me() {
             to_c += o.entries.len();
-            c.merge_gossip(o.entries);
+            c.merge_gossip(o.entries).unwrap();
         } else if o.to == a.me() {
-            a.merge_gossip(o.entries);
+            a.merge_gossip(o.entries).unwrap();
         } else {
-            b.merge_gossip(o.entries);
+            b.merge_gossip(o.entries).unwrap();
         }
         let sender = if from == a.me() { &mut a } else { &mut b };
-        sender.delivered(keys.iter().map(|k| &k[..]));
+        sender.delivered(o.to, &o.handoffs);
     }
     assert!(to_c > 50, "{to_c} keys moved to c");
     // Every key is exactly where the new view says, on every node.
@@ -378,17 +380,17 @@ fn view_changes_move_keys_to_their_new_replicas() {
     );
     survivors.version = 2;
     let survivors = Arc::new(survivors);
-    a.set_view(survivors.clone());
-    c.set_view(survivors.clone());
+    a.set_view_now(survivors.clone());
+    c.set_view_now(survivors.clone());
     let a_out = a.take_gossip();
     let c_out = c.take_gossip();
     for o in a_out {
         assert_eq!(o.to, c.me());
-        c.merge_gossip(o.entries);
+        c.merge_gossip(o.entries).unwrap();
     }
     for o in c_out {
         assert_eq!(o.to, a.me());
-        a.merge_gossip(o.entries);
+        a.merge_gossip(o.entries).unwrap();
     }
     for k in &keys {
         assert!(
@@ -408,8 +410,8 @@ fn anti_entropy_repairs_a_lost_update() {
         ReplicationTable::new(),
         default_vector(2, 1),
     ));
-    let mut a = Shard::with_clock(config("a", 0), two.clone(), 1, fixed_now);
-    let mut b = Shard::with_clock(config("b", 0), two, 2, fixed_now);
+    let mut a = Shard::new(config("a", 0), two.clone(), 1, fixed_clock());
+    let mut b = Shard::new(config("b", 0), two, 2, fixed_clock());
     for i in 0..100 {
         let k = format!("k{i}");
         a.execute(Op::CounterAdd {
@@ -418,7 +420,7 @@ fn anti_entropy_repairs_a_lost_update() {
         });
     }
     for o in a.take_gossip() {
-        b.merge_gossip(o.entries);
+        b.merge_gossip(o.entries).unwrap();
     }
     assert_eq!(a.digest(b.me()), b.digest(a.me()));
     // An update whose gossip is lost.
@@ -431,7 +433,7 @@ fn anti_entropy_repairs_a_lost_update() {
     assert_eq!(differing.len(), 1);
     let from_a = a.bucket_entries(b.me(), &differing);
     assert!(from_a.iter().any(|(k, _)| &k[..] == b"k7"));
-    b.merge_gossip(from_a);
+    b.merge_gossip(from_a).unwrap();
     assert_eq!(a.digest(b.me()), b.digest(a.me()));
     assert_eq!(
         int(b.execute(Op::CounterAdd {
@@ -453,8 +455,8 @@ fn forwarded_write_to_a_non_replica_is_handed_off() {
         ReplicationTable::new(),
         default_vector(1, 1),
     ));
-    let mut a = Shard::with_clock(config("a", 0), view.clone(), 1, fixed_now);
-    let mut b = Shard::with_clock(config("b", 0), view.clone(), 2, fixed_now);
+    let mut a = Shard::new(config("a", 0), view.clone(), 1, fixed_clock());
+    let mut b = Shard::new(config("b", 0), view.clone(), 2, fixed_clock());
     let key = (0..100)
         .map(|i| format!("k{i}"))
         .find(|k| view.replicas(k.as_bytes()) == vec![b.me()])
@@ -468,9 +470,9 @@ fn forwarded_write_to_a_non_replica_is_handed_off() {
     let out = a.take_gossip();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].to, b.me());
-    let keys: Vec<Bytes> = out[0].entries.iter().map(|(k, _)| k.clone()).collect();
-    b.merge_gossip(out[0].entries.clone());
-    a.delivered(keys.iter().map(|k| &k[..]));
+
+    b.merge_gossip(out[0].entries.clone()).unwrap();
+    a.delivered(out[0].to, &out[0].handoffs);
     assert!(!a.stores(key.as_bytes()), "dropped once delivered");
     assert!(!a.has_gossip());
     let add = Op::CounterAdd {
@@ -508,8 +510,8 @@ fn a_worker_that_dropped_a_key_writes_it_again_without_losing_the_write() {
         default_vector(2, 1),
     );
     without_a.version = 2;
-    let mut a = Shard::with_clock(config("a", 0), both(1), 1, fixed_now);
-    let mut b = Shard::with_clock(config("b", 0), both(1), 2, fixed_now);
+    let mut a = Shard::new(config("a", 0), both(1), 1, fixed_clock());
+    let mut b = Shard::new(config("b", 0), both(1), 2, fixed_clock());
     let add = |k: &'static [u8], delta| Op::CounterAdd { key: k, delta };
     let sadd = |k: &'static [u8], m: &'static [u8]| Op::SetAdd {
         key: k,
@@ -518,7 +520,7 @@ fn a_worker_that_dropped_a_key_writes_it_again_without_losing_the_write() {
     a.execute(add(b"c", 5));
     a.execute(sadd(b"s", b"x"));
     for o in a.take_gossip() {
-        b.merge_gossip(o.entries);
+        b.merge_gossip(o.entries).unwrap();
     }
     // b removes x (its context now covers a's dot for x).
     let rm = Op::SetRemove {
@@ -529,22 +531,21 @@ fn a_worker_that_dropped_a_key_writes_it_again_without_losing_the_write() {
     let _ = b.take_gossip();
     // a leaves the rings: hands both keys to b and c, drops them once delivered.
     let writer = a.actor();
-    a.set_view(Arc::new(without_a));
+    a.set_view_now(Arc::new(without_a));
     for o in a.take_gossip() {
-        let keys: Vec<Bytes> = o.entries.iter().map(|(k, _)| k.clone()).collect();
         if o.to == b.me() {
-            b.merge_gossip(o.entries);
+            b.merge_gossip(o.entries).unwrap();
         }
-        a.delivered(keys.iter().map(|k| &k[..]));
+        a.delivered(o.to, &o.handoffs);
     }
     assert!(!a.stores(b"c") && !a.stores(b"s"));
     assert_ne!(a.actor(), writer, "a new writer id after dropping keys");
     // a is back; writes reach it before the keys' state does.
-    a.set_view(both(3));
+    a.set_view_now(both(3));
     a.execute(add(b"c", 1));
     a.execute(sadd(b"s", b"y"));
     for o in a.take_gossip() {
-        b.merge_gossip(o.entries);
+        b.merge_gossip(o.entries).unwrap();
     }
     assert_eq!(b.execute(add(b"c", 0)), OpResult::Int(6), "the +1 is kept");
     let has_y = Op::SetContains {
@@ -571,8 +572,8 @@ fn leaving_a_two_node_cluster_hands_every_key_off() {
     );
     only_b.version = 2;
     let only_b = Arc::new(only_b);
-    let mut a = Shard::with_clock(config("a", 0), Arc::new(two), 1, fixed_now);
-    let mut b = Shard::with_clock(config("b", 0), only_b.clone(), 2, fixed_now);
+    let mut a = Shard::new(config("a", 0), Arc::new(two), 1, fixed_clock());
+    let mut b = Shard::new(config("b", 0), only_b.clone(), 2, fixed_clock());
     let keys: Vec<String> = (0..50).map(|i| format!("k{i}")).collect();
     for k in &keys {
         a.execute_forwarded(Op::CounterAdd {
@@ -580,14 +581,14 @@ fn leaving_a_two_node_cluster_hands_every_key_off() {
             delta: 1,
         });
     }
-    a.set_view(only_b);
+    a.set_view_now(only_b);
     assert!(!a.is_replica(b"k0"), "b's worker is not a");
     assert_eq!(a.route(b"k0"), Route::Remote(b.me()));
     for o in a.take_gossip() {
         assert_eq!(o.to, b.me());
-        let sent: Vec<Bytes> = o.entries.iter().map(|(k, _)| k.clone()).collect();
-        b.merge_gossip(o.entries);
-        a.delivered(sent.iter().map(|k| &k[..]));
+
+        b.merge_gossip(o.entries).unwrap();
+        a.delivered(o.to, &o.handoffs);
     }
     assert_eq!(a.stats().live_keys, 0, "everything handed off");
     for k in &keys {
@@ -596,8 +597,8 @@ fn leaving_a_two_node_cluster_hands_every_key_off() {
 }
 
 /// What a leaving node waits for: a worker without live keys may still hold a delete to
-/// hand off, or the only remaining copy of a write in a requeued batch (its first
-/// recipient acknowledged it, then crashed) — its counters must show both.
+/// hand off, and keeps every handed-off key until each new replica has acknowledged it —
+/// its counters must show both.
 #[test]
 fn stats_show_replication_still_owed() {
     let three = Arc::new(ViewState::of(
@@ -611,7 +612,7 @@ fn stats_show_replication_still_owed() {
         default_vector(3, 1),
     );
     without_a.version = 1;
-    let mut a = Shard::with_clock(config("a", 0), three, 1, fixed_now);
+    let mut a = Shard::new(config("a", 0), three, 1, fixed_clock());
     a.execute(Op::CounterAdd {
         key: &b"c"[..],
         delta: 1,
@@ -622,7 +623,7 @@ fn stats_show_replication_still_owed() {
     });
     assert_eq!(int(a.execute(Op::Delete { key: &b"gone"[..] })), 1);
     let _ = a.take_gossip();
-    a.set_view(Arc::new(without_a));
+    a.set_view_now(Arc::new(without_a));
     let stats = a.stats();
     assert_eq!(stats.live_keys, 1);
     assert_eq!(stats.stored_keys, 2, "the tombstone counts");
@@ -630,33 +631,37 @@ fn stats_show_replication_still_owed() {
     let mut out = a.take_gossip();
     out.sort_by_key(|o| o.to);
     assert_eq!(out.len(), 2, "to b and c");
-    let (first, second) = (out.remove(0), out.remove(0));
-    let keys: Vec<Bytes> = first.entries.iter().map(|(k, _)| k.clone()).collect();
-    a.delivered(keys.iter().map(|k| &k[..]));
-    // The first recipient has both keys: they are dropped here; the other batch failed.
-    a.requeue(second);
-    let stats = a.stats();
-    assert_eq!((stats.live_keys, stats.stored_keys), (0, 0));
-    assert_eq!(
-        stats.pending_replication, 2,
-        "the requeued batch is still owed"
+    assert!(
+        out.iter().all(|o| o.durable()),
+        "hand-offs ask for durable acks"
     );
+    let (first, second) = (out.remove(0), out.remove(0));
+
+    a.delivered(first.to, &first.handoffs);
+    // Only the first recipient has both keys; the other batch failed: a keeps them.
+    a.requeue(second.clone());
+    let stats = a.stats();
+    assert_eq!((stats.live_keys, stats.stored_keys), (1, 2));
+    assert_eq!(stats.handoff_keys, 2, "both hand-offs are still owed");
     let retry = a.take_gossip();
-    let keys: Vec<Bytes> = retry
-        .iter()
-        .flat_map(|o| o.entries.iter().map(|(k, _)| k.clone()))
-        .collect();
-    assert_eq!(keys.len(), 4, "both keys, to both new replicas");
-    a.delivered(keys.iter().map(|k| &k[..]));
-    assert_eq!(a.stats().pending_replication, 0);
+    assert_eq!(
+        retry.len(),
+        1,
+        "only to the replica that has not acknowledged"
+    );
+    assert_eq!(retry[0].to, second.to);
+    let keys: Vec<Bytes> = retry[0].entries.iter().map(|(k, _)| k.clone()).collect();
+    assert_eq!(keys.len(), 2);
+    a.delivered(retry[0].to, &retry[0].handoffs);
+    let stats = a.stats();
+    assert_eq!((stats.stored_keys, stats.pending_replication), (0, 0));
 }
 
-/// A hand-off batch requeued after the key was dropped here (another recipient had
-/// acknowledged it) can be the last copy once that recipient crashes: when the view then
-/// makes this worker the key's only replica, the entry has nowhere to go and must land in
-/// this worker's store rather than vanish.
+/// A hand-off is kept until every new replica acknowledged it: when the replicas that
+/// did not crash before acknowledging are gone and the view makes this worker the key's
+/// only replica again, the key is simply still here.
 #[test]
-fn a_requeued_hand_off_with_no_one_to_go_to_is_kept() {
+fn a_hand_off_is_kept_until_every_replica_acknowledged() {
     let view = |nodes: Vec<NodeInfo>, global, version| {
         let mut v = ViewState::of(nodes, ReplicationTable::new(), default_vector(global, 1));
         v.version = version;
@@ -677,20 +682,25 @@ fn a_requeued_hand_off_with_no_one_to_go_to_is_kept() {
         .expect("a key a does not replicate");
     let key = key.as_bytes();
     // a holds the key alone, then b and c join and become its replicas.
-    let mut a = Shard::with_clock(config("a", 0), view(vec![node("a", 1)], 2, 0), 1, fixed_now);
+    let mut a = Shard::new(
+        config("a", 0),
+        view(vec![node("a", 1)], 2, 0),
+        1,
+        fixed_clock(),
+    );
     a.execute(Op::CounterAdd { key, delta: 7 });
-    a.set_view(three);
+    a.set_view_now(three);
     let mut out = a.take_gossip();
     out.sort_by_key(|o| o.to);
     assert_eq!(out.len(), 2, "handed to b and c");
     let (first, second) = (out.remove(0), out.remove(0));
-    // The first recipient acknowledges: a drops the key. The other batch fails.
-    let keys: Vec<Bytes> = first.entries.iter().map(|(k, _)| k.clone()).collect();
-    a.delivered(keys.iter().map(|k| &k[..]));
-    assert!(!a.stores(key));
+    // The first recipient acknowledges; the other batch fails: a keeps the key.
+
+    a.delivered(first.to, &first.handoffs);
+    assert!(a.stores(key), "not every replica acknowledged");
     a.requeue(second);
-    // Both recipients crash; a is alone again.
-    a.set_view(view(vec![node("a", 1)], 2, 2));
+    // Both recipients crash; a is alone again and still has it.
+    a.set_view_now(view(vec![node("a", 1)], 2, 2));
     assert!(a.take_gossip().is_empty(), "nowhere to send it");
     assert_eq!(
         a.execute(Op::CounterAdd { key, delta: 0 }),
@@ -698,6 +708,38 @@ fn a_requeued_hand_off_with_no_one_to_go_to_is_kept() {
     );
     assert!(!a.has_gossip());
     assert_eq!(a.stats().pending_replication, 0);
+}
+
+/// The deliberate break the simulation and an integration test must catch: dropping a
+/// handed-off key after the first acknowledgement.
+#[test]
+fn the_deliberate_break_drops_after_the_first_acknowledgement() {
+    let three = Arc::new(ViewState::of(
+        vec![node("a", 1), node("b", 1), node("c", 1)],
+        ReplicationTable::new(),
+        default_vector(3, 1),
+    ));
+    let mut without_a = ViewState::of(
+        vec![node("b", 1), node("c", 1)],
+        ReplicationTable::new(),
+        default_vector(3, 1),
+    );
+    without_a.version = 1;
+    let mut a = Shard::new(config("a", 0), three, 1, fixed_clock());
+    a.break_handoff();
+    a.execute(Op::CounterAdd {
+        key: &b"c"[..],
+        delta: 1,
+    });
+    let _ = a.take_gossip();
+    a.set_view_now(Arc::new(without_a));
+    let out = a.take_gossip();
+    assert_eq!(out.len(), 2);
+    a.delivered(out[0].to, &out[0].handoffs);
+    assert!(
+        !a.stores(b"c"),
+        "broken on purpose: dropped after one of two"
+    );
 }
 
 /// A key handed off and later handed back (views changing back and forth, as around a
@@ -713,8 +755,8 @@ fn a_key_that_comes_back_keeps_every_write() {
         Arc::new(v)
     };
     let only_a = view(vec![node("a", 1)], 1);
-    let mut a = Shard::with_clock(config("a", 0), only_a.clone(), 1, fixed_now);
-    let mut b = Shard::with_clock(config("b", 0), only_a, 2, fixed_now);
+    let mut a = Shard::new(config("a", 0), only_a.clone(), 1, fixed_clock());
+    let mut b = Shard::new(config("b", 0), only_a, 2, fixed_clock());
     let add = |s: &mut Shard, member: &'static [u8]| {
         s.execute(Op::SetAdd {
             key: &b"s"[..],
@@ -731,13 +773,13 @@ fn a_key_that_comes_back_keeps_every_write() {
     add(&mut a, b"x");
     // The keys move to b; a drops them once delivered.
     let only_b = view(vec![node("b", 1)], 2);
-    a.set_view(only_b.clone());
-    b.set_view(only_b);
+    a.set_view_now(only_b.clone());
+    b.set_view_now(only_b);
     for o in a.take_gossip() {
         assert_eq!(o.to, b.me());
-        let keys: Vec<Bytes> = o.entries.iter().map(|(k, _)| k.clone()).collect();
-        b.merge_gossip(o.entries);
-        a.delivered(keys.iter().map(|k| &k[..]));
+
+        b.merge_gossip(o.entries).unwrap();
+        a.delivered(o.to, &o.handoffs);
     }
     assert!(
         !a.stores(b"c") && !a.stores(b"s"),
@@ -745,13 +787,13 @@ fn a_key_that_comes_back_keeps_every_write() {
     );
     // They come back to a, which takes writes before b's copy arrives.
     let only_a = view(vec![node("a", 1)], 3);
-    a.set_view(only_a.clone());
-    b.set_view(only_a);
+    a.set_view_now(only_a.clone());
+    b.set_view_now(only_a);
     incr(&mut a, 3);
     add(&mut a, b"y");
     for o in b.take_gossip() {
         assert_eq!(o.to, a.me());
-        a.merge_gossip(o.entries);
+        a.merge_gossip(o.entries).unwrap();
     }
     assert_eq!(int(incr(&mut a, 0)), 8, "5 before the moves + 3 after");
     let members = match get(&mut a, b"s") {
@@ -771,8 +813,8 @@ fn requests_go_to_a_replica_on_this_node_first() {
         ReplicationTable::new(),
         default_vector(2, 1),
     ));
-    let shards: Vec<Shard> = (0..2)
-        .map(|w| Shard::with_clock(config("a", w), view.clone(), 10 + w as u64, fixed_now))
+    let mut shards: Vec<Shard> = (0..2)
+        .map(|w| Shard::new(config("a", w), view.clone(), 10 + w as u64, fixed_clock()))
         .collect();
     let (mut via_this_node, mut elsewhere) = (0, 0);
     for i in 0..200 {
@@ -783,7 +825,7 @@ fn requests_go_to_a_replica_on_this_node_first() {
             .copied()
             .filter(|r| r.node == node_key("a"))
             .collect();
-        for s in &shards {
+        for s in shards.iter_mut() {
             for _ in 0..20 {
                 match s.route(key.as_bytes()) {
                     Route::Local => assert!(replicas.contains(&s.me())),

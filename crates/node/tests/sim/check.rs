@@ -4,19 +4,20 @@
 //! Gossip is lazy: a write acknowledged by one replica may still be only there when that
 //! node crashes. The simulator decides this precisely, at the moment of every crash: a
 //! write is *lost* if no copy that includes it (in the lattice order) remains anywhere the
-//! cluster would still deliver it from — a live worker's store, a live worker's retry
-//! queue (requeued batches, and batches to other nodes awaiting their acknowledgement,
-//! which are retried until acknowledged), or a message between two workers of a live node
-//! (the in-process mesh is reliable). An acknowledgement already on its way counts as
-//! received: its batch will not be retried, and a worker handing the batch's keys off
-//! will drop them (the recipient's copy counts only if the recipient is still up). A write that any such copy includes must survive, even if later crashes take
-//! every copy: at each crash only the writes whose *last* copies went with it are excused.
-//! Messages between nodes in flight do not count (the network may drop them and a crashed
-//! sender does not retry); if one arrives anyway, fine.
+//! cluster would still deliver it from — a live worker's store (a worker keeps every key
+//! it writes, receives or hands off until each of its replicas acknowledged it), or a
+//! message between two workers of a live node (the in-process mesh is reliable). A write
+//! that any such copy includes must survive, even if later crashes take every copy: at
+//! each crash only the writes whose *last* copies went with it are excused. Messages
+//! between nodes in flight do not count (the network may drop them and a crashed sender
+//! does not retry); if one arrives anyway, fine.
 //!
-//! A graceful leave must lose nothing: writes whose last copies were on a node when it
-//! stopped after leaving are marked, and if such a write was acknowledged and is missing
-//! at the end, the run fails.
+//! A graceful leave must lose nothing: a write whose last copies were on a node when it
+//! stopped after leaving fails the run if it is missing at the end.
+//!
+//! A reclaimed tombstone takes with it the writes it superseded: a write that ran before
+//! the reclaim and is older than the tombstone (or is the delete itself) is *retired* and
+//! must not be in the final state; every write after it must be.
 //!
 //! # Final checks (after quiescence)
 //! - **Agreement.** Every replica of every key (under the final view, which every live node
@@ -40,7 +41,8 @@ use lattice::{Lattice, Record, Value};
 use placement::replication::replication_key;
 use prost::Message;
 
-use super::world::{covers, key_name, Effect, Loss, Status, World};
+use super::client::{covers, key_name, show_op, Effect, Fate, Loss};
+use super::world::{Status, World};
 
 /// Marks every write whose copies all disappeared with a node that just crashed or left.
 pub fn mark_lost(world: &mut World, cause: Loss) {
@@ -113,7 +115,7 @@ fn final_records(world: &World) -> Result<BTreeMap<Bytes, Vec<(String, Option<Re
                 .get(&r.node)
                 .filter(|n| n.status == Status::Up)
                 .ok_or_else(|| format!("a replica of {} is not up", show(&key)))?;
-            let shard = &node.shards[r.worker as usize].shard;
+            let shard = node.workers[r.worker as usize].core.shard();
             if shard.view().version != node.view.version || shard.view().rings != view.rings {
                 return Err(format!("{}/{} is not on the final view", node.id, r.worker));
             }
@@ -151,8 +153,8 @@ pub fn final_checks(world: &mut World) -> Result<(), String> {
     // but the keys the run wrote).
     let view = records_view(world);
     for node in world.nodes.values().filter(|n| n.status == Status::Up) {
-        for (w, sh) in node.shards.iter().enumerate() {
-            for (key, _) in sh.shard.store().iter() {
+        for (w, sh) in node.workers.iter().enumerate() {
+            for (key, _) in sh.core.shard().store().iter() {
                 if !records.contains_key(key) {
                     return Err(format!(
                         "{}/{w} stores an unknown key {}",
@@ -160,7 +162,7 @@ pub fn final_checks(world: &mut World) -> Result<(), String> {
                         show(key)
                     ));
                 }
-                if !view.is_replica(key, sh.shard.me()) {
+                if !view.is_replica(key, sh.core.shard().me()) {
                     return Err(format!(
                         "{}/{w} still stores {} but does not replicate it",
                         node.id,
@@ -177,17 +179,41 @@ pub fn final_checks(world: &mut World) -> Result<(), String> {
         by_key.entry(w.key.clone()).or_default().push(w.id);
     }
     for (key, ids) in &by_key {
+        let all: Vec<_> = ids.iter().map(|&i| &world.writes[i]).collect();
+        let fates: BTreeMap<usize, Fate> = all
+            .iter()
+            .map(|w| (w.id, w.fate(&world.reclaims, world.p.tombstone_grace_ms)))
+            .collect();
+        let writes: Vec<_> = all
+            .iter()
+            .copied()
+            .filter(|w| fates[&w.id] != Fate::Retired)
+            .collect();
+        world.report.retired += (all.len() - writes.len()) as u64;
+        let racing = writes.iter().any(|w| fates[&w.id] == Fate::Racing);
+        world.report.racing += writes
+            .iter()
+            .filter(|w| fates[&w.id] == Fate::Racing)
+            .count() as u64;
         let last = records
             .get(key)
             .and_then(|r| r[0].1.clone())
             .ok_or_else(|| format!("{} was written but no replica has it", show(key)));
-        let writes: Vec<_> = ids.iter().map(|&i| &world.writes[i]).collect();
+        if writes.is_empty() {
+            // Every write was superseded by a reclaimed delete: the key must be gone.
+            if let Ok(last) = &last {
+                return Err(format!(
+                    "{} holds {last:?}, but every write to it was reclaimed with a delete",
+                    show(key)
+                ));
+            }
+            continue;
+        }
 
         // Surviving writes are included.
         for w in &writes {
             let must = match &w.lost {
-                None => true,
-                Some(Loss::Leave(_)) => w.acked,
+                None | Some(Loss::Leave(_)) => fates[&w.id] == Fate::Kept,
                 Some(Loss::Crash(_)) => false,
             };
             if !must {
@@ -206,17 +232,12 @@ pub fn final_checks(world: &mut World) -> Result<(), String> {
                     _ => String::new(),
                 };
                 return Err(format!(
-                    "write #{} ({}, at {} at {}ms, {}) is missing{why}: final record {:?}, \
+                    "write #{} ({}, at {} at {}ms) is missing{why}: final record {:?}, \
                      its delta {:?}",
                     w.id,
-                    w.op,
+                    show_op(&w.op),
                     w.at,
                     w.time,
-                    if w.acked {
-                        "acknowledged"
-                    } else {
-                        "not acknowledged"
-                    },
                     last,
                     w.delta
                 ));
@@ -235,7 +256,7 @@ pub fn final_checks(world: &mut World) -> Result<(), String> {
                 show(key)
             ));
         }
-        if writes.iter().all(|w| w.lost.is_none()) && joined != last {
+        if !racing && writes.iter().all(|w| w.lost.is_none()) && joined != last {
             return Err(format!(
                 "{} holds {last:?}, not the merge of its writes {joined:?} (none was lost)",
                 show(key)
@@ -323,7 +344,6 @@ pub fn final_checks(world: &mut World) -> Result<(), String> {
             _ => {}
         }
     }
-    world.report.acked = world.writes.iter().filter(|w| w.acked).count() as u64;
     world.report.lost_on_leave = world
         .writes
         .iter()
@@ -338,7 +358,7 @@ pub fn final_checks(world: &mut World) -> Result<(), String> {
 }
 
 /// The final view (every up node has it, checked by `final_records`).
-fn records_view(world: &World) -> std::sync::Arc<node::cluster::ViewState> {
+fn records_view(world: &World) -> std::sync::Arc<node::view::ViewState> {
     world
         .nodes
         .values()

@@ -1,50 +1,48 @@
 //! A deterministic, seeded simulator of a latticekv cluster's replication.
 //!
-//! The simulator runs real [`Shard`](node::shard::Shard)s — the same code the workers run —
-//! and plays the part of everything around them: the workers' gossip and anti-entropy
-//! loops, forwarding, synchronous fan-out, the cluster agents that publish views, the
-//! network and the clients. Every step mirrors what `worker.rs`, `native.rs`,
-//! `cluster/agent.rs` and `server.rs` do (each handler names the code it mirrors), so the
-//! test exercises the replication logic itself, not a simplified copy.
+//! Every worker of every simulated node is a real replica core ([`node::core::Core`]) —
+//! the same state machine the node's tokio driver runs — and the simulator plays only the
+//! world around them: it delivers what the cores send (through the mesh within a node, over
+//! a faulty network between nodes, encoded as the peer plane encodes it), ticks each core
+//! when its deadline comes, publishes views as the cluster agents would, and plays the
+//! clients. It makes no decision a worker makes: gossip, retries, hand-off, anti-entropy,
+//! forwarding, acknowledgement levels and tombstone reclamation all happen in the cores.
 //!
-//! Everything is a function of the seed: one [`fastrand::Rng`] drives every choice, time is
-//! simulated (the shards' clock is a thread-local the simulator advances, with a skew per
-//! node), events run in (time, sequence) order, and every collection the simulator iterates
-//! is ordered (the shards' own hash maps are only read through sorted copies).
+//! Everything is a function of the seed: one [`fastrand::Rng`] drives every choice of the
+//! simulator and seeds every core (their replica choices and hash-map orders), time is
+//! simulated (each node has a [`ManualClock`](node::clock::ManualClock), with a skew), and
+//! events run in (time, sequence) order.
 //!
 //! # What is modelled
-//! - **Workers**: the gossip timer and early gossip (changeset full, view switch), remote
-//!   batches with their timeout and requeue (at most `MAX_REMOTE_BATCHES` in flight),
-//!   same-node batches through the mesh (reliable; a full inbox requeues), anti-entropy
-//!   rounds (digest, repair, entries sent back), the front port (forward to a replica, to
-//!   the first reachable one for plain writes) and the workers' own ports (redirects),
-//!   forwarded ops, and writes with two acknowledgements (`run_acked_here`,
-//!   `sync_replicas`, with `Exec` through the mesh or `Forward` over the network).
+//! - **Workers**: real cores, ticked at their deadlines.
 //! - **Network** between nodes: loss, duplication, uniform delays (so reordering),
-//!   partitions in two groups; a restarted node does not get its previous incarnation's
-//!   messages. Entries cross it in their wire form (`encode_entries`/`decode_entries`).
+//!   partitions in two groups, refused connections to nodes that are down; a restarted node
+//!   does not get its previous incarnation's messages. Within a node the mesh is reliable,
+//!   but a worker's inbox may be full (the send fails at once).
 //! - **Agents**: the membership everyone would agree on, and each node's own belief,
 //!   refreshed every agent period: a node learns joins, leaves, deaths (declared
 //!   `detect_ms` after a crash) and replication vectors at its own pace, and declares dead
 //!   the nodes a partition has hidden from it for `detect_ms` (split views), until the
-//!   partition heals. A starting node knows only itself until it reaches a member. Every
-//!   worker switches to its node's new view a little after the agent publishes it.
-//! - **Nodes**: joins (fresh ids, or ids of dead nodes), graceful leaves (`server::leave`:
-//!   stop once every worker has handed everything off), crashes, restarts with an empty
-//!   store (possibly before the others noticed the crash).
+//!   partition heals. Members declared dead stay in views as holders (they may come back).
+//!   A starting node knows only itself until it reaches a member. Every worker switches to
+//!   its node's new view a little after the agent publishes it.
+//! - **Nodes**: joins (fresh ids, or ids of dead nodes), graceful leaves (stop once every
+//!   worker has handed everything off), crashes, restarts with an empty store (possibly
+//!   before the others noticed the crash).
 //!
 //! # What is not
-//! Reads (and so the settling reads that fetch from previous owners), tombstone collection
-//! (the grace is longer than a run: a collected tombstone may legitimately let an older
-//! write reappear), the time a connection attempt takes (reachability is known at once),
-//! asymmetric partitions, and the encoding of forwarded ops.
+//! Reads (and so the settling reads that fetch from previous owners), disks (a crash loses
+//! a node's state; durable answers come at once), the time a connection attempt takes, and
+//! asymmetric partitions.
 //!
 //! # Layout
 //! - this module: [`Params`] (what a seed chooses), [`run`], [`Failure`], the trace;
 //! - [`world`]: the cluster, the network and the event loop;
+//! - [`client`]: the clients' ops and the record of every write;
 //! - [`check`]: which writes may be lost, and the final checks.
 
 pub mod check;
+pub mod client;
 pub mod world;
 
 use std::collections::VecDeque;
@@ -65,6 +63,9 @@ pub enum Mode {
     /// A batch that times out counts as delivered (hand-offs drop keys that never arrived):
     /// acknowledged writes must end up lost.
     AckOnTimeout,
+    /// The core itself broken: a handed-off key is dropped after the first new replica
+    /// acknowledged it instead of all of them.
+    DropAfterFirstAck,
 }
 
 /// Everything a seed decides about a run.
@@ -116,6 +117,8 @@ pub struct Params {
     pub max_changeset_keys: usize,
     /// Largest clock skew of a node, in ms (each node gets one in ±this).
     pub max_skew_ms: i64,
+    /// Age of a tombstone before its reclamation starts, in ms.
+    pub tombstone_grace_ms: u64,
     /// Faults of the active phase, in order: (time offset in ms, fault).
     pub faults: Vec<(u64, FaultKind)>,
     /// Longest partition, in ms.
@@ -186,6 +189,7 @@ impl Params {
             front_fraction: rng.f64(),
             max_changeset_keys: rng.usize(2..=16),
             max_skew_ms: rng.i64(0..=200),
+            tombstone_grace_ms: rng.u64(300..=1_500),
             faults,
             max_partition_ms: rng.u64(200..=1_500),
         }
@@ -199,7 +203,7 @@ impl fmt::Display for Params {
             "seed {} ({:?}): {} nodes, rf {}x{}, {} keys, loss {}, dup {}, delay ≤{}ms, \
              gossip {}ms, anti-entropy {}ms, timeout {}ms, detect {}ms, active {}ms, \
              write every ~{}ms, sync {}, front {:.2}, changeset ≤{}, skew ±{}ms, \
-             partitions ≤{}ms, faults {:?}",
+             tombstone grace {}ms, partitions ≤{}ms, faults {:?}",
             self.seed,
             self.mode,
             self.initial_nodes,
@@ -219,6 +223,7 @@ impl fmt::Display for Params {
             self.front_fraction,
             self.max_changeset_keys,
             self.max_skew_ms,
+            self.tombstone_grace_ms,
             self.max_partition_ms,
             self.faults,
         )
@@ -230,8 +235,14 @@ impl fmt::Display for Params {
 pub struct Report {
     /// Writes that changed a replica.
     pub writes: u64,
-    /// Writes the client saw succeed.
+    /// Client ops answered with success.
     pub acked: u64,
+    /// Tombstones reclaimed (by each replica).
+    pub reclaimed: u64,
+    /// Writes superseded by a reclaimed delete.
+    pub retired: u64,
+    /// Writes that ran while a tombstone of their key was being reclaimed.
+    pub racing: u64,
     /// Writes whose every copy was lost with crashed nodes (allowed to be missing).
     pub excused: u64,
     /// Writes whose last copies were on a node when it stopped after leaving (allowed only
@@ -278,6 +289,9 @@ impl Report {
     pub fn add(&mut self, o: &Report) {
         self.writes += o.writes;
         self.acked += o.acked;
+        self.reclaimed += o.reclaimed;
+        self.retired += o.retired;
+        self.racing += o.racing;
         self.excused += o.excused;
         self.checked += o.checked;
         self.lost_on_leave += o.lost_on_leave;

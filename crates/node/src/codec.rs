@@ -1,14 +1,139 @@
-//! Operations forwarded between nodes: [`Op`] and [`OpResult`] in their protobuf form
-//! (`Forward` / `ForwardResults`), so a node can run a request on the worker of another node
-//! that holds the key, exactly as it would run it locally.
+//! What crosses a process boundary in protobuf form, for the peer plane and the write-ahead
+//! log: records of keys ([`GossipBatch`] ⇄ `Gossip.Entry`), journal payloads (records and
+//! drops), and operations forwarded between nodes ([`Op`] and [`OpResult`] ⇄ `ForwardOp` /
+//! `ForwardResult`), so a node runs a request on another node's worker exactly as it would
+//! locally.
+//!
+//! Everything decoded here comes from the network or a file: malformed input is an error
+//! (or, for single entries of a batch, skipped), never a panic.
 
 use bytes::Bytes;
-use lattice::LatticeType;
+use lattice::{LatticeType, Record};
+use prost::Message;
 use wire::convert::{value_from_pb, value_to_pb};
 use wire::pb::{self, forward_op::Kind, forward_result::Result as R};
 
 use crate::error::NodeError;
 use crate::op::{Condition, Op, OpResult};
+
+/// One batch of records for one destination: keys and records to merge there.
+pub type GossipBatch = Vec<(Bytes, Record)>;
+
+/// Records as `Gossip.Entry`s.
+pub fn encode_entries(batch: &GossipBatch) -> Vec<pb::gossip::Entry> {
+    batch
+        .iter()
+        .map(|(key, record)| pb::gossip::Entry {
+            key: key.clone(),
+            record: Some(wire::convert::record_to_pb(record)),
+        })
+        .collect()
+}
+
+/// Records from `Gossip.Entry`s; entries without a record or whose record does not decode
+/// are dropped (anti-entropy repairs them if they mattered).
+pub fn decode_entries(entries: Vec<pb::gossip::Entry>) -> GossipBatch {
+    entries
+        .into_iter()
+        .filter_map(|e| {
+            let record = wire::convert::record_from_pb(e.record.as_ref()?).ok()?;
+            Some((e.key, record))
+        })
+        .collect()
+}
+
+/// One change journaled to a worker's write-ahead log.
+#[derive(Clone, Debug, PartialEq)]
+pub enum JournalEntry {
+    /// A record merged into the key.
+    Merge(Bytes, Record),
+    /// The key removed from this worker (handed off, or its tombstone reclaimed).
+    Drop(Bytes),
+}
+
+impl JournalEntry {
+    /// The key the change is about.
+    pub fn key(&self) -> &Bytes {
+        match self {
+            JournalEntry::Merge(k, _) | JournalEntry::Drop(k) => k,
+        }
+    }
+}
+
+/// Encodes journal entries as one log payload: a `Replicate` message whose entries are the
+/// merges, and entries *without* a record for drops (never sent that way on the network),
+/// in order.
+pub fn encode_journal(entries: &[JournalEntry]) -> Bytes {
+    let msg = pb::Replicate {
+        entries: entries.iter().map(journal_entry_to_pb).collect(),
+        ..Default::default()
+    };
+    Bytes::from(msg.encode_to_vec())
+}
+
+/// Encodes `entries` as [`encode_journal`] does, split into payloads of at most about
+/// `max_bytes` each (one entry larger than that gets a payload of its own), in order.
+/// Each entry replays on its own, so a log record needs no more than a batch of them.
+pub fn encode_journal_chunks(entries: &[JournalEntry], max_bytes: usize) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut current = Vec::new();
+    let mut size = 0;
+    for e in entries {
+        let entry = journal_entry_to_pb(e);
+        let len = entry.encoded_len();
+        // Field tag, length prefix, body.
+        let framed = 1 + prost::length_delimiter_len(len) + len;
+        if !current.is_empty() && size + framed > max_bytes {
+            out.push(encode_pb_entries(std::mem::take(&mut current)));
+            size = 0;
+        }
+        current.push(entry);
+        size += framed;
+    }
+    if !current.is_empty() {
+        out.push(encode_pb_entries(current));
+    }
+    out
+}
+
+fn encode_pb_entries(entries: Vec<pb::gossip::Entry>) -> Bytes {
+    Bytes::from(
+        pb::Replicate {
+            entries,
+            ..Default::default()
+        }
+        .encode_to_vec(),
+    )
+}
+
+fn journal_entry_to_pb(e: &JournalEntry) -> pb::gossip::Entry {
+    match e {
+        JournalEntry::Merge(key, record) => pb::gossip::Entry {
+            key: key.clone(),
+            record: Some(wire::convert::record_to_pb(record)),
+        },
+        JournalEntry::Drop(key) => pb::gossip::Entry {
+            key: key.clone(),
+            record: None,
+        },
+    }
+}
+
+/// Decodes a log payload written by [`encode_journal`] (or by earlier versions, whose
+/// payloads hold merges only).
+pub fn decode_journal(payload: &[u8]) -> Result<Vec<JournalEntry>, NodeError> {
+    let msg = pb::Replicate::decode(payload)
+        .map_err(|e| NodeError::BadRequest(format!("undecodable log record: {e}")))?;
+    msg.entries
+        .into_iter()
+        .map(|e| match e.record {
+            None => Ok(JournalEntry::Drop(e.key)),
+            Some(r) => wire::convert::record_from_pb(&r)
+                .map(|record| JournalEntry::Merge(e.key, record))
+                .map_err(|err| NodeError::BadRequest(format!("undecodable log record: {err}"))),
+        })
+        .collect()
+}
 
 /// Encodes an op for forwarding.
 pub fn op_to_pb(op: &Op<Bytes>) -> pb::ForwardOp {
@@ -158,6 +283,58 @@ pub fn error_from_pb(e: pb::Error) -> NodeError {
 mod tests {
     use super::*;
     use lattice::{Max, Value};
+
+    #[test]
+    fn journal_payloads_keep_merges_and_drops_in_order() {
+        let ts = lattice::Timestamp::new(7 << 16, 3);
+        let entries = vec![
+            JournalEntry::Merge(
+                Bytes::from_static(b"a"),
+                Record::new(ts, Some(Value::Max(Max(4)))),
+            ),
+            JournalEntry::Drop(Bytes::from_static(b"a")),
+            JournalEntry::Merge(Bytes::from_static(b"b"), Record::tombstone(ts)),
+        ];
+        assert_eq!(decode_journal(&encode_journal(&entries)).unwrap(), entries);
+        assert!(decode_journal(b"\xff\xff").is_err());
+        // Gossip never carries drops: an entry without a record is skipped.
+        let batch = decode_entries(vec![pb::gossip::Entry {
+            key: Bytes::from_static(b"x"),
+            record: None,
+        }]);
+        assert!(batch.is_empty());
+    }
+
+    #[test]
+    fn journal_chunks_stay_under_the_bound_and_keep_the_order() {
+        let ts = lattice::Timestamp::new(7 << 16, 3);
+        let entries: Vec<JournalEntry> = (0..1000u32)
+            .map(|i| {
+                let key = Bytes::from(format!("key-{i}"));
+                if i % 7 == 0 {
+                    JournalEntry::Drop(key)
+                } else {
+                    JournalEntry::Merge(key, Record::new(ts, Some(Value::Max(Max(i.into())))))
+                }
+            })
+            .collect();
+        let chunks = encode_journal_chunks(&entries, 1000);
+        assert!(chunks.len() > 10, "{} chunks", chunks.len());
+        assert!(chunks.iter().all(|c| c.len() <= 1000));
+        let back: Vec<JournalEntry> = chunks
+            .iter()
+            .flat_map(|c| decode_journal(c).unwrap())
+            .collect();
+        assert_eq!(back, entries);
+        assert_eq!(
+            encode_journal_chunks(&entries, usize::MAX),
+            vec![encode_journal(&entries)]
+        );
+        // One entry over the bound gets a payload of its own.
+        let big = encode_journal_chunks(&entries[1..3], 10);
+        assert_eq!(big.len(), 2);
+        assert!(encode_journal_chunks(&[], 10).is_empty());
+    }
 
     #[test]
     fn ops_and_results_round_trip() {

@@ -1,0 +1,116 @@
+//! The agent's I/O: push-pull exchanges with members over the peer plane, asking a seed for
+//! the members (through its front port, the address users know), and answering other
+//! agents' exchanges on connections the peer listener hands over.
+
+use std::time::Duration;
+
+use prost::Message;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use wire::frame;
+use wire::pb;
+
+use super::AgentMsg;
+use crate::peer::convert::{incoming_from_pb, Incoming};
+use crate::peer::transport::{read_frame, PeerConn, MAX_PEER_FRAME, PEER_VERSION};
+
+/// Time allowed for one exchange.
+pub(super) const SYNC_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Opens a connection to the agent of the node whose peer port is `addr`.
+pub(super) async fn connect(addr: &str, node_id: &str) -> Option<PeerConn> {
+    let hello = pb::PeerHello {
+        version: PEER_VERSION,
+        node_id: node_id.to_string(),
+        from_worker: None,
+        to_worker: None,
+    };
+    PeerConn::open(addr, hello, SYNC_TIMEOUT).await.ok()
+}
+
+/// One push-pull exchange over `conn`: sends `state`, returns the peer's. A silent peer
+/// (partitioned away) never breaks the socket: on a timeout the connection is abandoned,
+/// so later exchanges do not queue behind it.
+pub(super) async fn exchange(conn: &PeerConn, state: pb::ClusterState) -> Option<pb::ClusterState> {
+    let req = pb::PeerRequest {
+        id: fastrand::u64(..),
+        msg: Some(pb::peer_request::Msg::SyncCluster(pb::SyncCluster {
+            state: Some(state),
+        })),
+    };
+    match tokio::time::timeout(SYNC_TIMEOUT, conn.call(req)).await {
+        Ok(Ok(resp)) => match resp.result {
+            Some(pb::peer_response::Result::Cluster(s)) => Some(s),
+            _ => None,
+        },
+        Ok(Err(_)) => None,
+        Err(_) => {
+            conn.abandon();
+            None
+        }
+    }
+}
+
+/// Asks the node at front address `seed` for the cluster's members (its topology), with
+/// one native-protocol request.
+pub(super) async fn fetch_members(seed: &str) -> Option<Vec<pb::Member>> {
+    let ask = async {
+        let mut stream = TcpStream::connect(seed).await.ok()?;
+        let req = pb::Request {
+            id: 1,
+            op: Some(pb::request::Op::Topology(pb::GetTopology {})),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        frame::encode(&req, &mut out);
+        stream.write_all(&out).await.ok()?;
+        let resp: pb::Response = read_frame(&mut stream, MAX_PEER_FRAME).await.ok()?;
+        match resp.result {
+            Some(pb::response::Result::Topology(t)) => Some(t.members),
+            _ => None,
+        }
+    };
+    tokio::time::timeout(SYNC_TIMEOUT, ask).await.ok().flatten()
+}
+
+/// Answers the exchanges another agent sends on `stream` (after its hello was accepted),
+/// one at a time, until it closes.
+pub(super) async fn serve(mut stream: TcpStream, mailbox: mpsc::Sender<AgentMsg>) {
+    loop {
+        let req: pb::PeerRequest = match read_frame(&mut stream, MAX_PEER_FRAME).await {
+            Ok(r) => r,
+            Err(_) => return,
+        };
+        let id = req.id;
+        let result = match incoming_from_pb(req) {
+            Ok((_, Incoming::SyncCluster(state))) => {
+                let (reply, rx) = oneshot::channel();
+                if mailbox.send(AgentMsg::Sync { state, reply }).await.is_err() {
+                    return;
+                }
+                match rx.await {
+                    Ok(mine) => pb::peer_response::Result::Cluster(mine),
+                    Err(_) => return,
+                }
+            }
+            Ok((_, Incoming::Worker(msg))) => pb::peer_response::Result::Error(
+                crate::error::NodeError::BadRequest(format!(
+                    "{} is for a worker, not the cluster agent",
+                    msg.name()
+                ))
+                .to_pb(),
+            ),
+            Err(e) => pb::peer_response::Result::Error(e.to_pb()),
+        };
+        let resp = pb::PeerResponse {
+            id,
+            result: Some(result),
+        };
+        let mut out = Vec::with_capacity(resp.encoded_len() + 4);
+        frame::encode(&resp, &mut out);
+        if stream.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}

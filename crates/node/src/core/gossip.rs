@@ -1,0 +1,135 @@
+//! Gossip rounds, and the bookkeeping of every request the core has in flight.
+//!
+//! Every gossip period (sooner when the changeset fills up or a view change queued
+//! hand-offs) the shard's changeset and outbox become one `Replicate` per destination
+//! worker. At most `max_batches_in_flight` are out at once; what does not fit waits for the
+//! next round. An acknowledged batch is reported to the shard ([`Shard::delivered`]: a
+//! hand-off is complete once every new replica acknowledged it durably); a batch that
+//! fails or times out goes back to the shard to be sent again ([`Shard::requeue_keys`]).
+//! While a backlog remains (a hand-off of a million keys), rounds follow each other every
+//! `backlog_pause_ms` instead of every period.
+//!
+//! [`Shard::delivered`]: crate::shard::Shard::delivered
+//! [`Shard::requeue_keys`]: crate::shard::Shard::requeue_keys
+
+use bytes::Bytes;
+use placement::Replica;
+
+use super::{entropy, reclaim, requests, Core, PeerMsg, PeerResult, ReqId};
+
+/// A request in flight to another worker.
+pub(super) struct Pending {
+    /// Where it went.
+    pub to: Replica,
+    /// When it times out (monotonic ms).
+    pub deadline: u64,
+    /// What its answer is for.
+    pub waiting: Waiting,
+}
+
+/// What the answer to a request is for.
+pub(super) enum Waiting {
+    /// A gossip batch: its keys, and the hand-offs it carried (key, generation).
+    Gossip(Vec<Bytes>, Vec<(Bytes, u64)>),
+    /// Client ops forwarded to the worker holding their keys.
+    Forward(requests::Forwarding),
+    /// Records asked for (reads that miss while keys move; reads from every replica).
+    Fetch(u64),
+    /// A write's copy sent to another replica for its acknowledgement level.
+    FanOut(u64),
+    /// A step of an anti-entropy session.
+    Entropy(entropy::Step),
+    /// A phase of tombstone reclamation.
+    Reclaim(reclaim::Phase),
+}
+
+/// Gossip round state.
+#[derive(Debug, Default)]
+pub(super) struct GossipState {
+    /// Batches in flight.
+    pub in_flight: usize,
+    /// A round is wanted before the timer: the changeset is full, a view change queued
+    /// hand-offs, or a backlog remains.
+    pub urgent: bool,
+    /// Not before this (monotonic ms): the pause between backlog rounds.
+    pub soonest: u64,
+}
+
+impl Core {
+    /// One gossip round: a batch per destination, within the in-flight bound.
+    pub(super) fn gossip_round(&mut self, now: u64) {
+        self.timers.gossip = now + self.config.gossip_period_ms;
+        self.gossip.urgent = false;
+        for out in self.shard.take_gossip() {
+            if self.gossip.in_flight >= self.config.max_batches_in_flight {
+                self.shard.requeue(out);
+                continue;
+            }
+            self.gossip.in_flight += 1;
+            let keys: Vec<Bytes> = out.entries.iter().map(|(k, _)| k.clone()).collect();
+            let msg = PeerMsg::Replicate {
+                durable: out.durable(),
+                entries: out.entries,
+            };
+            self.send(out.to, msg, Waiting::Gossip(keys, out.handoffs));
+        }
+        self.continue_backlog(now);
+    }
+
+    /// While a backlog remains and batches can go out, the next round follows shortly.
+    fn continue_backlog(&mut self, now: u64) {
+        if self.shard.has_gossip() && self.gossip.in_flight < self.config.max_batches_in_flight {
+            self.gossip.urgent = true;
+            self.gossip.soonest = now + self.config.backlog_pause_ms;
+        }
+    }
+
+    /// Asks for a round soon if the changeset filled up (after client writes).
+    pub(super) fn gossip_if_full(&mut self) {
+        if self.shard.changeset_full() && !self.gossip.urgent {
+            self.gossip.urgent = true;
+            self.gossip.soonest = 0;
+        }
+    }
+
+    /// The answer to a gossip batch to `to`.
+    fn on_gossip_reply(
+        &mut self,
+        to: Replica,
+        keys: Vec<Bytes>,
+        handoffs: Vec<(Bytes, u64)>,
+        result: PeerResult,
+    ) {
+        self.gossip.in_flight = self.gossip.in_flight.saturating_sub(1);
+        match result {
+            Ok(_) => {
+                self.shard.delivered(to, &handoffs);
+                let now = self.now();
+                self.continue_backlog(now);
+            }
+            Err(e) => {
+                tracing::debug!(?to, error = ?e, keys = keys.len(), "gossip batch requeued");
+                self.shard.requeue_keys(to, keys);
+            }
+        }
+    }
+
+    /// The answer to a request this core sent (or its failure: unreachable, timed out,
+    /// refused). Answers to requests the core no longer waits for (timed out before the
+    /// answer came) are ignored.
+    pub fn on_reply(&mut self, req: ReqId, result: PeerResult) {
+        let Some(pending) = self.pending.remove(&req) else {
+            return;
+        };
+        let to = pending.to;
+        match pending.waiting {
+            Waiting::Gossip(keys, handoffs) => self.on_gossip_reply(to, keys, handoffs, result),
+            Waiting::Forward(f) => self.on_forward_reply(f, result),
+            Waiting::Fetch(group) => self.on_fetch_reply(group, to, result),
+            Waiting::FanOut(write) => self.on_fan_out_reply(write, result),
+            Waiting::Entropy(step) => self.on_entropy_reply(step, result),
+            Waiting::Reclaim(phase) => self.on_reclaim_reply(to, phase, result),
+        }
+        self.arm_journal();
+    }
+}

@@ -1,0 +1,566 @@
+//! Client operations: where each runs, and collecting their results.
+//!
+//! An op whose key this worker replicates runs here, at once. The others run on a worker
+//! that holds the key — another worker of this node through the mesh, or another node's
+//! over the peer plane — or, for a client that knows placement (a worker's own port), are
+//! answered with a redirect naming the replicas. Ops going to the same worker travel as
+//! one `Forward`; a forward to another node tries the key's other replicas if the chosen
+//! one cannot be reached (a write only if it certainly did not run there).
+//!
+//! For `settle_ms` after a view change, a read that misses here also asks the key's
+//! replicas under the previous views — the key may still be on its way here — merges what
+//! they hold and answers from the merged state. A read from every replica (`GetAll`) asks
+//! all of them and fails if one does not answer.
+//!
+//! A request's results are collected in a *job*: answered at once when every op ran here,
+//! else when the last answer arrives ([`Effect::Complete`](super::Effect::Complete) for a
+//! client, [`Effect::Respond`](super::Effect::Respond) for a forward from another worker).
+
+use bytes::Bytes;
+use foldhash::fast::FixedState;
+use lattice::{Lattice, Record};
+use placement::Replica;
+
+use super::{Core, Map, PeerFailure, PeerMsg, PeerReply, PeerResult, Ticket, Token};
+use crate::ack::Ack;
+use crate::error::NodeError;
+use crate::op::{Op, OpResult};
+use crate::shard::Route;
+
+/// What to do with ops for keys this worker does not hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing {
+    /// Run them on a worker that holds them (shared front port, RESP).
+    Forward,
+    /// Answer with a redirect naming the key's replicas (a worker's own port).
+    Redirect,
+}
+
+/// The outcome of [`Core::submit`].
+#[derive(Debug, PartialEq)]
+pub enum Submitted {
+    /// Every op ran; one result per op.
+    Done(Vec<OpResult>),
+    /// Some ops wait for other workers; the results come with
+    /// [`Effect::Complete`](super::Effect::Complete).
+    Pending(Ticket),
+}
+
+/// Who waits for a job's results.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Origin {
+    /// A client request.
+    Client(Ticket),
+    /// A forward from another worker.
+    Peer(Token),
+}
+
+/// One request's results in progress.
+struct Job {
+    origin: Origin,
+    results: Vec<Option<OpResult>>,
+    /// Results still missing.
+    missing: usize,
+    /// Still being submitted: results are collected, not yet delivered.
+    open: bool,
+}
+
+/// Client ops sent to another worker.
+pub(super) struct Forwarding {
+    job: u64,
+    positions: Vec<usize>,
+    /// The ops, kept while another candidate may be tried.
+    ops: Vec<Op<Bytes>>,
+    ack: Ack,
+    /// Workers to try, in order; `next` is the one after the current.
+    candidates: Vec<Replica>,
+    next: usize,
+}
+
+/// Records asked for from several workers.
+struct FetchGroup {
+    /// Answers still awaited.
+    waiting: usize,
+    purpose: FetchPurpose,
+}
+
+enum FetchPurpose {
+    /// Reads that missed while keys move: re-read them once the records arrived.
+    Settle {
+        job: u64,
+        reads: Vec<(usize, Bytes)>,
+    },
+    /// A read from every replica.
+    All {
+        job: u64,
+        key: Bytes,
+        merged: Option<Record>,
+        here: bool,
+        failed: Option<String>,
+    },
+}
+
+/// Jobs and fetch groups in progress.
+pub(super) struct Jobs {
+    jobs: Map<u64, Job>,
+    fetches: Map<u64, FetchGroup>,
+}
+
+impl Jobs {
+    pub(super) fn new(hasher: FixedState) -> Jobs {
+        Jobs {
+            jobs: Map::with_hasher(hasher.clone()),
+            fetches: Map::with_hasher(hasher),
+        }
+    }
+
+    /// Requests in progress.
+    pub(super) fn len(&self) -> usize {
+        self.jobs.len()
+    }
+}
+
+impl Core {
+    // ---- the fast paths ------------------------------------------------------------------
+
+    /// Runs one op at once if it needs nothing but this worker: its key is held here and
+    /// its acknowledgement is the default (or it is a read), or it gets a redirect. Gives
+    /// the op back otherwise ([`submit`](Self::submit) then takes it). No allocation
+    /// beyond what the op itself needs.
+    pub fn try_local<B: AsRef<[u8]>>(
+        &mut self,
+        op: Op<B>,
+        ack: Ack,
+        routing: Routing,
+    ) -> Result<OpResult, Op<B>> {
+        if op.is_write() && !ack.at_least(self.config.default_ack).is_default() {
+            return Err(op);
+        }
+        match self.shard.route(op.key()) {
+            Route::Local => {
+                // A read that may miss while keys are moving takes the general path, which
+                // asks the previous owners.
+                if self.shard.settling().is_some() && matches!(op, Op::Get { .. }) {
+                    return Err(op);
+                }
+                let result = self.shard.execute(op);
+                self.gossip_if_full();
+                self.arm_journal();
+                Ok(result)
+            }
+            Route::Remote(_) if routing == Routing::Redirect => Ok(OpResult::Error(
+                NodeError::Redirect(self.shard.replica_addrs(op.key())),
+            )),
+            Route::Remote(_) => Err(op),
+        }
+    }
+
+    /// Reads `key` here without copying its value, if this worker holds it and no view
+    /// change is settling; `None` otherwise (then [`submit`](Self::submit) a `Get`).
+    pub fn read_local<R>(
+        &mut self,
+        key: &[u8],
+        f: impl FnOnce(Result<Option<store::RecordRef<'_>>, NodeError>) -> R,
+    ) -> Option<R> {
+        if self.shard.route(key) != Route::Local || self.shard.settling().is_some() {
+            return None;
+        }
+        Some(f(self.shard.read(key)))
+    }
+
+    // ---- the general path ----------------------------------------------------------------
+
+    /// Runs `ops` wherever their keys live (see the module docs), each write answered once
+    /// it has the acknowledgement `ack` asks for (or the node's default, if stronger).
+    pub fn submit<B: AsRef<[u8]>>(
+        &mut self,
+        ops: Vec<Op<B>>,
+        ack: Ack,
+        routing: Routing,
+    ) -> Submitted {
+        let ticket = Ticket(self.next_id());
+        let job = self.open_job(Origin::Client(ticket), ops.len());
+        self.run_ops(job, ops, ack, routing);
+        match self.close_job(job) {
+            Some(results) => Submitted::Done(results),
+            None => Submitted::Pending(ticket),
+        }
+    }
+
+    /// Reads `key` from every one of its replicas and merges their records; a replica that
+    /// does not answer fails the read. If this worker is a replica, what the others had is
+    /// merged into it too (read repair).
+    pub fn submit_get_all(&mut self, key: Bytes) -> Submitted {
+        let ticket = Ticket(self.next_id());
+        let job = self.open_job(Origin::Client(ticket), 1);
+        match self.shard.check_key(&key) {
+            Err(e) => self.fill(job, 0, OpResult::Error(e)),
+            Ok(()) => self.start_get_all(job, key),
+        }
+        match self.close_job(job) {
+            Some(results) => Submitted::Done(results),
+            None => Submitted::Pending(ticket),
+        }
+    }
+
+    /// Runs ops into `job`'s slots (client requests and forwards from other workers).
+    pub(super) fn run_ops<B: AsRef<[u8]>>(
+        &mut self,
+        job: u64,
+        ops: Vec<Op<B>>,
+        ack: Ack,
+        routing: Routing,
+    ) {
+        let ack = ack.at_least(self.config.default_ack);
+        let settling = self.shard.settling().is_some();
+        let mut remote: Vec<(Replica, Vec<usize>, Vec<Op<Bytes>>)> = Vec::new();
+        let mut misses: Vec<(usize, Bytes)> = Vec::new();
+        let mut syncs: Vec<u64> = Vec::new();
+        for (pos, op) in ops.into_iter().enumerate() {
+            match self.shard.route(op.key()) {
+                Route::Local if op.is_write() && !ack.is_default() => {
+                    self.run_acked(job, pos, op.to_owned_op(), ack, false, &mut syncs);
+                }
+                Route::Local => {
+                    let get = matches!(op, Op::Get { .. });
+                    let key = get.then(|| Bytes::copy_from_slice(op.key()));
+                    let result = self.shard.execute(op);
+                    match key {
+                        Some(key) if settling && result == OpResult::Value(None) => {
+                            misses.push((pos, key));
+                        }
+                        _ => self.fill(job, pos, result),
+                    }
+                }
+                Route::Remote(_) if routing == Routing::Redirect => {
+                    let addrs = self.shard.replica_addrs(op.key());
+                    self.fill(job, pos, OpResult::Error(NodeError::Redirect(addrs)));
+                }
+                Route::Remote(r) => match remote.iter_mut().find(|g| g.0 == r) {
+                    Some(group) => {
+                        group.1.push(pos);
+                        group.2.push(op.to_owned_op());
+                    }
+                    None => remote.push((r, vec![pos], vec![op.to_owned_op()])),
+                },
+            }
+        }
+        self.sync_writes(syncs);
+        for (to, positions, ops) in remote {
+            self.forward(job, to, positions, ops, ack);
+        }
+        if !misses.is_empty() {
+            self.settle_reads(job, misses);
+        }
+        self.gossip_if_full();
+        self.arm_journal();
+    }
+
+    // ---- jobs ----------------------------------------------------------------------------
+
+    pub(super) fn open_job(&mut self, origin: Origin, n: usize) -> u64 {
+        let id = match origin {
+            Origin::Client(t) => t.0,
+            Origin::Peer(_) => self.next_id(),
+        };
+        self.jobs.jobs.insert(
+            id,
+            Job {
+                origin,
+                results: vec![None; n],
+                missing: n,
+                open: true,
+            },
+        );
+        id
+    }
+
+    /// Ends the submission of a job: its results if they are all known (the job is then
+    /// gone), else `None` (they will be delivered as they complete).
+    pub(super) fn close_job(&mut self, job: u64) -> Option<Vec<OpResult>> {
+        let j = self.jobs.jobs.get_mut(&job)?;
+        if j.missing > 0 {
+            j.open = false;
+            return None;
+        }
+        let j = self.jobs.jobs.remove(&job)?;
+        Some(collect(j.results))
+    }
+
+    /// Fills one result of a job; delivers the job's results if it was the last one.
+    pub(super) fn fill(&mut self, job: u64, pos: usize, result: OpResult) {
+        let Some(j) = self.jobs.jobs.get_mut(&job) else {
+            return;
+        };
+        let Some(slot) = j.results.get_mut(pos) else {
+            return;
+        };
+        if slot.is_none() {
+            j.missing -= 1;
+        }
+        *slot = Some(result);
+        if j.missing > 0 || j.open {
+            return;
+        }
+        let Some(j) = self.jobs.jobs.remove(&job) else {
+            return;
+        };
+        let results = collect(j.results);
+        match j.origin {
+            Origin::Client(ticket) => self
+                .effects
+                .push(super::Effect::Complete { ticket, results }),
+            Origin::Peer(token) => self.respond(token, Ok(PeerReply::Results(results))),
+        }
+    }
+
+    // ---- forwarding ----------------------------------------------------------------------
+
+    /// Sends ops to `to` (a worker holding their keys). Plain requests to another node may
+    /// fall back to the first key's other replicas on other nodes.
+    fn forward(
+        &mut self,
+        job: u64,
+        to: Replica,
+        positions: Vec<usize>,
+        ops: Vec<Op<Bytes>>,
+        ack: Ack,
+    ) {
+        let me = self.me();
+        let mut candidates = vec![to];
+        if to.node != me.node && ack.is_default() {
+            if let Some(first) = ops.first() {
+                for r in self.shard.replicas(first.key()) {
+                    if r.node != me.node && r != to && !candidates.contains(&r) {
+                        candidates.push(r);
+                    }
+                }
+            }
+        }
+        let f = Forwarding {
+            job,
+            positions,
+            ops,
+            ack,
+            candidates,
+            next: 0,
+        };
+        self.send_forward(f);
+    }
+
+    fn send_forward(&mut self, mut f: Forwarding) {
+        let Some(&to) = f.candidates.get(f.next) else {
+            return;
+        };
+        f.next += 1;
+        let ops = if f.next < f.candidates.len() {
+            f.ops.clone()
+        } else {
+            std::mem::take(&mut f.ops)
+        };
+        let msg = PeerMsg::Forward { ops, ack: f.ack };
+        self.send(to, msg, super::gossip::Waiting::Forward(f));
+    }
+
+    /// The answer to forwarded ops. Reads move on to the next candidate after any failure;
+    /// writes only when the request certainly did not run (never applied twice).
+    pub(super) fn on_forward_reply(&mut self, f: Forwarding, result: PeerResult) {
+        let writes = f.ops.iter().any(Op::is_write) || f.ops.is_empty();
+        let results = match result {
+            Ok(PeerReply::Results(results)) if results.len() == f.positions.len() => results,
+            Ok(_) => {
+                let e = NodeError::Unavailable(
+                    "a replica answered a forward with something else".into(),
+                );
+                vec![OpResult::Error(e); f.positions.len()]
+            }
+            Err(failure) => {
+                let retry = f.next < f.candidates.len()
+                    && (matches!(failure, PeerFailure::Unreachable(_)) || !writes);
+                if retry {
+                    self.send_forward(f);
+                    return;
+                }
+                let e = failure.to_error("forwarded request");
+                vec![OpResult::Error(e); f.positions.len()]
+            }
+        };
+        for (pos, r) in f.positions.into_iter().zip(results) {
+            self.fill(f.job, pos, r);
+        }
+    }
+
+    // ---- reads while keys move, and reads from every replica -----------------------------
+
+    /// Asks where `reads`' keys lived before the last view change for their records; the
+    /// reads are answered once those arrive (or fail).
+    fn settle_reads(&mut self, job: u64, reads: Vec<(usize, Bytes)>) {
+        let me = self.me();
+        let mut targets: Vec<(Replica, Vec<Bytes>)> = Vec::new();
+        if let Some(views) = self.shard.settling() {
+            for (_, key) in &reads {
+                for view in views {
+                    for r in view.replicas(key) {
+                        if r == me {
+                            continue;
+                        }
+                        match targets.iter_mut().find(|t| t.0 == r) {
+                            Some(t) if !t.1.contains(key) => t.1.push(key.clone()),
+                            Some(_) => {}
+                            None => targets.push((r, vec![key.clone()])),
+                        }
+                    }
+                }
+            }
+        }
+        let group = self.next_id();
+        let waiting = targets.len();
+        self.jobs.fetches.insert(
+            group,
+            FetchGroup {
+                waiting,
+                purpose: FetchPurpose::Settle { job, reads },
+            },
+        );
+        if waiting == 0 {
+            self.finish_fetch(group);
+            return;
+        }
+        for (to, keys) in targets {
+            self.send(
+                to,
+                PeerMsg::Fetch { keys },
+                super::gossip::Waiting::Fetch(group),
+            );
+        }
+    }
+
+    fn start_get_all(&mut self, job: u64, key: Bytes) {
+        let me = self.me();
+        let here = self.shard.is_replica(&key);
+        let (merged, failed) = if here {
+            match self.shard.record_of(&key) {
+                Ok(r) => (r, None),
+                Err(e) => (None, Some(e.to_string())),
+            }
+        } else {
+            (None, None)
+        };
+        let others: Vec<Replica> = self
+            .shard
+            .replicas(&key)
+            .into_iter()
+            .filter(|r| *r != me)
+            .collect();
+        let group = self.next_id();
+        self.jobs.fetches.insert(
+            group,
+            FetchGroup {
+                waiting: others.len(),
+                purpose: FetchPurpose::All {
+                    job,
+                    key: key.clone(),
+                    merged,
+                    here,
+                    failed,
+                },
+            },
+        );
+        if others.is_empty() {
+            self.finish_fetch(group);
+            return;
+        }
+        for to in others {
+            let msg = PeerMsg::Fetch {
+                keys: vec![key.clone()],
+            };
+            self.send(to, msg, super::gossip::Waiting::Fetch(group));
+        }
+    }
+
+    /// Records from one worker of a fetch group.
+    pub(super) fn on_fetch_reply(&mut self, group: u64, from: Replica, result: PeerResult) {
+        let Some(g) = self.jobs.fetches.get_mut(&group) else {
+            return;
+        };
+        g.waiting = g.waiting.saturating_sub(1);
+        match (&mut g.purpose, result) {
+            (FetchPurpose::Settle { .. }, Ok(PeerReply::Records(batch))) => {
+                tracing::debug!(?from, found = batch.len(), "fetched records of moving keys");
+                // A disk error leaves the read to answer from what is here.
+                let _ = self.shard.merge_gossip(batch);
+            }
+            (FetchPurpose::Settle { .. }, _) => {}
+            (FetchPurpose::All { merged, .. }, Ok(PeerReply::Records(batch))) => {
+                for (_, record) in batch {
+                    match merged.as_mut() {
+                        Some(m) => {
+                            m.merge(record);
+                        }
+                        None => *merged = Some(record),
+                    }
+                }
+            }
+            (FetchPurpose::All { failed, .. }, Ok(_)) => {
+                *failed = Some("a replica answered a fetch with something else".into());
+            }
+            (FetchPurpose::All { failed, .. }, Err(e)) => {
+                *failed = Some(e.to_error("read from every replica").to_string());
+            }
+        }
+        if self
+            .jobs
+            .fetches
+            .get(&group)
+            .is_some_and(|g| g.waiting == 0)
+        {
+            self.finish_fetch(group);
+        }
+    }
+
+    fn finish_fetch(&mut self, group: u64) {
+        let Some(g) = self.jobs.fetches.remove(&group) else {
+            return;
+        };
+        match g.purpose {
+            FetchPurpose::Settle { job, reads } => {
+                for (pos, key) in reads {
+                    let result = self.shard.execute(Op::Get { key: &key[..] });
+                    self.fill(job, pos, result);
+                }
+            }
+            FetchPurpose::All {
+                job,
+                key,
+                merged,
+                here,
+                failed,
+            } => {
+                if let Some(why) = failed {
+                    self.fill(job, 0, OpResult::Error(NodeError::Unavailable(why)));
+                    return;
+                }
+                let value = merged
+                    .as_ref()
+                    .and_then(|r| store::is_live(r).then(|| r.value.clone()).flatten());
+                if here {
+                    if let Some(record) = merged {
+                        // Read repair; a disk error loses nothing (the others hold it).
+                        let _ = self.shard.merge_gossip(vec![(key, record)]);
+                    }
+                }
+                self.fill(job, 0, OpResult::Value(value));
+            }
+        }
+    }
+}
+
+/// A job's results; a slot never filled (a bug) reads as unavailable.
+fn collect(results: Vec<Option<OpResult>>) -> Vec<OpResult> {
+    results
+        .into_iter()
+        .map(|r| {
+            r.unwrap_or_else(|| OpResult::Error(NodeError::Unavailable("result missing".into())))
+        })
+        .collect()
+}

@@ -1,0 +1,131 @@
+//! Answering other workers: everything a [`PeerMsg`] asks of this worker.
+//!
+//! The sender is untrusted input like any other: every message is checked by the shard as
+//! it applies it (key sizes, types, budgets), and a malformed one gets an error answer.
+
+use placement::Replica;
+
+use super::acks::SyncWaiter;
+use super::requests::Origin;
+use super::{Core, PeerMsg, PeerReply, Token};
+use crate::codec::GossipBatch;
+use crate::error::NodeError;
+
+/// Most bytes of records in one anti-entropy answer.
+pub(super) const REPAIR_CHUNK_BYTES: usize = 1 << 20;
+
+/// Most buckets one anti-entropy digest may cover.
+pub(super) const MAX_DIGEST_BUCKETS: usize = 64;
+
+impl Core {
+    /// A request from worker `from`; its answer goes out as [`super::Effect::Respond`] with
+    /// `token` — at once, or once what it waits for (the disk, other replicas) is done.
+    pub fn on_peer(&mut self, from: Replica, msg: PeerMsg, token: Token) {
+        match msg {
+            PeerMsg::Replicate { entries, durable } => {
+                self.serve_replicate(entries, durable, token)
+            }
+            PeerMsg::Forward { ops, ack } => {
+                // Routed here under a view that may have changed since: run here anyway (a
+                // write to a key this worker no longer replicates is handed off).
+                let job = self.open_job(Origin::Peer(token), ops.len());
+                let ack = ack.at_least(self.config.default_ack);
+                let mut syncs = Vec::new();
+                for (pos, op) in ops.into_iter().enumerate() {
+                    self.run_acked(job, pos, op, ack, true, &mut syncs);
+                }
+                self.sync_writes(syncs);
+                if let Some(results) = self.close_job(job) {
+                    self.respond(token, Ok(PeerReply::Results(results)));
+                }
+            }
+            PeerMsg::Digest { first, digests } => {
+                let result = if digests.len() > MAX_DIGEST_BUCKETS {
+                    Err(NodeError::BadRequest(format!(
+                        "a digest of {} buckets exceeds the limit of {MAX_DIGEST_BUCKETS}",
+                        digests.len()
+                    )))
+                } else {
+                    let differing = self.shard.differing_range(from, first as usize, &digests);
+                    Ok(self.repair_answer(from, differing, None))
+                };
+                self.respond(token, result);
+            }
+            PeerMsg::RepairMore { buckets, cursor } => {
+                let mut buckets = buckets;
+                buckets.sort_unstable();
+                buckets.dedup();
+                let answer = self.repair_answer(from, buckets, Some(cursor));
+                self.respond(token, Ok(answer));
+            }
+            PeerMsg::Fetch { keys } => {
+                let mut found = GossipBatch::new();
+                let mut failed = None;
+                for key in keys {
+                    match self.shard.record_of(&key) {
+                        Ok(Some(record)) => found.push((key, record)),
+                        Ok(None) => {}
+                        Err(e) => failed = Some(e),
+                    }
+                }
+                let result = match failed {
+                    Some(e) if found.is_empty() => Err(e),
+                    _ => Ok(PeerReply::Records(found)),
+                };
+                self.respond(token, result);
+            }
+            PeerMsg::CheckTombstones { entries } => {
+                let covered = self.shard.check_tombstones(&entries);
+                self.respond(token, Ok(PeerReply::Covered(covered)));
+            }
+            PeerMsg::Reclaim { entries, released } => {
+                self.shard.release_tombstones(&released);
+                let removed = self.shard.reclaim_tombstones(&entries);
+                self.respond(token, Ok(PeerReply::Ack(removed)));
+            }
+        }
+        self.gossip_if_full();
+        self.arm_journal();
+    }
+
+    /// Merges records from another worker; answers once they are as durable as this
+    /// worker's storage allows, if asked.
+    fn serve_replicate(&mut self, entries: GossipBatch, durable: bool, token: Token) {
+        let n = entries.len() as u64;
+        match self.shard.merge_gossip(entries) {
+            // The sender keeps the batch and retries.
+            Err(e) => self.respond(token, Err(e)),
+            Ok(()) if durable => self.request_sync(false, SyncWaiter::Replicate(token, n)),
+            Ok(()) => self.respond(token, Ok(PeerReply::Ack(n))),
+        }
+    }
+
+    /// This worker's records of `buckets` shared with `peer`, a bounded part from `cursor`
+    /// (the start if `None`).
+    fn repair_answer(
+        &self,
+        peer: Replica,
+        buckets: Vec<u32>,
+        cursor: Option<super::RepairCursor>,
+    ) -> PeerReply {
+        let Some(&first) = buckets.first() else {
+            return PeerReply::Repair {
+                differing: buckets,
+                entries: GossipBatch::new(),
+                next: None,
+            };
+        };
+        let cursor = cursor.unwrap_or(super::RepairCursor {
+            bucket: first,
+            skip: 0,
+        });
+        let (entries, next) =
+            self.shard
+                .bucket_entries_from(peer, &buckets, cursor, REPAIR_CHUNK_BYTES);
+        PeerReply::Repair {
+            differing: buckets,
+            entries,
+            next,
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! What every worker of a node shares: configuration, addresses, the mesh, the agent's
+//! snapshots, the stop signal. Read-only after start, but for counters that only change
+//! when a connection opens or closes.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::watch;
+
+use super::conns::ConnectionLimit;
+use super::mesh::Mesh;
+use super::worker::WorkerMsg;
+use crate::cluster::agent::{Agent, Snapshot};
+use crate::config::{Faults, NodeConfig};
+
+/// The addresses a node publishes — in its membership entry, topologies, redirects and
+/// status: the ports it bound, with the advertised host if one is configured
+/// ([`NodeConfig::advertise`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublishedAddresses {
+    /// Native front address.
+    pub front: String,
+    /// RESP address.
+    pub resp: String,
+    /// Native address of each worker.
+    pub workers: Vec<String>,
+    /// Peer-plane address.
+    pub peer: String,
+}
+
+/// Node-wide state shared read-only by all workers.
+#[derive(Debug)]
+pub struct Shared {
+    /// The configuration the node started with.
+    pub config: NodeConfig,
+    /// Inboxes of all workers.
+    pub mesh: Mesh<WorkerMsg>,
+    /// The addresses published to peers and clients.
+    pub published: PublishedAddresses,
+    /// The RESP port actually bound (INFO reports it).
+    pub resp_port: u16,
+    /// When the node started.
+    pub started: Instant,
+    /// Open client connections on the whole node, against the limit.
+    pub connections: Arc<ConnectionLimit>,
+    /// Becomes `true` when the node must stop.
+    pub shutdown: watch::Receiver<bool>,
+    /// Stops the node (after a leave).
+    pub stop: watch::Sender<bool>,
+    /// Becomes `true` while the node is leaving: its ports stop taking new work once the
+    /// leave is complete.
+    pub leaving: watch::Sender<bool>,
+    /// Faults injected on purpose (testing only).
+    pub faults: Faults,
+    /// The cluster agent.
+    pub agent: Agent,
+    /// The agent's latest snapshot (view and members).
+    pub snapshots: watch::Receiver<Arc<Snapshot>>,
+}
+
+impl Shared {
+    /// A receiver that becomes `true` when the node stops.
+    pub fn shutdown(&self) -> watch::Receiver<bool> {
+        self.shutdown.clone()
+    }
+}

@@ -1,0 +1,610 @@
+//! One worker: a thread with a single-threaded tokio runtime, driving a replica core.
+//!
+//! The [`Worker`] owns the core (in a `RefCell` never borrowed across an `.await`) and does
+//! what its effects ask: messages to other workers (through the mesh, or over the peer
+//! plane), answers to requests, finished client requests, log appends and disk syncs. Its
+//! tasks, all on this thread:
+//! - the inbox: requests and answers from this node's other workers, work handed over
+//!   (connections accepted on shared ports);
+//! - the timer: ticks the core at its deadline;
+//! - the view: switches the core to each view the agent publishes;
+//! - the journal (a memory-tier worker with a data directory): the log's health, snapshots;
+//! - subscriptions, while connections have any;
+//! - whatever the node started on it: accept loops and the connections they serve.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use placement::Replica;
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::task::{spawn_local, LocalSet};
+use wire::pb;
+
+use super::conns::LocalConnections;
+use super::journal::{Journal, JournalSetup};
+use super::shared::Shared;
+use crate::ack::Ack;
+use crate::core::{
+    Core, CoreStats, Effect, PeerFailure, PeerMsg, PeerResult, ReqId, Routing, Submitted, Token,
+};
+use crate::error::NodeError;
+use crate::op::{Op, OpResult};
+use crate::peer::convert::{request_to_pb, response_from_pb, response_to_pb};
+use crate::peer::transport::{PeerConn, PeerError, PEER_VERSION};
+use crate::subscribe::{Subscriptions, Watched};
+
+/// How long a stopping worker waits for its connections to finish.
+pub const EXIT_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Time allowed to open a connection to another node's peer port.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Most connections to other nodes' workers a worker keeps.
+const MAX_PEER_CONNECTIONS: usize = 4096;
+
+/// A message to a worker.
+pub enum WorkerMsg {
+    /// A request from another worker of this node.
+    Peer {
+        /// The sender.
+        from: Replica,
+        /// The request.
+        msg: PeerMsg,
+        /// The sender's id for it.
+        req: ReqId,
+    },
+    /// The answer to a request this worker sent to another worker of this node.
+    Reply {
+        /// The request.
+        req: ReqId,
+        /// Its outcome.
+        result: PeerResult,
+    },
+    /// Something to run on this worker's thread (a connection handed over, a question).
+    Run(WorkerTask),
+}
+
+/// A closure run on a worker's thread.
+pub(crate) type WorkerTask = Box<dyn FnOnce(&Rc<Worker>) + Send>;
+
+impl std::fmt::Debug for WorkerMsg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WorkerMsg::Peer { from, msg, req } => {
+                write!(f, "Peer({from:?}, {}, {req:?})", msg.name())
+            }
+            WorkerMsg::Reply { req, .. } => write!(f, "Reply({req:?})"),
+            WorkerMsg::Run(_) => write!(f, "Run"),
+        }
+    }
+}
+
+/// Where the answer to a request from another worker goes.
+enum Responder {
+    /// A worker of this node: back through the mesh.
+    Mesh { worker: u32, req: ReqId },
+    /// A peer connection: the answer frame with this id. `crash`: testing only, abort
+    /// the process right after this answer goes out (`LATTICEKV_FAULT`).
+    Conn {
+        tx: mpsc::Sender<pb::PeerResponse>,
+        id: u64,
+        crash: bool,
+    },
+}
+
+/// The answer to a client request handed to the worker.
+pub enum Answer {
+    /// Known now.
+    Ready(Vec<OpResult>),
+    /// Known later.
+    Wait(oneshot::Receiver<Vec<OpResult>>),
+}
+
+impl Answer {
+    /// The results, waiting if need be.
+    pub async fn results(self) -> Vec<OpResult> {
+        match self {
+            Answer::Ready(r) => r,
+            Answer::Wait(rx) => rx.await.unwrap_or_else(|_| {
+                vec![OpResult::Error(NodeError::Unavailable(
+                    "the request was dropped".into(),
+                ))]
+            }),
+        }
+    }
+}
+
+/// Counters of one worker.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WorkerStats {
+    /// Worker index.
+    pub worker: u32,
+    /// The core's counters.
+    pub core: CoreStats,
+    /// Open client connections on this worker.
+    pub connections: u64,
+    /// Keys subscribed by connections on this worker.
+    pub subscriptions: u64,
+}
+
+/// One worker (see the module docs).
+pub struct Worker {
+    /// Node-wide state.
+    pub shared: Arc<Shared>,
+    /// This worker's index.
+    pub index: u32,
+    me: Replica,
+    core: RefCell<Core>,
+    /// Client requests waiting for their results, by ticket.
+    tickets: RefCell<HashMap<u64, oneshot::Sender<Vec<OpResult>>>>,
+    /// Requests from other workers being answered, by token.
+    tokens: RefCell<HashMap<u64, Responder>>,
+    next_token: Cell<u64>,
+    /// Connections to other nodes' workers.
+    peers: RefCell<HashMap<Replica, PeerConn>>,
+    /// The log (or the disk tier's journal) this worker's writes go to.
+    pub(crate) journal: Journal,
+    /// Wakes the timer when the core's deadline moved earlier.
+    wake: Notify,
+    /// The deadline the timer sleeps until (monotonic ms of the core's clock).
+    sleeping_until: Cell<u64>,
+    /// Connections served by this worker.
+    pub conns: Rc<LocalConnections>,
+    /// Keys that connections on this worker subscribed to.
+    pub subscriptions: RefCell<Subscriptions>,
+    /// Signalled when a connection subscribes (wakes the idle subscription task).
+    pub subscribed: Notify,
+}
+
+/// Work to start on a worker when it starts (accept loops).
+pub type Service = Box<dyn FnOnce(Rc<Worker>) + Send>;
+
+/// What one worker thread is given at start.
+pub struct WorkerSetup {
+    /// Node-wide state.
+    pub shared: Arc<Shared>,
+    /// This worker's index.
+    pub index: u32,
+    /// Its core.
+    pub core: Core,
+    /// Its inbox.
+    pub inbox: mpsc::Receiver<WorkerMsg>,
+    /// What makes its writes durable.
+    pub journal: JournalSetup,
+    /// Services to start on it.
+    pub services: Vec<Service>,
+}
+
+impl Worker {
+    /// Runs `f` on the core, then carries out the effects it produced.
+    pub fn with_core<R>(self: &Rc<Self>, f: impl FnOnce(&mut Core) -> R) -> R {
+        let out = f(&mut self.core.borrow_mut());
+        self.run_effects();
+        out
+    }
+
+    /// The core, read-only.
+    pub fn core(&self) -> std::cell::Ref<'_, Core> {
+        self.core.borrow()
+    }
+
+    /// Which replica this worker is.
+    pub fn me(&self) -> Replica {
+        self.me
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> WorkerStats {
+        WorkerStats {
+            worker: self.index,
+            core: self.core.borrow().stats(),
+            connections: self.conns.open(),
+            subscriptions: self.subscriptions.borrow().len() as u64,
+        }
+    }
+
+    // ---- client requests -----------------------------------------------------------------
+
+    /// Runs ops (see [`Core::submit`]).
+    pub fn submit<B: AsRef<[u8]>>(
+        self: &Rc<Self>,
+        ops: Vec<Op<B>>,
+        ack: Ack,
+        routing: Routing,
+    ) -> Answer {
+        let submitted = self.with_core(|c| c.submit(ops, ack, routing));
+        self.answer(submitted)
+    }
+
+    /// Reads a key from every replica (see [`Core::submit_get_all`]).
+    pub fn get_all(self: &Rc<Self>, key: bytes::Bytes) -> Answer {
+        let submitted = self.with_core(|c| c.submit_get_all(key));
+        self.answer(submitted)
+    }
+
+    fn answer(&self, submitted: Submitted) -> Answer {
+        match submitted {
+            Submitted::Done(results) => Answer::Ready(results),
+            Submitted::Pending(ticket) => {
+                let (tx, rx) = oneshot::channel();
+                self.tickets.borrow_mut().insert(ticket.0, tx);
+                Answer::Wait(rx)
+            }
+        }
+    }
+
+    /// Runs one op at once if it needs only this worker (see [`Core::try_local`]).
+    pub fn try_local<B: AsRef<[u8]>>(
+        self: &Rc<Self>,
+        op: Op<B>,
+        ack: Ack,
+        routing: Routing,
+    ) -> Result<OpResult, Op<B>> {
+        self.with_core(|c| c.try_local(op, ack, routing))
+    }
+
+    /// Reads a key here without copying its value (see [`Core::read_local`]).
+    pub fn read_local<R>(
+        self: &Rc<Self>,
+        key: &[u8],
+        f: impl FnOnce(Result<Option<store::RecordRef<'_>>, NodeError>) -> R,
+    ) -> Option<R> {
+        self.with_core(|c| c.read_local(key, f))
+    }
+
+    // ---- requests from other workers -----------------------------------------------------
+
+    /// A request from another worker, answered through `responder`.
+    fn on_peer(self: &Rc<Self>, from: Replica, msg: PeerMsg, responder: Responder) {
+        let token = self.next_token.get() + 1;
+        self.next_token.set(token);
+        self.tokens.borrow_mut().insert(token, responder);
+        self.with_core(|c| c.on_peer(from, msg, Token(token)));
+    }
+
+    /// A request from another node's worker, arriving on a peer connection whose answers
+    /// go to `tx`.
+    pub fn on_peer_request(
+        self: &Rc<Self>,
+        from: Replica,
+        msg: PeerMsg,
+        id: u64,
+        tx: mpsc::Sender<pb::PeerResponse>,
+    ) {
+        let crash = self.shared.faults.abort_after_handoff_ack
+            && matches!(msg, PeerMsg::Replicate { durable: true, .. });
+        self.on_peer(from, msg, Responder::Conn { tx, id, crash });
+    }
+
+    // ---- effects -------------------------------------------------------------------------
+
+    fn run_effects(self: &Rc<Self>) {
+        loop {
+            let effects = {
+                let mut core = self.core.borrow_mut();
+                if !core.has_effects() {
+                    break;
+                }
+                core.take_effects()
+            };
+            for e in effects {
+                self.execute(e);
+            }
+        }
+        let deadline = self.core.borrow().next_deadline();
+        if deadline < self.sleeping_until.get() {
+            self.sleeping_until.set(deadline);
+            self.wake.notify_one();
+        }
+    }
+
+    fn execute(self: &Rc<Self>, e: Effect) {
+        match e {
+            Effect::Send { req, to, peer, msg } => self.send(req, to, peer, msg),
+            Effect::Respond { token, result } => {
+                let Some(responder) = self.tokens.borrow_mut().remove(&token.0) else {
+                    return;
+                };
+                match responder {
+                    Responder::Mesh { worker, req } => {
+                        let result = result.map_err(PeerFailure::Refused);
+                        // A full inbox loses the answer: the asker times out and retries.
+                        let _ = self
+                            .shared
+                            .mesh
+                            .try_send(worker, WorkerMsg::Reply { req, result });
+                    }
+                    Responder::Conn { tx, id, crash } => {
+                        let acked = result.is_ok();
+                        let _ = tx.try_send(response_to_pb(id, result));
+                        if crash && acked {
+                            // The answer is on its way; die as a `kill -9` would.
+                            spawn_local(async {
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                                tracing::warn!("LATTICEKV_FAULT: aborting right after a hand-off acknowledgement");
+                                std::process::abort();
+                            });
+                        }
+                    }
+                }
+            }
+            Effect::Complete { ticket, results } => {
+                if let Some(tx) = self.tickets.borrow_mut().remove(&ticket.0) {
+                    let _ = tx.send(results);
+                }
+            }
+            Effect::Journal(entries) => {
+                if let Err(why) = self.journal.append(self, entries) {
+                    self.core.borrow_mut().set_journal_failure(Some(why));
+                }
+            }
+            Effect::Sync { id, strict } => {
+                let sync = self.journal.sync(strict);
+                let w = self.clone();
+                spawn_local(async move {
+                    let result = sync.await;
+                    w.with_core(|c| c.on_synced(id, result));
+                });
+            }
+            Effect::Unreachable { to } => {
+                if let Some(conn) = self.peers.borrow_mut().remove(&to) {
+                    conn.abandon();
+                }
+            }
+        }
+    }
+
+    /// Sends a request to worker `to`: through the mesh if it is on this node, else over
+    /// its node's peer port.
+    fn send(self: &Rc<Self>, req: ReqId, to: Replica, peer: Option<String>, msg: PeerMsg) {
+        if to.node == self.me.node {
+            let m = WorkerMsg::Peer {
+                from: self.me,
+                msg,
+                req,
+            };
+            if self.shared.mesh.try_send(to.worker, m).is_err() {
+                let why = PeerFailure::Unreachable(format!("worker {}'s inbox is full", to.worker));
+                self.core.borrow_mut().on_reply(req, Err(why));
+            }
+            return;
+        }
+        let Some(addr) = peer else {
+            let why = PeerFailure::Unreachable("no peer address for the node".into());
+            self.core.borrow_mut().on_reply(req, Err(why));
+            return;
+        };
+        let cached = self
+            .peers
+            .borrow()
+            .get(&to)
+            .filter(|c| !c.is_broken())
+            .cloned();
+        let w = self.clone();
+        spawn_local(async move {
+            let conn = match cached {
+                Some(c) => c,
+                None => match w.connect(&addr, to).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let why = PeerFailure::Unreachable(e.to_string());
+                        w.with_core(|c| c.on_reply(req, Err(why)));
+                        return;
+                    }
+                },
+            };
+            let result = match conn.call(request_to_pb(req.0, msg)).await {
+                Ok(resp) => response_from_pb(resp).1,
+                Err(PeerError::Unreachable { reason, .. }) => Err(PeerFailure::Unreachable(reason)),
+                // Sent, and no answer: it may have run.
+                Err(PeerError::Lost { .. }) => Err(PeerFailure::TimedOut),
+            };
+            w.with_core(|c| c.on_reply(req, result));
+        });
+    }
+
+    /// Opens a connection to worker `to` of the node whose peer port is `addr`.
+    async fn connect(self: &Rc<Self>, addr: &str, to: Replica) -> Result<PeerConn, PeerError> {
+        let hello = pb::PeerHello {
+            version: PEER_VERSION,
+            node_id: self.shared.config.node_id.clone(),
+            from_worker: Some(self.index),
+            to_worker: Some(to.worker),
+        };
+        let conn = PeerConn::open(addr, hello, CONNECT_TIMEOUT).await?;
+        let mut peers = self.peers.borrow_mut();
+        if peers.len() >= MAX_PEER_CONNECTIONS {
+            peers.retain(|_, c| !c.is_broken());
+        }
+        if peers.len() < MAX_PEER_CONNECTIONS {
+            peers.insert(to, conn.clone());
+        }
+        Ok(conn)
+    }
+
+    // ---- the worker's tasks --------------------------------------------------------------
+
+    /// Handles messages from this node's other workers and work handed over.
+    async fn inbox(self: Rc<Self>, mut inbox: mpsc::Receiver<WorkerMsg>) {
+        while let Some(msg) = inbox.recv().await {
+            match msg {
+                WorkerMsg::Peer { from, msg, req } => {
+                    self.journal.wait_room().await;
+                    self.on_peer(
+                        from,
+                        msg,
+                        Responder::Mesh {
+                            worker: from.worker,
+                            req,
+                        },
+                    );
+                }
+                WorkerMsg::Reply { req, result } => self.with_core(|c| c.on_reply(req, result)),
+                WorkerMsg::Run(f) => f(&self),
+            }
+        }
+    }
+
+    /// Ticks the core at its deadline.
+    async fn timer(self: Rc<Self>) {
+        let mut shutdown = self.shared.shutdown();
+        let origin = Instant::now();
+        let clock_origin = self.core.borrow().shard().clock().mono_ms();
+        loop {
+            let deadline = self.core.borrow().next_deadline();
+            self.sleeping_until.set(deadline);
+            let wait = Duration::from_millis(deadline.saturating_sub(clock_origin));
+            tokio::select! {
+                _ = tokio::time::sleep_until((origin + wait).into()) => {}
+                _ = self.wake.notified() => continue,
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+            self.sleeping_until.set(u64::MAX);
+            self.with_core(Core::tick);
+        }
+    }
+
+    /// Switches the core to every new view the agent publishes.
+    async fn views(self: Rc<Self>) {
+        let mut snapshots = self.shared.snapshots.clone();
+        let mut shutdown = self.shared.shutdown();
+        loop {
+            let view = snapshots.borrow_and_update().view.clone();
+            self.with_core(|c| c.set_view(view));
+            tokio::select! {
+                r = snapshots.changed() => if r.is_err() { return },
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    /// Runs a subscription round every [`crate::subscribe::TICK`] while connections of this
+    /// worker subscribe to keys; sleeps until one does otherwise.
+    async fn subscription_rounds(self: Rc<Self>) {
+        let mut shutdown = self.shared.shutdown();
+        loop {
+            let idle = self.subscriptions.borrow().is_empty();
+            if idle {
+                tokio::select! {
+                    _ = self.subscribed.notified() => {}
+                    _ = shutdown.wait_for(|s| *s) => return,
+                }
+            } else {
+                tokio::select! {
+                    _ = tokio::time::sleep(crate::subscribe::TICK) => {}
+                    _ = shutdown.wait_for(|s| *s) => return,
+                }
+            }
+            self.subscription_round();
+        }
+    }
+
+    /// One subscription round: pushes the keys that are due and changed.
+    fn subscription_round(&self) {
+        let mut subs = self.subscriptions.borrow_mut();
+        if subs.is_empty() {
+            return;
+        }
+        let mut core = self.core.borrow_mut();
+        let shard = core.shard_mut();
+        subs.round(Instant::now(), |key| {
+            if shard.route(key) != crate::shard::Route::Local {
+                return Watched::Moved;
+            }
+            // Right after a view change, a key moving here may read absent until its
+            // hand-off arrives; that arrival is then pushed like any change.
+            match shard.watched_value(key) {
+                Ok(v) => Watched::Value(v.as_ref().map(wire::convert::value_to_pb)),
+                Err(_) => Watched::Unknown,
+            }
+        });
+    }
+}
+
+/// Spawns `fut` on the current worker's thread.
+pub fn spawn_on_worker(fut: impl Future<Output = ()> + 'static) {
+    spawn_local(fut);
+}
+
+/// Runs a worker until the node stops. Call on the worker's own thread.
+pub fn run(setup: WorkerSetup) -> std::io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let local = LocalSet::new();
+    local.block_on(&rt, async move {
+        let WorkerSetup {
+            shared,
+            index,
+            core,
+            inbox,
+            journal,
+            services,
+        } = setup;
+        let me = core.me();
+        let journal = journal.build();
+        let w = Rc::new(Worker {
+            shared: shared.clone(),
+            index,
+            me,
+            core: RefCell::new(core),
+            tickets: RefCell::new(HashMap::new()),
+            tokens: RefCell::new(HashMap::new()),
+            next_token: Cell::new(0),
+            peers: RefCell::new(HashMap::new()),
+            journal,
+            wake: Notify::new(),
+            sleeping_until: Cell::new(u64::MAX),
+            conns: Rc::new(LocalConnections::default()),
+            subscriptions: RefCell::new(Subscriptions::default()),
+            subscribed: Notify::new(),
+        });
+        spawn_local(w.clone().inbox(inbox));
+        spawn_local(w.clone().views());
+        spawn_local(w.clone().timer());
+        spawn_local(w.clone().subscription_rounds());
+        spawn_local(super::journal::run(w.clone()));
+        for service in services {
+            service(w.clone());
+        }
+
+        let mut shutdown = shared.shutdown();
+        let _ = shutdown.wait_for(|stop| *stop).await;
+        // Connections see the same signal and finish their current batch.
+        if tokio::time::timeout(EXIT_DEADLINE, w.conns.all_closed())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                worker = index,
+                open = w.conns.open(),
+                "connections still open at exit"
+            );
+        }
+        // A last gossip round, and what is queued for the log.
+        w.with_core(Core::flush);
+        super::journal::close(&w).await;
+        Ok(())
+    })
+}
+
+/// Every worker's counters (workers that are gone are skipped).
+pub async fn all_stats(shared: &Shared) -> Vec<WorkerStats> {
+    let mut out = Vec::with_capacity(shared.mesh.len());
+    for i in 0..shared.mesh.len() as u32 {
+        let (tx, rx) = oneshot::channel();
+        let ask = WorkerMsg::Run(Box::new(move |w: &Rc<Worker>| {
+            let _ = tx.send(w.stats());
+        }));
+        if shared.mesh.send(i, ask).await.is_ok() {
+            if let Ok(s) = rx.await {
+                out.push(s);
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,186 @@
+//! Topology, status, locations, holds and operator requests of the native protocol.
+
+use std::rc::Rc;
+
+use wire::pb::{self, request::Op as ReqOp, response::Result as RespResult};
+
+use super::{encode, error, error_response, respond};
+use crate::driver::worker::{all_stats, Worker};
+use crate::error::NodeError;
+use crate::front::pipeline::Replies;
+
+/// Most explicit replication vectors returned in a topology.
+const TOPOLOGY_VECTORS: usize = 10_000;
+
+/// An informational or operator request.
+pub(super) fn handle(w: &Rc<Worker>, id: u64, op: ReqOp, replies: &mut Replies) {
+    match op {
+        ReqOp::Topology(_) => respond(replies, id, RespResult::Topology(topology(w))),
+        ReqOp::Ping(_) => respond(replies, id, RespResult::Ack(pb::Ack { count: 0 })),
+        ReqOp::Status(_) => {
+            let w = w.clone();
+            replies.later(async move {
+                let status = status(&w).await;
+                let mut out = Vec::new();
+                encode(
+                    &pb::Response {
+                        id,
+                        result: Some(RespResult::Status(status)),
+                    },
+                    &mut out,
+                );
+                out
+            });
+        }
+        ReqOp::Locate(l) => {
+            let core = w.core();
+            let keys = l
+                .keys
+                .iter()
+                .map(|k| pb::locations::KeyLocation {
+                    replicas: core.shard().replica_addrs(k),
+                })
+                .collect();
+            respond(replies, id, RespResult::Locations(pb::Locations { keys }));
+        }
+        ReqOp::Holds(h) => {
+            let core = w.core();
+            let results = h
+                .keys
+                .iter()
+                .map(|k| pb::KeyResult {
+                    result: Some(pb::key_result::Result::Ack(pb::Ack {
+                        count: i64::from(core.shard().stores(k)),
+                    })),
+                })
+                .collect();
+            respond(replies, id, RespResult::Multi(pb::MultiResult { results }));
+        }
+        ReqOp::Admin(a) => admin(w, id, a, replies),
+        _ => error(
+            replies,
+            id,
+            &NodeError::BadRequest("not an informational request".into()),
+        ),
+    }
+}
+
+/// An operator request: answered by a task of its own (it waits on the agent, or on the
+/// whole node leaving).
+fn admin(w: &Rc<Worker>, id: u64, a: pb::Admin, replies: &mut Replies) {
+    let w = w.clone();
+    replies.later(async move {
+        let result = match a.op {
+            Some(pb::admin::Op::SetReplication(r)) => set_replication(&w, r).await.map(|()| 1),
+            Some(pb::admin::Op::Forget(f)) => w.shared.agent.forget(f.node_id).await.map(|()| 1),
+            Some(pb::admin::Op::Leave(l)) => match crate::leave::leave(&w.shared, l.force).await {
+                Ok(()) => {
+                    // Stop once this answer is out.
+                    let shared = w.shared.clone();
+                    tokio::task::spawn_local(async move {
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                        let _ = shared.stop.send(true);
+                    });
+                    Ok(1)
+                }
+                Err(e) => Err(e),
+            },
+            None => Err(NodeError::BadRequest(
+                "an admin request without an operation".into(),
+            )),
+        };
+        let resp = match result {
+            Ok(n) => pb::Response {
+                id,
+                result: Some(RespResult::Ack(pb::Ack { count: n })),
+            },
+            Err(e) => error_response(id, &e),
+        };
+        let mut out = Vec::new();
+        encode(&resp, &mut out);
+        out
+    });
+}
+
+/// Validates a replication change against the cluster and hands it to the agent, which
+/// gossips it to every node; answers once this worker routes by it.
+async fn set_replication(w: &Rc<Worker>, r: pb::SetReplication) -> Result<(), NodeError> {
+    w.core().shard().check_key(&r.key)?;
+    let vector = {
+        let core = w.core();
+        let view = core.shard().view();
+        crate::view::requested_vector(view, &r)?
+    };
+    w.shared.agent.set_replication(r.key, vector).await?;
+    // The agent published the new view before answering: switch to it now (the other
+    // workers switch as their view tasks run).
+    let view = w.shared.snapshots.borrow().view.clone();
+    w.with_core(|c| c.set_view(view));
+    Ok(())
+}
+
+/// The node's layout, for clients computing placement.
+pub(crate) fn topology(w: &Worker) -> pb::Topology {
+    let shared = &w.shared;
+    let snapshot = shared.snapshots.borrow().clone();
+    let view = &snapshot.view;
+    pb::Topology {
+        protocol_version: wire::PROTOCOL_VERSION,
+        node_id: shared.config.node_id.clone(),
+        workers: shared.published.workers.clone(),
+        vnodes: shared.config.vnodes,
+        default_local_replication: view.default.memory.local,
+        default_global_replication: view.default.memory.global,
+        replication: view.topology_vectors(TOPOLOGY_VECTORS),
+        members: snapshot.members.clone(),
+        default_disk_replication: view.default.disk.global,
+    }
+}
+
+/// Node statistics from every worker, and the cluster's members and ring ownership.
+async fn status(w: &Worker) -> pb::Status {
+    let shared = &w.shared;
+    let workers = all_stats(shared).await;
+    let snapshot = shared.snapshots.borrow().clone();
+    let ownership = snapshot
+        .view
+        .view
+        .ownership(placement::Tier::Memory)
+        .into_iter()
+        .filter_map(|(key, share)| {
+            let node = snapshot.view.view.node(key)?;
+            Some(pb::status::Ownership {
+                node_id: node.id.clone(),
+                share,
+            })
+        })
+        .collect();
+    pb::Status {
+        node_id: shared.config.node_id.clone(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        uptime_seconds: shared.started.elapsed().as_secs(),
+        workers: workers
+            .iter()
+            .map(|s| pb::WorkerStatus {
+                worker: s.worker,
+                address: shared
+                    .published
+                    .workers
+                    .get(s.worker as usize)
+                    .cloned()
+                    .unwrap_or_default(),
+                keys: s.core.shard.live_keys,
+                memory_bytes: s.core.shard.bytes,
+                requests: s.core.shard.requests,
+                connections: s.connections,
+                storage_errors: s.core.shard.storage_errors,
+                subscriptions: s.subscriptions,
+            })
+            .collect(),
+        memory_budget_bytes: shared.config.limits.memory_budget_bytes(),
+        resp_address: shared.published.resp.clone(),
+        front_address: shared.published.front.clone(),
+        members: snapshot.members.clone(),
+        ownership,
+    }
+}

@@ -1,0 +1,281 @@
+//! The native protocol on client ports: length-prefixed protobuf frames
+//! (`proto/latticekv.proto`), pipelined, answered in request order.
+//!
+//! On a worker's own port, requests for keys the worker does not hold get a `REDIRECT`
+//! naming the workers that do; on the shared front port they are forwarded. Subscriptions
+//! are never forwarded, on any port: the connection's worker must hold the keys; their
+//! pushes (`id = 0`) go out between batches of responses.
+//!
+//! Bad input: an undecodable frame gets a `BAD_REQUEST` response (id 0) and the connection
+//! goes on (framing is intact); a frame above `max_frame_size` gets `FRAME_TOO_LARGE` and the
+//! connection is closed (the stream cannot be resynchronised). Peer-plane messages and
+//! operator requests in their old form are refused with a `BAD_REQUEST` naming where they
+//! belong. Other clients are unaffected.
+//!
+//! # Layout
+//! - this module: the codec, dispatch, responses;
+//! - `data`: reads and writes;
+//! - `info`: topology, status, locations, holds, admin requests;
+//! - `subscribe`: a connection's subscriptions.
+
+mod data;
+mod info;
+mod subscribe;
+
+use std::rc::Rc;
+
+use bytes::BytesMut;
+use prost::Message;
+use wire::convert::value_to_pb;
+use wire::frame::{self, FrameError, HEADER_LEN};
+use wire::pb::{self, request::Op as ReqOp, response::Result as RespResult};
+
+use super::pipeline::{Codec, Replies, Step};
+use crate::core::Routing;
+use crate::driver::worker::{Answer, Worker};
+use crate::error::NodeError;
+use crate::op::OpResult;
+
+pub(crate) use subscribe::ConnectionSubscriptions;
+
+/// How the results of a request's ops become its response.
+#[derive(Clone, Copy, Debug)]
+enum Shape {
+    /// One op answered with a `GetResult`.
+    Get,
+    /// One op answered with an `Ack`.
+    Ack,
+    /// Several ops answered with a `MultiResult`.
+    Multi,
+}
+
+/// One native-protocol connection's state.
+pub struct Native {
+    /// Shared front port (forward) or a worker's own port (redirect).
+    routing: Routing,
+    /// Largest frame accepted.
+    max_frame: usize,
+    /// Dropped with the connection, which ends its subscriptions.
+    subs: ConnectionSubscriptions,
+}
+
+impl Native {
+    /// A connection on `w`: `front` for the shared front port.
+    pub fn new(w: &Rc<Worker>, front: bool) -> Native {
+        Native {
+            routing: if front {
+                Routing::Forward
+            } else {
+                Routing::Redirect
+            },
+            max_frame: w.shared.config.limits.max_frame_size,
+            subs: ConnectionSubscriptions::new(w),
+        }
+    }
+}
+
+fn encode(resp: &pb::Response, out: &mut Vec<u8>) {
+    frame::encode(resp, out);
+}
+
+fn error_response(id: u64, e: &NodeError) -> pb::Response {
+    pb::Response {
+        id,
+        result: Some(RespResult::Error(e.to_pb())),
+    }
+}
+
+fn raw_error(id: u64, code: pb::ErrorCode, message: String) -> pb::Response {
+    pb::Response {
+        id,
+        result: Some(RespResult::Error(pb::Error {
+            code: code as i32,
+            message,
+            redirect: Vec::new(),
+        })),
+    }
+}
+
+fn respond(replies: &mut Replies, id: u64, result: RespResult) {
+    let resp = pb::Response {
+        id,
+        result: Some(result),
+    };
+    replies.emit(|o| encode(&resp, o));
+}
+
+fn error(replies: &mut Replies, id: u64, e: &NodeError) {
+    let resp = error_response(id, e);
+    replies.emit(|o| encode(&resp, o));
+}
+
+fn key_result(r: OpResult) -> pb::KeyResult {
+    use pb::key_result::Result as K;
+    let result = match r {
+        OpResult::Value(v) => K::Get(pb::GetResult {
+            value: v.as_ref().map(value_to_pb),
+        }),
+        OpResult::Int(n) => K::Ack(pb::Ack { count: n }),
+        OpResult::Done | OpResult::Type(_) => K::Ack(pb::Ack { count: 0 }),
+        OpResult::Error(e) => K::Error(e.to_pb()),
+    };
+    pb::KeyResult {
+        result: Some(result),
+    }
+}
+
+fn build_response(id: u64, shape: Shape, results: Vec<OpResult>) -> pb::Response {
+    let result = match shape {
+        Shape::Multi => RespResult::Multi(pb::MultiResult {
+            results: results.into_iter().map(key_result).collect(),
+        }),
+        Shape::Get | Shape::Ack => match results.into_iter().next() {
+            Some(OpResult::Error(e)) => RespResult::Error(e.to_pb()),
+            Some(OpResult::Value(v)) => RespResult::Get(pb::GetResult {
+                value: v.as_ref().map(value_to_pb),
+            }),
+            Some(OpResult::Int(n)) => RespResult::Ack(pb::Ack { count: n }),
+            Some(OpResult::Done | OpResult::Type(_)) => RespResult::Ack(pb::Ack { count: 0 }),
+            None => RespResult::Error(NodeError::Unavailable("no result".into()).to_pb()),
+        },
+    };
+    pb::Response {
+        id,
+        result: Some(result),
+    }
+}
+
+/// Queues the response built from `answer`'s results.
+fn answer(replies: &mut Replies, id: u64, shape: Shape, a: Answer) {
+    replies.answer(a, move |results, o| {
+        encode(&build_response(id, shape, results), o)
+    });
+}
+
+impl Codec for Native {
+    fn next(&mut self, w: &Rc<Worker>, buf: &mut BytesMut, replies: &mut Replies) -> Step {
+        let len = match frame::frame_len(buf, self.max_frame) {
+            Ok(None) => return Step::Need,
+            Ok(Some(len)) => len,
+            Err(FrameError::TooLarge { len, max }) => {
+                let resp = raw_error(
+                    0,
+                    pb::ErrorCode::FrameTooLarge,
+                    format!("frame of {len} bytes exceeds the {max}-byte limit"),
+                );
+                replies.emit(|o| encode(&resp, o));
+                return Step::Close;
+            }
+        };
+        let body = buf.split_to(HEADER_LEN + len).freeze().slice(HEADER_LEN..);
+        match pb::Request::decode(body) {
+            Ok(req) => self.handle(w, req, replies),
+            Err(e) => {
+                let resp = raw_error(
+                    0,
+                    pb::ErrorCode::BadRequest,
+                    format!("undecodable request: {e}"),
+                );
+                replies.emit(|o| encode(&resp, o));
+            }
+        }
+        Step::Ran
+    }
+
+    fn too_many(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let resp = raw_error(
+            0,
+            pb::ErrorCode::TooManyConnections,
+            "too many connections".into(),
+        );
+        encode(&resp, &mut out);
+        out
+    }
+
+    fn dropped(out: &mut Vec<u8>) {
+        let e = NodeError::Unavailable("the request was dropped".into());
+        encode(&error_response(0, &e), out);
+    }
+
+    fn next_push(&mut self) -> impl std::future::Future<Output = Vec<u8>> {
+        self.subs.next_push()
+    }
+
+    fn drain_pushes(&mut self, out: &mut Vec<u8>) {
+        self.subs.drain_into(out);
+    }
+}
+
+impl Native {
+    fn handle(&mut self, w: &Rc<Worker>, req: pb::Request, replies: &mut Replies) {
+        let id = req.id;
+        let ack = crate::ack::Ack {
+            replicas: req.ack_replicas as usize,
+            durable: req.durable,
+        };
+        let Some(op) = req.op else {
+            let e = NodeError::BadRequest("request without an operation".into());
+            return error(replies, id, &e);
+        };
+        match op {
+            ReqOp::Get(_)
+            | ReqOp::Put(_)
+            | ReqOp::Delete(_)
+            | ReqOp::Update(_)
+            | ReqOp::GetMany(_)
+            | ReqOp::PutMany(_)
+            | ReqOp::DeleteMany(_)
+            | ReqOp::GetAll(_)
+            | ReqOp::PutAll(_)
+            | ReqOp::GetDelta(_) => data::handle(w, self.routing, id, op, ack, replies),
+            ReqOp::Subscribe(s) => match self.subs.subscribe(s) {
+                Ok(n) => respond(replies, id, RespResult::Ack(pb::Ack { count: n as i64 })),
+                Err(e) => error(replies, id, &e),
+            },
+            ReqOp::Unsubscribe(u) => {
+                let n = self.subs.unsubscribe(&u) as i64;
+                respond(replies, id, RespResult::Ack(pb::Ack { count: n }));
+            }
+            ReqOp::Topology(_)
+            | ReqOp::Status(_)
+            | ReqOp::Ping(_)
+            | ReqOp::Locate(_)
+            | ReqOp::Holds(_)
+            | ReqOp::Admin(_) => info::handle(w, id, op, replies),
+            ReqOp::Replicate(_)
+            | ReqOp::Forward(_)
+            | ReqOp::AntiEntropy(_)
+            | ReqOp::SyncCluster(_)
+            | ReqOp::Fetch(_) => {
+                let e = NodeError::BadRequest(format!(
+                    "{} is a peer-plane message: nodes send it to each other's peer port; \
+                     client ports refuse it",
+                    refused_name(&op)
+                ));
+                error(replies, id, &e);
+            }
+            ReqOp::SetReplication(_) | ReqOp::Leave(_) => {
+                let e = NodeError::BadRequest(format!(
+                    "{} is an operator request: send it as Request.admin",
+                    refused_name(&op)
+                ));
+                error(replies, id, &e);
+            }
+        }
+    }
+}
+
+/// The name of a refused request kind.
+fn refused_name(op: &ReqOp) -> &'static str {
+    match op {
+        ReqOp::Replicate(_) => "Replicate",
+        ReqOp::Forward(_) => "Forward",
+        ReqOp::AntiEntropy(_) => "AntiEntropy",
+        ReqOp::SyncCluster(_) => "SyncCluster",
+        ReqOp::Fetch(_) => "Fetch",
+        ReqOp::SetReplication(_) => "SetReplication",
+        ReqOp::Leave(_) => "Leave",
+        _ => "this request",
+    }
+}

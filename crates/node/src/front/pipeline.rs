@@ -1,0 +1,228 @@
+//! The connection pipeline both client protocols share.
+//!
+//! A connection reads what the client sent, then takes every complete request from the
+//! buffer (at most [`MAX_PIPELINE`] before writing) through its protocol's [`Codec`], which
+//! runs it and queues its reply; then it writes every reply, in request order, with one
+//! write. A reply known at once is encoded straight into the output buffer; one that waits
+//! (for another worker, the disk, other replicas) holds its place in the queue while the
+//! requests behind it run, so pipelined requests share one fsync and one round trip.
+//!
+//! Bad input ends the connection only when the protocol cannot resynchronise (the codec
+//! says so, after queueing its error); other clients are never affected.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::rc::Rc;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::spawn_local;
+
+use crate::driver::conns::{ConnectionPermit, LocalConnection};
+use crate::driver::worker::{Answer, Worker};
+use crate::op::OpResult;
+
+/// Most requests a connection runs before it writes their replies (bounds the reply queue).
+pub const MAX_PIPELINE: usize = 1024;
+
+/// Turns a request's results into its reply.
+pub type Encode = Box<dyn FnOnce(Vec<OpResult>, &mut Vec<u8>)>;
+
+/// A reply that is not known yet.
+enum Waiting {
+    /// Encoded already (behind one that waits).
+    Bytes(Vec<u8>),
+    /// Results from the worker, to encode.
+    Results(oneshot::Receiver<Vec<OpResult>>, Encode),
+    /// Bytes from a task of its own.
+    Later(oneshot::Receiver<Vec<u8>>),
+}
+
+/// The replies of a batch of requests, in request order.
+#[derive(Default)]
+pub struct Replies {
+    /// Bytes to write.
+    pub out: Vec<u8>,
+    queue: VecDeque<Waiting>,
+}
+
+impl Replies {
+    /// True if nothing waits before the next reply (it can go straight into `out`).
+    pub fn direct(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// A reply known now, encoded by `f`.
+    pub fn emit(&mut self, f: impl FnOnce(&mut Vec<u8>)) {
+        if self.queue.is_empty() {
+            f(&mut self.out);
+        } else {
+            let mut bytes = Vec::new();
+            f(&mut bytes);
+            self.queue.push_back(Waiting::Bytes(bytes));
+        }
+    }
+
+    /// A reply made from the results of `answer` by `encode`.
+    pub fn answer(
+        &mut self,
+        answer: Answer,
+        encode: impl FnOnce(Vec<OpResult>, &mut Vec<u8>) + 'static,
+    ) {
+        match answer {
+            Answer::Ready(results) => self.emit(|o| encode(results, o)),
+            Answer::Wait(rx) => self.queue.push_back(Waiting::Results(rx, Box::new(encode))),
+        }
+    }
+
+    /// A reply computed by a task of its own (it may wait on other workers or the agent).
+    pub fn later(&mut self, work: impl Future<Output = Vec<u8>> + 'static) {
+        let (tx, rx) = oneshot::channel();
+        spawn_local(async move {
+            let _ = tx.send(work.await);
+        });
+        self.queue.push_back(Waiting::Later(rx));
+    }
+
+    /// Waits for every queued reply, in order, into `out`.
+    pub async fn settle(&mut self, dropped: impl Fn(&mut Vec<u8>)) {
+        while let Some(w) = self.queue.pop_front() {
+            match w {
+                Waiting::Bytes(b) => self.out.extend_from_slice(&b),
+                Waiting::Results(rx, encode) => match rx.await {
+                    Ok(results) => encode(results, &mut self.out),
+                    Err(_) => dropped(&mut self.out),
+                },
+                Waiting::Later(rx) => match rx.await {
+                    Ok(bytes) => self.out.extend_from_slice(&bytes),
+                    Err(_) => dropped(&mut self.out),
+                },
+            }
+        }
+    }
+}
+
+/// What [`Codec::next`] did with the buffer.
+pub enum Step {
+    /// No complete request in the buffer.
+    Need,
+    /// Ran one request (and consumed its bytes).
+    Ran,
+    /// A protocol error: its reply is queued; close the connection after writing.
+    Close,
+}
+
+/// A client protocol: how requests are taken from a connection's bytes and run.
+pub trait Codec {
+    /// Takes the next complete request from the front of `buf`, runs it on `w` and queues
+    /// its reply in `replies`.
+    fn next(&mut self, w: &Rc<Worker>, buf: &mut BytesMut, replies: &mut Replies) -> Step;
+
+    /// The reply to a connection over the node's connection limit.
+    fn too_many(&self) -> Vec<u8>;
+
+    /// The reply when a request was dropped (its worker stopped).
+    fn dropped(out: &mut Vec<u8>);
+
+    /// True once the client asked to close (after the replies are written).
+    fn quit(&self) -> bool {
+        false
+    }
+
+    /// Waits for something to push to an idle connection (subscriptions); never, by
+    /// default.
+    fn next_push(&mut self) -> impl Future<Output = Vec<u8>> {
+        std::future::pending()
+    }
+
+    /// Appends the pushes waiting now, behind the batch's replies.
+    fn drain_pushes(&mut self, _out: &mut Vec<u8>) {}
+}
+
+/// Serves one connection with `codec` until the client closes it, quits or breaks the
+/// protocol, or the node stops.
+pub async fn serve<C: Codec>(
+    w: Rc<Worker>,
+    mut stream: TcpStream,
+    permit: Option<ConnectionPermit>,
+    mut codec: C,
+) {
+    let _alive = LocalConnection::new(&w.conns);
+    let _ = stream.set_nodelay(true);
+    if permit.is_none() {
+        let _ = stream.write_all(&codec.too_many()).await;
+        return;
+    }
+    let mut inbuf = BytesMut::with_capacity(16 * 1024);
+    let mut replies = Replies {
+        out: Vec::with_capacity(16 * 1024),
+        queue: VecDeque::new(),
+    };
+    let mut shutdown = w.shared.shutdown();
+    // False when the buffer may still hold complete requests (the pipeline bound stopped
+    // the last round early): run those before waiting for more bytes.
+    let mut need_read = true;
+    loop {
+        if need_read {
+            // Read in large chunks: BytesMut only grows by 64 bytes when full.
+            if inbuf.capacity() - inbuf.len() < 4096 {
+                inbuf.reserve(16 * 1024);
+            }
+            let read = tokio::select! {
+                r = stream.read_buf(&mut inbuf) => Some(r),
+                push = codec.next_push() => {
+                    replies.out.extend_from_slice(&push);
+                    None
+                }
+                _ = shutdown.wait_for(|s| *s) => return,
+            };
+            match read {
+                Some(Ok(0) | Err(_)) => return,
+                Some(Ok(_)) => {}
+                None => {
+                    codec.drain_pushes(&mut replies.out);
+                    if stream.write_all(&replies.out).await.is_err() {
+                        return;
+                    }
+                    replies.out.clear();
+                    continue;
+                }
+            }
+        }
+        // Writers wait while the log is far behind rather than queue without bound.
+        w.journal.wait_room().await;
+        let mut close = false;
+        let mut requests = 0;
+        while requests < MAX_PIPELINE && !codec.quit() {
+            match codec.next(&w, &mut inbuf, &mut replies) {
+                Step::Need => break,
+                Step::Ran => requests += 1,
+                Step::Close => {
+                    close = true;
+                    break;
+                }
+            }
+        }
+        replies.settle(C::dropped).await;
+        // Pushes waiting go out behind the replies (a Subscribe's answer comes before its
+        // first push).
+        codec.drain_pushes(&mut replies.out);
+        if !replies.out.is_empty() && stream.write_all(&replies.out).await.is_err() {
+            return;
+        }
+        if close || codec.quit() {
+            return;
+        }
+        need_read = requests < MAX_PIPELINE;
+        replies.out.clear();
+        // Don't let one large request pin a large buffer for the connection's lifetime.
+        if inbuf.capacity() > 1024 * 1024 && inbuf.is_empty() {
+            inbuf = BytesMut::with_capacity(16 * 1024);
+        }
+        if replies.out.capacity() > 1024 * 1024 {
+            replies.out = Vec::with_capacity(16 * 1024);
+        }
+    }
+}

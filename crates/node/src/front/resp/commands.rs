@@ -1,0 +1,320 @@
+//! RESP commands and their mapping onto lattice operations.
+//!
+//! | commands | lattice | notes |
+//! |---|---|---|
+//! | GET, SET [NX\|XX] [GET], MGET, MSET | `Lww` | timestamps from the worker's hybrid logical clock; GET also reads a `Counter` as its decimal value |
+//! | INCR, INCRBY, DECR, DECRBY | `Counter` (PN) | a key created by SET is not a counter (WRONGTYPE) |
+//! | SADD, SREM, SMEMBERS, SISMEMBER, SCARD | `OrSet` (add-wins) | SMEMBERS/SISMEMBER/SCARD also read grow-only and ordered sets |
+//! | DEL, EXISTS, TYPE | any | DEL writes a tombstone |
+//! | PING, ECHO, HELLO, SELECT 0, QUIT, AUTH, CLIENT, COMMAND, CONFIG GET, INFO, DBSIZE | — | connection and server commands (`server`) |
+//!
+//! A key's lattice type is fixed by its first write; a command for another type gets
+//! `-WRONGTYPE` (unlike Redis, `SET` does not replace a set or a counter: `DEL` it first).
+
+use std::rc::Rc;
+
+use wire::resp::{Args, Version};
+
+use super::reply::{encode, encode_get, err, Shape};
+use super::server::{self, Server};
+use super::ConnState;
+use crate::ack::Ack;
+use crate::core::Routing;
+use crate::driver::worker::Worker;
+use crate::front::pipeline::Replies;
+use crate::op::{Condition, Op};
+
+/// A command with its arguments, borrowed from the connection's read buffer.
+#[derive(Clone, Copy)]
+pub(super) struct Cmd<'a> {
+    pub(super) buf: &'a [u8],
+    pub(super) args: &'a Args,
+}
+
+impl<'a> Cmd<'a> {
+    pub(super) fn len(&self) -> usize {
+        self.args.len()
+    }
+    /// Argument `i` (empty if out of range; callers check `len` first).
+    pub(super) fn arg(&self, i: usize) -> &'a [u8] {
+        self.args.get(self.buf, i).unwrap_or_default()
+    }
+    pub(super) fn name_lower(&self) -> String {
+        String::from_utf8_lossy(self.arg(0)).to_lowercase()
+    }
+}
+
+pub(super) fn arity_error(cmd: &Cmd<'_>) -> Vec<u8> {
+    err(&format!(
+        "ERR wrong number of arguments for '{}' command",
+        cmd.name_lower()
+    ))
+}
+
+pub(super) fn syntax_error() -> Vec<u8> {
+    err("ERR syntax error")
+}
+
+pub(super) fn parse_i64(b: &[u8]) -> Option<i64> {
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+/// Upper-cases a command name into a fixed buffer (no allocation); `None` if too long to be
+/// a command we know.
+fn upper(name: &[u8]) -> Option<([u8; 16], usize)> {
+    if name.len() > 16 {
+        return None;
+    }
+    let mut buf = [0u8; 16];
+    for (d, s) in buf.iter_mut().zip(name) {
+        *d = s.to_ascii_uppercase();
+    }
+    Some((buf, name.len()))
+}
+
+/// What a command needs.
+enum Plan<'a> {
+    /// GET: read one key (without copying the value when this worker holds it).
+    Get(&'a [u8]),
+    /// Run one op on the worker holding its key; encode the result with the shape.
+    One(Shape, Op<&'a [u8]>),
+    /// Run ops on the workers holding their keys; encode the results with the shape.
+    Ops(Shape, Vec<Op<&'a [u8]>>),
+    /// The reply is known.
+    Reply(Vec<u8>),
+    /// A server command.
+    Server(Server),
+}
+
+/// Runs one command on `w`, queueing its reply.
+pub(super) fn run(w: &Rc<Worker>, state: &mut ConnState, cmd: &Cmd<'_>, replies: &mut Replies) {
+    let v = state.version;
+    // RESP has no acknowledgement options: the node's default applies.
+    let ack = Ack::MERGED;
+    match plan(cmd, state) {
+        Plan::Get(key) => {
+            let local = w.read_local(key, |record| replies.emit(|o| encode_get(o, v, record)));
+            if local.is_none() {
+                submit(w, v, Shape::Get, vec![Op::Get { key }], ack, replies);
+            }
+        }
+        Plan::One(shape, op) => match w.try_local(op, ack, Routing::Forward) {
+            Ok(result) => replies.emit(|o| encode(o, v, &shape, std::slice::from_ref(&result))),
+            Err(op) => submit(w, v, shape, vec![op], ack, replies),
+        },
+        Plan::Ops(shape, list) => submit(w, v, shape, list, ack, replies),
+        Plan::Reply(bytes) | Plan::Server(Server::Reply(bytes)) => {
+            replies.emit(|o| o.extend_from_slice(&bytes))
+        }
+        Plan::Server(what) => {
+            let w = w.clone();
+            replies.later(async move { server::ask_workers(&w, what, v).await });
+        }
+    }
+}
+
+/// Runs ops wherever their keys live; the reply is encoded once their results are known.
+fn submit(
+    w: &Rc<Worker>,
+    v: Version,
+    shape: Shape,
+    list: Vec<Op<&[u8]>>,
+    ack: Ack,
+    replies: &mut Replies,
+) {
+    let answer = w.submit(list, ack, Routing::Forward);
+    replies.answer(answer, move |results, o| encode(o, v, &shape, &results));
+}
+
+/// Decides what a command needs (no I/O, no waiting).
+fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
+    use Plan::{Ops, Reply};
+    let Some((name, n)) = upper(cmd.arg(0)) else {
+        return Reply(unknown(cmd));
+    };
+    let argc = cmd.len();
+    let cmd = *cmd;
+    match &name[..n] {
+        b"GET" => {
+            if argc != 2 {
+                return Reply(arity_error(&cmd));
+            }
+            Plan::Get(cmd.arg(1))
+        }
+        b"SET" => set(&cmd),
+        b"DEL" | b"UNLINK" => {
+            if argc < 2 {
+                return Reply(arity_error(&cmd));
+            }
+            if argc == 2 {
+                return Plan::One(Shape::Sum, Op::Delete { key: cmd.arg(1) });
+            }
+            let list = (1..argc).map(|i| Op::Delete { key: cmd.arg(i) }).collect();
+            Ops(Shape::Sum, list)
+        }
+        b"EXISTS" => {
+            if argc < 2 {
+                return Reply(arity_error(&cmd));
+            }
+            if argc == 2 {
+                return Plan::One(Shape::Sum, Op::Exists { key: cmd.arg(1) });
+            }
+            let list = (1..argc).map(|i| Op::Exists { key: cmd.arg(i) }).collect();
+            Ops(Shape::Sum, list)
+        }
+        b"TYPE" => {
+            if argc != 2 {
+                return Reply(arity_error(&cmd));
+            }
+            Plan::One(Shape::Type, Op::TypeOf { key: cmd.arg(1) })
+        }
+        b"MGET" => {
+            if argc < 2 {
+                return Reply(arity_error(&cmd));
+            }
+            let list = (1..argc).map(|i| Op::Get { key: cmd.arg(i) }).collect();
+            Ops(Shape::MultiGet, list)
+        }
+        b"MSET" => {
+            if argc < 3 || argc.is_multiple_of(2) {
+                return Reply(arity_error(&cmd));
+            }
+            let list = (1..argc)
+                .step_by(2)
+                .map(|i| Op::Assign {
+                    key: cmd.arg(i),
+                    value: cmd.arg(i + 1),
+                    condition: Condition::Always,
+                })
+                .collect();
+            Ops(Shape::Ok, list)
+        }
+        b"INCR" | b"DECR" => {
+            if argc != 2 {
+                return Reply(arity_error(&cmd));
+            }
+            let delta = if &name[..n] == b"INCR" { 1 } else { -1 };
+            Plan::One(
+                Shape::Int,
+                Op::CounterAdd {
+                    key: cmd.arg(1),
+                    delta,
+                },
+            )
+        }
+        b"INCRBY" | b"DECRBY" => {
+            if argc != 3 {
+                return Reply(arity_error(&cmd));
+            }
+            let Some(by) = parse_i64(cmd.arg(2)) else {
+                return Reply(err("ERR value is not an integer or out of range"));
+            };
+            let delta = if &name[..n] == b"INCRBY" {
+                Some(by)
+            } else {
+                by.checked_neg()
+            };
+            let Some(delta) = delta else {
+                return Reply(err("ERR decrement would overflow"));
+            };
+            Plan::One(
+                Shape::Int,
+                Op::CounterAdd {
+                    key: cmd.arg(1),
+                    delta,
+                },
+            )
+        }
+        b"SADD" | b"SREM" => {
+            if argc < 3 {
+                return Reply(arity_error(&cmd));
+            }
+            let key = cmd.arg(1);
+            let members = (2..argc).map(|i| cmd.arg(i)).collect();
+            let o = if &name[..n] == b"SADD" {
+                Op::SetAdd { key, members }
+            } else {
+                Op::SetRemove { key, members }
+            };
+            Plan::One(Shape::Int, o)
+        }
+        b"SMEMBERS" => {
+            if argc != 2 {
+                return Reply(arity_error(&cmd));
+            }
+            Plan::One(Shape::Members, Op::Get { key: cmd.arg(1) })
+        }
+        b"SISMEMBER" => {
+            if argc != 3 {
+                return Reply(arity_error(&cmd));
+            }
+            let o = Op::SetContains {
+                key: cmd.arg(1),
+                member: cmd.arg(2),
+            };
+            Plan::One(Shape::Int, o)
+        }
+        b"SCARD" => {
+            if argc != 2 {
+                return Reply(arity_error(&cmd));
+            }
+            Plan::One(Shape::Int, Op::SetLen { key: cmd.arg(1) })
+        }
+        other => match server::plan(other, &cmd, state) {
+            Some(s) => Plan::Server(s),
+            None => Reply(unknown(&cmd)),
+        },
+    }
+}
+
+pub(super) fn unknown(cmd: &Cmd<'_>) -> Vec<u8> {
+    let mut msg = format!(
+        "ERR unknown command '{}', with args beginning with: ",
+        String::from_utf8_lossy(cmd.arg(0))
+    );
+    for i in 1..cmd.len().min(4) {
+        msg.push('\'');
+        msg.push_str(&String::from_utf8_lossy(cmd.arg(i)));
+        msg.push_str("' ");
+    }
+    err(&msg)
+}
+
+fn set<'a>(cmd: &Cmd<'a>) -> Plan<'a> {
+    if cmd.len() < 3 {
+        return Plan::Reply(arity_error(cmd));
+    }
+    let mut condition = Condition::Always;
+    let mut get = false;
+    for i in 3..cmd.len() {
+        let opt = cmd.arg(i);
+        if opt.eq_ignore_ascii_case(b"NX") && condition == Condition::Always {
+            condition = Condition::IfAbsent;
+        } else if opt.eq_ignore_ascii_case(b"XX") && condition == Condition::Always {
+            condition = Condition::IfPresent;
+        } else if opt.eq_ignore_ascii_case(b"GET") {
+            get = true;
+        } else if [&b"EX"[..], b"PX", b"EXAT", b"PXAT", b"KEEPTTL"]
+            .iter()
+            .any(|o| opt.eq_ignore_ascii_case(o))
+        {
+            return Plan::Reply(err(
+                "ERR expiry options (EX, PX, EXAT, PXAT, KEEPTTL) are not supported",
+            ));
+        } else {
+            return Plan::Reply(syntax_error());
+        }
+    }
+    let key = cmd.arg(1);
+    let assign = Op::Assign {
+        key,
+        value: cmd.arg(2),
+        condition,
+    };
+    if get {
+        // Read and write run back to back on the same worker, so nothing interleaves.
+        Plan::Ops(Shape::SetGet, vec![Op::Get { key }, assign])
+    } else {
+        Plan::One(Shape::Set, assign)
+    }
+}

@@ -1,0 +1,324 @@
+//! Connection and server commands: PING, ECHO, HELLO, SELECT, QUIT, AUTH, CLIENT, COMMAND,
+//! CONFIG, INFO, DBSIZE.
+
+use wire::resp::{self, Version};
+
+use super::commands::{arity_error, parse_i64, syntax_error, Cmd};
+use super::reply::{err, ready};
+use super::ConnState;
+use crate::driver::worker::{all_stats, Worker};
+
+/// The Redis version whose protocol and replies latticekv follows (reported by HELLO and
+/// INFO, so clients enable the matching features).
+pub const REDIS_COMPAT_VERSION: &str = "7.0.0";
+
+/// What a server command needs.
+pub(super) enum Server {
+    /// The reply is known.
+    Reply(Vec<u8>),
+    /// INFO: every worker's counters.
+    Info,
+    /// DBSIZE: every worker's key count.
+    DbSize,
+}
+
+/// A server command `name` (upper case), or `None` if `name` is not one.
+pub(super) fn plan(name: &[u8], cmd: &Cmd<'_>, state: &mut ConnState) -> Option<Server> {
+    use Server::Reply;
+    let argc = cmd.len();
+    let v = state.version;
+    Some(match name {
+        b"PING" => Reply(match argc {
+            1 => ready(|o| resp::simple(o, "PONG")),
+            2 => ready(|o| resp::bulk(o, cmd.arg(1))),
+            _ => arity_error(cmd),
+        }),
+        b"ECHO" => Reply(if argc == 2 {
+            ready(|o| resp::bulk(o, cmd.arg(1)))
+        } else {
+            arity_error(cmd)
+        }),
+        b"HELLO" => Reply(hello(cmd, state)),
+        b"SELECT" => Reply(if argc != 2 {
+            arity_error(cmd)
+        } else {
+            match parse_i64(cmd.arg(1)) {
+                Some(0) => ready(|o| resp::simple(o, "OK")),
+                Some(_) => err("ERR DB index is out of range"),
+                None => err("ERR value is not an integer or out of range"),
+            }
+        }),
+        b"QUIT" => {
+            state.quit = true;
+            Reply(ready(|o| resp::simple(o, "OK")))
+        }
+        b"AUTH" => Reply(err(
+            "ERR AUTH <password> called without any password configured for the default user. \
+             Are you sure your configuration is correct?",
+        )),
+        b"CLIENT" => Reply(client(cmd, state)),
+        b"COMMAND" => Reply(command(cmd, v)),
+        b"CONFIG" => Reply(config(cmd, v)),
+        b"INFO" => Server::Info,
+        b"DBSIZE" => {
+            if argc != 1 {
+                Reply(arity_error(cmd))
+            } else {
+                Server::DbSize
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// The reply to INFO or DBSIZE, which ask every worker.
+pub(super) async fn ask_workers(w: &Worker, what: Server, v: Version) -> Vec<u8> {
+    match what {
+        Server::Reply(bytes) => bytes,
+        Server::Info => {
+            let text = info(w).await;
+            ready(|o| resp::verbatim(o, text.as_bytes(), v))
+        }
+        Server::DbSize => {
+            let keys: u64 = all_stats(&w.shared)
+                .await
+                .iter()
+                .map(|s| s.core.shard.primary_keys)
+                .sum();
+            ready(|o| resp::integer(o, keys as i64))
+        }
+    }
+}
+
+fn hello(cmd: &Cmd<'_>, state: &mut ConnState) -> Vec<u8> {
+    let mut i = 1;
+    if cmd.len() > 1 {
+        match parse_i64(cmd.arg(1)) {
+            Some(2) => state.version = Version::Resp2,
+            Some(3) => state.version = Version::Resp3,
+            _ => return err("NOPROTO unsupported protocol version"),
+        }
+        i = 2;
+    }
+    while i < cmd.len() {
+        let opt = cmd.arg(i);
+        if opt.eq_ignore_ascii_case(b"AUTH") && i + 2 < cmd.len() {
+            return err("WRONGPASS invalid username-password pair or user is disabled.");
+        } else if opt.eq_ignore_ascii_case(b"SETNAME") && i + 1 < cmd.len() {
+            state.name = Some(cmd.arg(i + 1).to_vec());
+            i += 2;
+        } else {
+            return syntax_error();
+        }
+    }
+    let v = state.version;
+    let proto = if v == Version::Resp3 { 3 } else { 2 };
+    ready(|o| {
+        resp::map_header(o, 7, v);
+        resp::bulk(o, b"server");
+        resp::bulk(o, b"latticekv");
+        resp::bulk(o, b"version");
+        resp::bulk(o, REDIS_COMPAT_VERSION.as_bytes());
+        resp::bulk(o, b"proto");
+        resp::integer(o, proto);
+        resp::bulk(o, b"id");
+        resp::integer(o, state.id as i64);
+        resp::bulk(o, b"mode");
+        resp::bulk(o, b"standalone");
+        resp::bulk(o, b"role");
+        resp::bulk(o, b"master");
+        resp::bulk(o, b"modules");
+        resp::array_header(o, 0);
+    })
+}
+
+fn client(cmd: &Cmd<'_>, state: &mut ConnState) -> Vec<u8> {
+    if cmd.len() < 2 {
+        return arity_error(cmd);
+    }
+    let sub = cmd.arg(1);
+    if sub.eq_ignore_ascii_case(b"SETNAME") && cmd.len() == 3 {
+        state.name = Some(cmd.arg(2).to_vec());
+        ready(|o| resp::simple(o, "OK"))
+    } else if sub.eq_ignore_ascii_case(b"GETNAME") {
+        let name = state.name.clone();
+        let v = state.version;
+        ready(|o| match &name {
+            Some(n) => resp::bulk(o, n),
+            None => resp::null(o, v),
+        })
+    } else if sub.eq_ignore_ascii_case(b"ID") {
+        let id = state.id as i64;
+        ready(|o| resp::integer(o, id))
+    } else if sub.eq_ignore_ascii_case(b"SETINFO") && cmd.len() == 4 {
+        ready(|o| resp::simple(o, "OK"))
+    } else {
+        err(&format!(
+            "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+            String::from_utf8_lossy(sub)
+        ))
+    }
+}
+
+/// One COMMAND entry: `(name, arity, flags, first key, last key, step)` as Redis reports it.
+type CommandInfo = (&'static str, i64, &'static [&'static str], i64, i64, i64);
+
+/// The commands latticekv implements.
+const COMMANDS: &[CommandInfo] = &[
+    ("get", 2, &["readonly", "fast"], 1, 1, 1),
+    ("set", -3, &["write", "denyoom"], 1, 1, 1),
+    ("del", -2, &["write"], 1, -1, 1),
+    ("unlink", -2, &["write", "fast"], 1, -1, 1),
+    ("exists", -2, &["readonly", "fast"], 1, -1, 1),
+    ("type", 2, &["readonly", "fast"], 1, 1, 1),
+    ("mget", -2, &["readonly", "fast"], 1, -1, 1),
+    ("mset", -3, &["write", "denyoom"], 1, -1, 2),
+    ("incr", 2, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("decr", 2, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("incrby", 3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("decrby", 3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("sadd", -3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("srem", -3, &["write", "fast"], 1, 1, 1),
+    ("smembers", 2, &["readonly"], 1, 1, 1),
+    ("sismember", 3, &["readonly", "fast"], 1, 1, 1),
+    ("scard", 2, &["readonly", "fast"], 1, 1, 1),
+    ("ping", -1, &["fast"], 0, 0, 0),
+    ("echo", 2, &["fast"], 0, 0, 0),
+    (
+        "hello",
+        -1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
+    ("select", 2, &["loading", "stale", "fast"], 0, 0, 0),
+    (
+        "quit",
+        -1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
+    (
+        "auth",
+        -2,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
+    (
+        "client",
+        -2,
+        &["admin", "noscript", "loading", "stale"],
+        0,
+        0,
+        0,
+    ),
+    ("command", -1, &["loading", "stale"], 0, 0, 0),
+    (
+        "config",
+        -2,
+        &["admin", "noscript", "loading", "stale"],
+        0,
+        0,
+        0,
+    ),
+    ("info", -1, &["loading", "stale"], 0, 0, 0),
+    ("dbsize", 1, &["readonly", "fast"], 0, 0, 0),
+];
+
+fn command_entry(o: &mut Vec<u8>, c: &CommandInfo, v: Version) {
+    resp::array_header(o, 6);
+    resp::bulk(o, c.0.as_bytes());
+    resp::integer(o, c.1);
+    resp::set_header(o, c.2.len(), v);
+    for f in c.2 {
+        resp::simple(o, f);
+    }
+    resp::integer(o, c.3);
+    resp::integer(o, c.4);
+    resp::integer(o, c.5);
+}
+
+fn command(cmd: &Cmd<'_>, v: Version) -> Vec<u8> {
+    if cmd.len() == 1 {
+        return ready(|o| {
+            resp::array_header(o, COMMANDS.len());
+            for c in COMMANDS {
+                command_entry(o, c, v);
+            }
+        });
+    }
+    let sub = cmd.arg(1);
+    if sub.eq_ignore_ascii_case(b"COUNT") {
+        ready(|o| resp::integer(o, COMMANDS.len() as i64))
+    } else if sub.eq_ignore_ascii_case(b"DOCS") {
+        // No documentation entries: redis-cli then simply shows no hints.
+        ready(|o| resp::map_header(o, 0, v))
+    } else if sub.eq_ignore_ascii_case(b"LIST") {
+        ready(|o| {
+            resp::array_header(o, COMMANDS.len());
+            for c in COMMANDS {
+                resp::bulk(o, c.0.as_bytes());
+            }
+        })
+    } else if sub.eq_ignore_ascii_case(b"INFO") {
+        let names: Vec<Vec<u8>> = (2..cmd.len())
+            .map(|i| cmd.arg(i).to_ascii_lowercase())
+            .collect();
+        ready(|o| {
+            resp::array_header(o, names.len());
+            for name in &names {
+                match COMMANDS.iter().find(|c| c.0.as_bytes() == &name[..]) {
+                    Some(c) => command_entry(o, c, v),
+                    None => resp::null_array(o, v),
+                }
+            }
+        })
+    } else {
+        err(&format!(
+            "ERR unknown subcommand '{}'. Try COMMAND HELP.",
+            String::from_utf8_lossy(sub)
+        ))
+    }
+}
+
+fn config(cmd: &Cmd<'_>, v: Version) -> Vec<u8> {
+    if cmd.len() >= 3 && cmd.arg(1).eq_ignore_ascii_case(b"GET") {
+        // Persistence and the other Redis settings don't apply: report none, as Redis
+        // does for parameters it doesn't know (redis-benchmark asks for `save`).
+        ready(|o| resp::map_header(o, 0, v))
+    } else if cmd.len() >= 2 && cmd.arg(1).eq_ignore_ascii_case(b"SET") {
+        err("ERR CONFIG SET is not supported; configure latticekv with its TOML file")
+    } else {
+        arity_error(cmd)
+    }
+}
+
+async fn info(w: &Worker) -> String {
+    let shared = &w.shared;
+    let stats = all_stats(shared).await;
+    let keys: u64 = stats.iter().map(|s| s.core.shard.primary_keys).sum();
+    let memory: u64 = stats.iter().map(|s| s.core.shard.bytes).sum();
+    let commands: u64 = stats.iter().map(|s| s.core.shard.requests).sum();
+    let clients: u64 = stats.iter().map(|s| s.connections).sum();
+    format!(
+        "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nlatticekv_version:{}\r\n\
+         redis_mode:standalone\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n\
+         workers:{}\r\n\r\n# Clients\r\nconnected_clients:{clients}\r\n\r\n\
+         # Memory\r\nused_memory:{memory}\r\nmaxmemory:{}\r\n\r\n\
+         # Persistence\r\nloading:0\r\naof_enabled:0\r\n\r\n\
+         # Stats\r\ntotal_commands_processed:{commands}\r\n\r\n\
+         # Replication\r\nrole:master\r\n\r\n\
+         # Keyspace\r\ndb0:keys={keys},expires=0,avg_ttl=0\r\n",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id(),
+        shared.resp_port,
+        shared.started.elapsed().as_secs(),
+        shared.mesh.len(),
+        shared.config.limits.memory_budget_bytes(),
+    )
+}

@@ -1,0 +1,190 @@
+//! View changes: switching a shard to a new view of the cluster.
+//!
+//! [`Shard::set_view`] switches at once — requests route by the new view from then on —
+//! and compares the keys' replicas under the old and the new view a partition at a time
+//! ([`Shard::reconcile_step`], driven by the core between requests, so a change of the
+//! rings never holds the worker for a pass over the whole store). A key this worker no
+//! longer replicates is handed off (see `sync`). A key that gained replicas (a join, or a
+//! dead node's keys re-replicated) is sent to the newcomers by the first of its old
+//! replicas that is still in the view — one sender, not all of them. A partition not yet
+//! compared when another view arrives is compared from the oldest view it has not been
+//! compared against. For `settle_ms` after a view change, a read that misses here may
+//! also ask the previous view's replicas ([`Shard::settling`]): a key may still be on its
+//! way here.
+
+use std::sync::Arc;
+
+use lattice::{Blob, Lww, Record, Value};
+use placement::{replication, Replica};
+
+use super::Shard;
+use crate::view::ViewState;
+
+impl Shard {
+    /// Switches to a new view and queues the moves it implies (see the module docs).
+    pub fn set_view(&mut self, next: Arc<ViewState>) {
+        let old = std::mem::replace(&mut self.view, next);
+        self.single_worker = super::is_single_worker(&self.view, self.config.me);
+        let new = self.view.clone();
+        let me = self.config.me;
+
+        // Explicit vectors that changed: store their metadata records (on the metadata
+        // key's replicas), and they are the only keys to check if the rings did not change.
+        let mut changed_keys: Vec<Blob> = Vec::new();
+        for (key, (ts, vector)) in new.replication.iter() {
+            if old.replication.get(key) != Some(&(*ts, *vector)) {
+                changed_keys.push(key.clone());
+                let meta = replication::replication_key(key);
+                if new.is_replica(&meta, me) {
+                    let encoded = encode_vector(vector);
+                    let record = Record::new(*ts, Some(Value::Lww(Lww::new(*ts, encoded))));
+                    // A disk error here loses nothing: the agent's table is the source,
+                    // and anti-entropy repairs the record.
+                    let _ = self.merge_into_store(&meta, record);
+                }
+            }
+        }
+        for key in old.replication.keys() {
+            if !new.replication.contains_key(key) {
+                changed_keys.push(key.clone());
+            }
+        }
+
+        let rings_changed = old.rings != new.rings;
+        let mut handoff: Vec<Blob> = Vec::new();
+        let mut directed: Vec<(Replica, Blob)> = Vec::new();
+        if rings_changed {
+            // Every partition not already waiting is compared against the old view.
+            for base in self.reconcile.iter_mut() {
+                if base.is_none() {
+                    *base = Some(old.clone());
+                }
+            }
+        } else {
+            for key in &changed_keys {
+                if self.stores(key) {
+                    compare(key, &old, &new, me, &mut handoff, &mut directed);
+                }
+            }
+        }
+        // Keys handed off earlier that this worker replicates again are simply its own.
+        let back: Vec<Blob> = self
+            .handoff
+            .keys()
+            .filter(|k| self.is_replica(k))
+            .cloned()
+            .collect();
+        for key in back {
+            self.handoff.remove(&key);
+        }
+        self.apply_moves(handoff, directed);
+        if rings_changed || !changed_keys.is_empty() {
+            let without_me = new.without_node(me.node);
+            self.previous = vec![old, Arc::new(without_me)];
+            self.settling_until_ms = self.clock.mono_ms().saturating_add(self.config.settle_ms);
+        }
+    }
+
+    /// [`set_view`](Self::set_view), then the whole comparison at once (unit tests).
+    #[cfg(test)]
+    pub(crate) fn set_view_now(&mut self, next: Arc<ViewState>) {
+        self.set_view(next);
+        while self.reconcile_step(usize::MAX) {}
+    }
+
+    /// True while partitions wait to be compared against the current view.
+    pub fn reconciling(&self) -> bool {
+        self.reconcile.iter().any(Option::is_some)
+    }
+
+    /// Compares waiting partitions against the current view, about `budget` keys' worth
+    /// (at least one partition), queueing the moves they imply. Returns true while more
+    /// wait.
+    pub fn reconcile_step(&mut self, budget: usize) -> bool {
+        let me = self.config.me;
+        let new = self.view.clone();
+        let mut done = 0usize;
+        let mut handoff: Vec<Blob> = Vec::new();
+        let mut directed: Vec<(Replica, Blob)> = Vec::new();
+        for p in 0..self.reconcile.len() {
+            let Some(old) = self.reconcile[p].take() else {
+                continue;
+            };
+            // Vector changes were compared when they came; only the rings are left.
+            if old.rings != new.rings {
+                self.for_each_in_partition(p, None, |key, _| {
+                    compare(key, &old, &new, me, &mut handoff, &mut directed);
+                    true
+                });
+            }
+            done += self.partition_entries(p).max(1);
+            if done >= budget {
+                break;
+            }
+        }
+        self.apply_moves(handoff, directed);
+        self.reconciling()
+    }
+
+    /// Queues hand-offs and sends to newcomers.
+    fn apply_moves(&mut self, handoff: Vec<Blob>, directed: Vec<(Replica, Blob)>) {
+        for key in handoff {
+            if self.queue_handoff(&key).is_err() {
+                // The disk failed reading it: it stays here, unreplicated elsewhere until
+                // anti-entropy (the key is still stored; nothing is lost).
+                continue;
+            }
+        }
+        for (to, key) in directed {
+            self.outbox.entry(to).or_default().insert(key);
+        }
+    }
+
+    /// While keys may still be moving after a view change: the views whose replicas a read
+    /// that misses here may ask.
+    pub fn settling(&self) -> Option<&[Arc<ViewState>]> {
+        if self.clock.mono_ms() < self.settling_until_ms && !self.previous.is_empty() {
+            Some(&self.previous)
+        } else {
+            None
+        }
+    }
+}
+
+/// What a change from `old` to `new` means for `key` here: a hand-off if this worker
+/// (`me`) is no longer a replica, sends to the newcomers if it is their sender.
+fn compare(
+    key: &[u8],
+    old: &ViewState,
+    new: &ViewState,
+    me: Replica,
+    handoff: &mut Vec<Blob>,
+    directed: &mut Vec<(Replica, Blob)>,
+) {
+    let old_set = old.replicas(key);
+    let new_set = new.replicas(key);
+    if old_set == new_set {
+        return;
+    }
+    if !new_set.contains(&me) {
+        handoff.push(Box::from(key));
+        return;
+    }
+    // The first old replica still in the view sends the key to the newcomers.
+    let sender = old_set.iter().find(|r| new.has_node(r.node)).copied();
+    if sender == Some(me) || (sender.is_none() && old_set.contains(&me)) {
+        for r in new_set.iter().filter(|r| !old_set.contains(r)) {
+            directed.push((*r, Box::from(key)));
+        }
+    }
+}
+
+/// Encodes a replication vector as stored in metadata records: four little-endian u32s
+/// (memory global, memory local, disk global, disk local).
+pub fn encode_vector(v: &placement::ReplicationVector) -> Blob {
+    let mut out = Vec::with_capacity(16);
+    for n in [v.memory.global, v.memory.local, v.disk.global, v.disk.local] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    out.into_boxed_slice()
+}
