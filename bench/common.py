@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -48,16 +49,18 @@ def wait_port(port, timeout=30):
 
 
 class Server:
-    """One `latticekv server` process (one worker, pinned to CPU 0) and its addresses."""
+    """One `latticekv server` process (one worker, pinned to CPU 0) and its addresses.
+    `log_level` and `stderr` (a file) let a benchmark read the node's log."""
 
-    def __init__(self, binary, node_id, host="127.0.0.1", seed=None, flags=()):
+    def __init__(self, binary, node_id, host="127.0.0.1", seed=None, flags=(),
+                 log_level="warn", stderr=None):
         args = pin(0) + [binary, "server", "--no-leave", "--node-id", node_id,
                          "--listen", f"{host}:0", "--resp", f"{host}:0", "--workers", "1"]
         if seed:
             args += ["--seeds", seed]
         args += list(flags)
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True,
-                                     env={**os.environ, "LATTICEKV_LOG": "warn"})
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                     env={**os.environ, "LATTICEKV_LOG": log_level})
         self.native = self.resp = None
         for line in self.proc.stdout:
             parts = line.split()
@@ -75,6 +78,15 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
+
+    def terminate(self, timeout=120):
+        """Stops the node cleanly (SIGTERM: its log is flushed and closed), else kills it."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.stop()
 
 
 def status(binary, addr):
@@ -97,6 +109,28 @@ def status(binary, addr):
         elif section == "workers" and len(parts) > 2:
             keys += int(parts[2])
     return alive, keys
+
+
+def member_keys(binary, addr, timeout=20):
+    """{node id: live keys} of every alive storage member, from one `latticekv status` of
+    the node at `addr` (it asks each member); a member that did not answer is left out.
+    Pinned to CPU 1 with the load generator, so polling takes no time from the servers'
+    core. None if the node did not answer within `timeout` seconds (a stalled node)."""
+    try:
+        out = subprocess.run(pin(1) + [binary, "status", "--addr", addr], capture_output=True,
+                             text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    keys, members = {}, False
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        if parts[:1] == ["member"]:
+            members = True
+        elif not parts:
+            members = False
+        elif members and len(parts) > 5 and parts[2] == "alive" and parts[5].isdigit():
+            keys[parts[0]] = int(parts[5])
+    return keys
 
 
 def cluster(binary, n, flags=(), data_dir=None):
@@ -132,6 +166,130 @@ def run_bench(binary, args):
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr}")
     return json.loads(out.stdout)
+
+
+def spawn_bench(binary, args):
+    """Starts `latticekv bench` (pinned to CPU 1) in the background; `bench_report` waits
+    for it and returns its JSON report."""
+    cmd = pin(1) + [binary, "bench", "--json", "--quiet"] + args
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.cmd = cmd
+    return proc
+
+
+def bench_report(proc):
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(proc.cmd)} failed:\n{err}")
+    return json.loads(out)
+
+
+def stop_bench(proc):
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+class Probe:
+    """A stall detector beside `latticekv bench`: one more RESP connection to `addr` that
+    sends a request every `period` seconds — GET and SET (100 bytes) in turn, of keys
+    spread over 0..keys, named as `latticekv bench` names them at its default --key-size
+    16 — one at a time, and times each from when it was *due*, not from
+    when it was sent. A closed-loop load generator sends nothing while the server stalls,
+    so its histogram holds one slow request per connection however long the stall; here
+    every request due during a stall counts, with the time it waited (no coordinated
+    omission). Runs in a thread pinned to CPU 1 (with the load generator)."""
+
+    def __init__(self, addr, keys, period=0.01):
+        host, port = addr.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=120)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.keys, self.period = keys, period
+        self.samples = []  # (due, seconds from due to reply), in time.monotonic()
+        self.errors = 0  # error replies
+        self.first_error = None  # the text of the first
+        self.error = None  # what stopped the probe
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _reply(self, buf):
+        """Reads one RESP reply (simple string, error, integer or bulk string)."""
+        while True:
+            end = buf.find(b"\r\n")
+            if end >= 0:
+                if buf[:1] == b"-":
+                    self.errors += 1
+                    if self.first_error is None:
+                        self.first_error = buf[1:end].decode(errors="replace")
+                if buf[:1] != b"$" or int(buf[1:end]) < 0:
+                    return buf[end + 2:]
+                need = end + 2 + int(buf[1:end]) + 2
+                if len(buf) >= need:
+                    return buf[need:]
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise RuntimeError("the probe's connection was closed")
+            buf += chunk
+
+    def _run(self):
+        try:
+            if pin(1):
+                os.sched_setaffinity(0, {1})
+            value = b"p" * 100
+            due = time.monotonic()
+            i, buf = 0, b""
+            while not self.done.is_set():
+                wait = due - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                key = b"key:%012d" % ((i * 7919) % self.keys)
+                if i % 2:
+                    req = b"*3\r\n$3\r\nSET\r\n$16\r\n%s\r\n$100\r\n%s\r\n" % (key, value)
+                else:
+                    req = b"*2\r\n$3\r\nGET\r\n$16\r\n%s\r\n" % key
+                self.sock.sendall(req)
+                buf = self._reply(buf)
+                self.samples.append((due, time.monotonic() - due))
+                i += 1
+                due += self.period
+        except Exception as e:  # reported by stop()
+            self.error = e
+
+    def stop(self):
+        """Stops the probe; returns its samples [(due, latency s)]."""
+        self.done.set()
+        self.thread.join()
+        self.sock.close()
+        if self.error:
+            raise RuntimeError(f"probe failed: {self.error}")
+        return self.samples
+
+
+def probe_summary(samples, begin=None, end=None):
+    """p50, p99, max latency in µs of the probe samples due in [begin, end] (monotonic), and
+    the seconds during which a due request waited over 100 ms (stalled time)."""
+    inside = [(t, d) for t, d in samples
+              if (begin is None or t >= begin) and (end is None or t <= end)]
+    lat = sorted(d for _, d in inside)
+    if not lat:
+        return {"p50": 0.0, "p99": 0.0, "max": 0.0, "stalled_s": 0.0, "n": 0}
+
+    def pct(q):
+        return lat[min(len(lat) - 1, int(q * len(lat)))] * 1e6
+
+    stalled, last = 0.0, None
+    for t, d in inside:
+        if d <= 0.1:
+            continue
+        lo, hi = t + 0.1, t + d  # the part of this wait beyond 100 ms
+        if last is not None and lo < last:
+            lo = last
+        if hi > lo:
+            stalled += hi - lo
+            last = hi
+    return {"p50": pct(0.5), "p99": pct(0.99), "max": lat[-1] * 1e6,
+            "stalled_s": stalled, "n": len(lat)}
 
 
 def machine():

@@ -35,8 +35,11 @@
 //! - [`workload`]: operation mixes and per-round operation slots.
 //! - [`proto`]: allocation-free native request encoding and response scanning.
 //! - `resp`, `native`, `session`: the protocol drivers (one task per connection).
+//! - `setup`: what the drivers share with the runner: the run's setup, native routing,
+//!   client-side lattice numbers, a connection's context and operation source.
+//! - `clock`: microsecond and wall-clock helpers.
 //! - [`stats`]: run phases, round accounting, per-thread histograms.
-//! - `runner`: setup, threads, coordinator, progress line, load phase.
+//! - `runner`: threads, coordinator, progress line, load phase.
 //! - [`report`]: [`Report`], as a table or JSON.
 //! - [`error`]: the error enum, [`BenchError`].
 //!
@@ -45,6 +48,7 @@
 #![warn(missing_docs)]
 
 pub mod args;
+mod clock;
 pub mod error;
 pub mod keys;
 mod native;
@@ -53,6 +57,7 @@ pub mod report;
 mod resp;
 mod runner;
 mod session;
+mod setup;
 pub mod stats;
 pub mod workload;
 pub mod zipf;

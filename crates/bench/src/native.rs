@@ -23,10 +23,11 @@ use tokio::net::TcpStream;
 use wire::frame::{frame_len, DEFAULT_MAX_FRAME, HEADER_LEN};
 
 use crate::args::WriteType;
+use crate::clock::{micros, physical_ms};
 use crate::error::BenchError;
 use crate::keys::member;
 use crate::proto::{self, PutValue};
-use crate::runner::{micros, physical_ms, ClientLattice, ConnCtx, Setup};
+use crate::setup::{ClientLattice, ConnCtx, Setup};
 use crate::stats::Phase;
 use crate::workload::{Action, OpKind, Slot};
 

@@ -5,7 +5,6 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::args::{Distribution, Protocol, Workload};
-use crate::runner::group_digits;
 
 /// Per-operation latency, in microseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -145,9 +144,30 @@ impl Report {
     }
 }
 
+/// `1234567` → `1,234,567`.
+pub(crate) fn group_digits(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn group_digits_commas() {
+        assert_eq!(group_digits(0), "0");
+        assert_eq!(group_digits(999), "999");
+        assert_eq!(group_digits(1000), "1,000");
+        assert_eq!(group_digits(1_234_567), "1,234,567");
+    }
 
     fn sample() -> Report {
         Report {

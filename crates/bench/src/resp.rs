@@ -12,9 +12,10 @@ use tokio::net::TcpStream;
 use wire::resp::{encode, skip_reply, Limits};
 
 use crate::args::WriteType;
+use crate::clock::micros;
 use crate::error::BenchError;
 use crate::keys::member;
-use crate::runner::{micros, ConnCtx, Setup};
+use crate::setup::{ConnCtx, Setup};
 use crate::stats::Phase;
 use crate::workload::{Action, OpKind, Slot};
 

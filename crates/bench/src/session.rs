@@ -14,8 +14,9 @@ use std::time::Instant;
 
 use client::Client;
 
+use crate::clock::micros;
 use crate::error::BenchError;
-use crate::runner::{micros, ConnCtx};
+use crate::setup::{ConnCtx, Setup};
 use crate::stats::Phase;
 use crate::workload::Action;
 
@@ -74,7 +75,7 @@ pub(crate) async fn run(ctx: &mut ConnCtx) -> Result<(), BenchError> {
 /// Runs a round's operations as one transaction.
 async fn transaction(
     session: &client::Session,
-    setup: &crate::runner::Setup,
+    setup: &Setup,
     slots: &[crate::workload::Slot],
 ) -> Result<(), client::ClientError> {
     let mut txn = session.begin()?;

@@ -1,0 +1,307 @@
+//! What the connection drivers (`resp`, `native`, `session`) share with the runner: the
+//! run's read-only [`Setup`] (with the native protocol's [`Route`]), a thread's
+//! [`ClientLattice`], and a connection's [`ConnCtx`] and operation [`Source`].
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use client::routing::Layout;
+use lattice::Hlc;
+
+use crate::args::{BenchArgs, Protocol, WriteType};
+use crate::error::BenchError;
+use crate::keys::{Keys, Values};
+use crate::stats::{Control, ThreadStats};
+use crate::workload::{Mix, OpKind, Slot};
+use crate::zipf::KeyChooser;
+
+/// Marks a key whose worker is chosen per request (a key with several replicas).
+const DYNAMIC: u32 = u32::MAX;
+
+/// Where each key's requests go (native protocol).
+#[derive(Debug)]
+pub(crate) struct Route {
+    /// Every worker address of the cluster (indexes below point into it).
+    addrs: Vec<String>,
+    /// Index of each address in `addrs`.
+    index: std::collections::HashMap<String, u32>,
+    /// Worker (address index) of each key id, or [`DYNAMIC`].
+    key_worker: Vec<u32>,
+    layout: Layout,
+}
+
+impl Route {
+    /// Fetches the topology from the node's front port and places every key.
+    pub(crate) async fn fetch(front: &str, keys: &Keys) -> Result<Route, BenchError> {
+        let client = client::Client::connect(front).await?;
+        let layout = Layout::clone(&client.layout());
+        drop(client);
+        let mut addrs: Vec<String> = Vec::new();
+        let mut index = std::collections::HashMap::new();
+        let mut key_worker = Vec::with_capacity(keys.len());
+        for id in 0..keys.len() as u32 {
+            let replicas = layout.replicas(keys.get(id));
+            let w = match replicas.as_slice() {
+                [r] => match layout.addr(*r) {
+                    Some(addr) => *index.entry(addr.to_string()).or_insert_with(|| {
+                        addrs.push(addr.to_string());
+                        addrs.len() as u32 - 1
+                    }),
+                    None => DYNAMIC,
+                },
+                _ => {
+                    for r in &replicas {
+                        if let Some(addr) = layout.addr(*r) {
+                            index.entry(addr.to_string()).or_insert_with(|| {
+                                addrs.push(addr.to_string());
+                                addrs.len() as u32 - 1
+                            });
+                        }
+                    }
+                    DYNAMIC
+                }
+            };
+            key_worker.push(w);
+        }
+        if addrs.is_empty() {
+            // A node without worker ports: everything goes to the front port.
+            addrs.push(front.to_string());
+        }
+        Ok(Route {
+            addrs,
+            index,
+            key_worker,
+            layout,
+        })
+    }
+
+    /// Number of worker addresses.
+    pub(crate) fn workers(&self) -> usize {
+        self.addrs.len()
+    }
+
+    /// Address of worker `w`.
+    pub(crate) fn addr(&self, w: usize) -> &str {
+        &self.addrs[w.min(self.addrs.len() - 1)]
+    }
+
+    /// The worker for key `id` (bytes `key`): its only replica, or (for a key replicated on
+    /// several workers) one chosen by [`Layout::addr_for`].
+    #[inline]
+    pub(crate) fn worker(&self, id: u32, key: &[u8]) -> usize {
+        let w = match self.key_worker.get(id as usize) {
+            Some(&w) if w != DYNAMIC => w,
+            _ => self
+                .layout
+                .addr_for(key)
+                .and_then(|a| self.index.get(a).copied())
+                .unwrap_or(0),
+        };
+        (w as usize).min(self.addrs.len() - 1)
+    }
+}
+
+/// Everything the connections of a run share, read-only.
+#[derive(Debug)]
+pub(crate) struct Setup {
+    pub protocol: Protocol,
+    pub addr: String,
+    pub keys: Keys,
+    pub values: Values,
+    pub chooser: KeyChooser,
+    pub mix: Mix,
+    pub write_type: WriteType,
+    pub batch: usize,
+    pub seed: u64,
+    /// Native protocol only.
+    pub route: Option<Route>,
+    /// Session protocol: the sessions' level.
+    pub level: client::Level,
+}
+
+impl Setup {
+    /// The setup without a topology (RESP runs, tests).
+    pub(crate) fn local(args: &BenchArgs, protocol: Protocol) -> Setup {
+        let n = args.keys.clamp(1, u64::from(u32::MAX)) as u32;
+        Setup {
+            protocol,
+            addr: args.address(),
+            keys: Keys::new(n as usize, args.key_size),
+            values: Values::new(args.value_size, args.seed),
+            chooser: KeyChooser::new(n, args.distribution, args.zipf_theta, args.seed),
+            mix: Mix::of(args.workload),
+            write_type: args.write_type,
+            batch: args.batch.max(1),
+            seed: args.seed,
+            route: None,
+            level: client::Level::from_name(&args.level).unwrap_or(client::Level::Eventual),
+        }
+    }
+
+    /// The full setup; for the native protocol this fetches the topology.
+    pub(crate) async fn new(args: &BenchArgs) -> Result<Setup, BenchError> {
+        let mut setup = Setup::local(args, args.protocol);
+        if args.protocol == Protocol::Native {
+            setup.route = Some(Route::fetch(&setup.addr, &setup.keys).await?);
+        }
+        Ok(setup)
+    }
+}
+
+/// Client-side lattice state of a thread, for `PutMany` writes (`--batch` > 1).
+#[derive(Debug)]
+pub(crate) struct ClientLattice {
+    hlc: Hlc,
+    actor: u64,
+    next_dot: u64,
+    /// Cumulative increments of this thread's actor per key (counter writes only).
+    counts: Vec<u64>,
+}
+
+impl ClientLattice {
+    pub(crate) fn new(actor: u64, setup: &Setup) -> ClientLattice {
+        let batched_counter = setup.batch > 1 && setup.write_type == WriteType::Counter;
+        ClientLattice {
+            hlc: Hlc::new(actor),
+            actor,
+            next_dot: 0,
+            counts: if batched_counter {
+                vec![0; setup.keys.len()]
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// The numbers of the next write of `key`: LWW `(hlc time, writer)`, counter
+    /// `(actor, cumulative increments)` after adding one, OR-set `(actor, fresh dot counter)`.
+    pub(crate) fn next_write(&mut self, t: WriteType, key: u32, now_ms: u64) -> (u64, u64) {
+        match t {
+            WriteType::Lww => {
+                let ts = self.hlc.tick(now_ms);
+                (ts.time, ts.writer)
+            }
+            WriteType::Counter => {
+                let total = match self.counts.get_mut(key as usize) {
+                    Some(c) => {
+                        *c += 1;
+                        *c
+                    }
+                    None => 1,
+                };
+                (self.actor, total)
+            }
+            WriteType::Orset => {
+                self.next_dot += 1;
+                (self.actor, self.next_dot)
+            }
+        }
+    }
+}
+
+/// Where a connection's operations come from.
+#[derive(Debug)]
+pub(crate) enum Source {
+    /// The workload: `round` random operations per round.
+    Random { rng: fastrand::Rng, round: usize },
+    /// The load phase: writes of keys `next, next + step, …` below `end`.
+    Load {
+        next: u64,
+        step: u64,
+        end: u64,
+        round: usize,
+    },
+}
+
+impl Source {
+    /// Replaces `slots` with the next round's operations; false when there are none.
+    #[inline]
+    pub(crate) fn fill(&mut self, setup: &Setup, slots: &mut Vec<Slot>) -> bool {
+        slots.clear();
+        match self {
+            Source::Random { rng, round } => {
+                for _ in 0..*round {
+                    let key = setup.chooser.next(rng);
+                    let kind = setup.mix.pick(rng);
+                    slots.push(Slot::new(key, kind, rng.u16(..)));
+                }
+            }
+            Source::Load {
+                next,
+                step,
+                end,
+                round,
+            } => {
+                while slots.len() < *round && *next < *end {
+                    slots.push(Slot::new(*next as u32, OpKind::Write, *next as u16));
+                    *next += *step;
+                }
+            }
+        }
+        !slots.is_empty()
+    }
+}
+
+/// What a connection task works with.
+pub(crate) struct ConnCtx {
+    pub setup: Arc<Setup>,
+    pub control: Arc<Control>,
+    pub stats: Rc<RefCell<ThreadStats>>,
+    pub lattice: Rc<RefCell<ClientLattice>>,
+    pub source: Source,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_source_covers_every_key_once() {
+        let args = BenchArgs {
+            keys: 1000,
+            ..BenchArgs::default()
+        };
+        let setup = Setup::local(&args, Protocol::Resp);
+        let mut seen = vec![0u32; 1000];
+        let mut slots = Vec::new();
+        for c in 0..7 {
+            let mut src = Source::Load {
+                next: c,
+                step: 7,
+                end: 1000,
+                round: 32,
+            };
+            while src.fill(&setup, &mut slots) {
+                assert!(slots.len() <= 32);
+                for s in &slots {
+                    assert_eq!(s.kind, OpKind::Write);
+                    seen[s.key as usize] += 1;
+                }
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1));
+    }
+
+    #[test]
+    fn client_lattice_numbers() {
+        let args = BenchArgs {
+            keys: 10,
+            batch: 4,
+            protocol: Protocol::Native,
+            write_type: WriteType::Counter,
+            ..BenchArgs::default()
+        };
+        let setup = Setup::local(&args, Protocol::Native);
+        let mut l = ClientLattice::new(77, &setup);
+        assert_eq!(l.next_write(WriteType::Counter, 3, 0), (77, 1));
+        assert_eq!(l.next_write(WriteType::Counter, 3, 0), (77, 2));
+        assert_eq!(l.next_write(WriteType::Counter, 4, 0), (77, 1));
+        assert_eq!(l.next_write(WriteType::Orset, 4, 0), (77, 1));
+        assert_eq!(l.next_write(WriteType::Orset, 5, 0), (77, 2));
+        let (t1, w) = l.next_write(WriteType::Lww, 0, 1000);
+        let (t2, _) = l.next_write(WriteType::Lww, 0, 1000);
+        assert_eq!(w, 77);
+        assert!(t2 > t1 && t1 >= 1000 << 16);
+    }
+}
