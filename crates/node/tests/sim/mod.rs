@@ -121,6 +121,8 @@ pub struct Params {
     pub tombstone_grace_ms: u64,
     /// Faults of the active phase, in order: (time offset in ms, fault).
     pub faults: Vec<(u64, FaultKind)>,
+    /// Shortest partition, in ms.
+    pub min_partition_ms: u64,
     /// Longest partition, in ms.
     pub max_partition_ms: u64,
 }
@@ -191,8 +193,37 @@ impl Params {
             max_skew_ms: rng.i64(0..=200),
             tombstone_grace_ms: rng.u64(300..=1_500),
             faults,
+            min_partition_ms: 100,
             max_partition_ms: rng.u64(200..=1_500),
         }
+    }
+
+    /// A long partition with the node's real timings: three nodes that each replicate
+    /// every key, one or two of them cut off for two simulated hours starting a second in,
+    /// writes and deletes on both sides every ~10 s, tombstones eligible for reclamation
+    /// after the default 60 s. A delete made on one side while the other is cut off must
+    /// not come back when the partition heals, whatever each side reclaimed meanwhile.
+    pub fn long_partition(seed: u64) -> Params {
+        const HOURS_2: u64 = 2 * 60 * 60 * 1000;
+        let mut p = Params::from_seed(seed, Mode::Correct);
+        p.initial_nodes = 3;
+        p.global_rf = 3;
+        p.local_rf = 1;
+        p.keys = 6;
+        p.loss = 0.0;
+        p.dup = 0.0;
+        p.gossip_ms = 100;
+        p.anti_entropy_ms = 30_000;
+        p.timeout_ms = 5_000;
+        p.agent_ms = 1_000;
+        p.detect_ms = 10_000;
+        p.active_ms = HOURS_2 + 10 * 60 * 1000;
+        p.write_every_ms = 10_000;
+        p.tombstone_grace_ms = 60_000;
+        p.faults = vec![(1_000, FaultKind::Partition)];
+        p.min_partition_ms = HOURS_2;
+        p.max_partition_ms = HOURS_2;
+        p
     }
 }
 

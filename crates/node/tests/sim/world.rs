@@ -1371,7 +1371,9 @@ impl World {
                 self.rng.shuffle(&mut live);
                 let cut = self.rng.usize(1..live.len());
                 let side: BTreeSet<NodeKey> = live[..cut].iter().copied().collect();
-                let duration = self.rng.u64(100..=self.p.max_partition_ms);
+                let duration = self
+                    .rng
+                    .u64(self.p.min_partition_ms..=self.p.max_partition_ms);
                 self.start_partition(side, duration);
             }
             FaultKind::SetVector => {
