@@ -1,27 +1,10 @@
 //! Running nodes: `latticekv local`, `server` and `routing` — configuration layering,
-//! the foreground process, signals, and the local cluster supervisor (`local --nodes N`).
+//! the foreground process, signals. The local cluster supervisor (`local --nodes N`) is in
+//! `local_cluster`.
 
-/// `println!` that ignores a closed stdout: a long-running node must not panic because
-/// whoever started it stopped reading its output.
-macro_rules! say {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($t)*);
-    }};
-}
-
-/// `eprintln!` that ignores a closed stderr (see `say!`).
-macro_rules! esay {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($t)*);
-    }};
-}
-
-use std::io::{BufRead, BufReader, IsTerminal, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -34,95 +17,95 @@ use node::{Node, NodeConfig};
 pub struct NodeArgs {
     /// TOML configuration file (keys as in docs/configuration.md).
     #[arg(long, env = "LATTICEKV_CONFIG")]
-    config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// Native-protocol front address.
     #[arg(long, env = "LATTICEKV_LISTEN")]
-    listen: Option<SocketAddr>,
+    pub(crate) listen: Option<SocketAddr>,
     /// RESP (Redis protocol) address.
     #[arg(long, env = "LATTICEKV_RESP")]
-    resp: Option<SocketAddr>,
+    pub(crate) resp: Option<SocketAddr>,
     /// First per-worker native address (worker i listens on port + i).
     #[arg(long, env = "LATTICEKV_WORKER_LISTEN")]
-    worker_listen: Option<SocketAddr>,
+    pub(crate) worker_listen: Option<SocketAddr>,
     /// Peer-plane address: where other nodes connect (replication, membership). Default:
     /// the --listen host, port + 10000.
     #[arg(long, env = "LATTICEKV_PEER_LISTEN")]
-    peer_listen: Option<SocketAddr>,
+    pub(crate) peer_listen: Option<SocketAddr>,
     /// Host (IP address or DNS name, no port) peers and clients reach this node at; every
     /// published address is this host with the bound port. Needed when listening on
     /// 0.0.0.0 (e.g. in a container).
     #[arg(long, env = "LATTICEKV_ADVERTISE")]
-    advertise: Option<String>,
+    pub(crate) advertise: Option<String>,
     /// Directory for node state.
     #[arg(long, env = "LATTICEKV_DATA_DIR")]
-    data_dir: Option<PathBuf>,
+    pub(crate) data_dir: Option<PathBuf>,
     /// Worker threads (0 = one per core).
     #[arg(long, env = "LATTICEKV_WORKERS")]
-    workers: Option<usize>,
+    pub(crate) workers: Option<usize>,
     /// Gossip period between replicas, in milliseconds.
     #[arg(long, env = "LATTICEKV_GOSSIP_PERIOD_MS")]
-    gossip_period_ms: Option<u64>,
+    pub(crate) gossip_period_ms: Option<u64>,
     /// Workers of a node holding each key by default.
     #[arg(long, env = "LATTICEKV_DEFAULT_LOCAL_REPLICATION")]
-    default_local_replication: Option<u32>,
+    pub(crate) default_local_replication: Option<u32>,
     /// Nodes holding each key by default (the cluster's replication factor).
     #[arg(long, env = "LATTICEKV_REPLICATION")]
-    replication: Option<u32>,
+    pub(crate) replication: Option<u32>,
     /// Disk-tier nodes holding each key by default (0 = none; no effect without disk nodes).
     #[arg(long, env = "LATTICEKV_DISK_REPLICATION")]
-    disk_replication: Option<u32>,
+    pub(crate) disk_replication: Option<u32>,
     /// When writes that ask for no level are acknowledged: `merged` (after the merge at the
     /// replica that ran them) or `durable` (once on disk there; needs --data-dir).
     #[arg(long, env = "LATTICEKV_ACK", value_parser = ["merged", "durable"])]
-    ack: Option<String>,
+    pub(crate) ack: Option<String>,
     /// Replicas that must hold a write before it is acknowledged, for writes that ask for
     /// fewer (all RESP writes).
     #[arg(long, env = "LATTICEKV_ACK_REPLICAS")]
-    ack_replicas: Option<u32>,
+    pub(crate) ack_replicas: Option<u32>,
     /// Write-ahead log fsync policy: `always` (group commit), `periodic` / `periodic:250ms`,
     /// or `never` (the OS decides).
     #[arg(long, env = "LATTICEKV_FSYNC")]
-    fsync: Option<String>,
+    pub(crate) fsync: Option<String>,
     /// Memory budget in bytes (0 = half of RAM).
     #[arg(long, env = "LATTICEKV_MEMORY_BUDGET")]
-    memory_budget: Option<u64>,
+    pub(crate) memory_budget: Option<u64>,
     /// Pin worker i to CPU i.
     #[arg(long, env = "LATTICEKV_PIN_WORKERS")]
-    pin_workers: Option<bool>,
+    pub(crate) pin_workers: Option<bool>,
     /// Node name (unique in the cluster).
     #[arg(long, env = "LATTICEKV_NODE_ID")]
-    node_id: Option<String>,
+    pub(crate) node_id: Option<String>,
     /// Front addresses of cluster members to join through, comma-separated.
     #[arg(long, env = "LATTICEKV_SEEDS", value_delimiter = ',')]
-    seeds: Vec<String>,
+    pub(crate) seeds: Vec<String>,
     /// Silence after which a member is declared dead and its keys re-replicated (ms).
     #[arg(long, env = "LATTICEKV_FAILURE_TIMEOUT_MS")]
-    failure_timeout_ms: Option<u64>,
+    pub(crate) failure_timeout_ms: Option<u64>,
     /// Period of anti-entropy rounds (ms).
     #[arg(long, env = "LATTICEKV_ANTI_ENTROPY_MS")]
-    anti_entropy_ms: Option<u64>,
+    pub(crate) anti_entropy_ms: Option<u64>,
     /// Period of cluster-metadata gossip and heartbeats (ms).
     #[arg(long, env = "LATTICEKV_CLUSTER_GOSSIP_MS")]
-    cluster_gossip_ms: Option<u64>,
+    pub(crate) cluster_gossip_ms: Option<u64>,
     /// Testing only: milliseconds added to the clock behind this node's write timestamps
     /// (simulates a skewed clock; may be negative).
     #[arg(long, env = "LATTICEKV_CLOCK_SKEW_MS", allow_negative_numbers = true)]
-    clock_skew_ms: Option<i64>,
+    pub(crate) clock_skew_ms: Option<i64>,
 }
 
 /// `latticekv local`: the embedded default.
 #[derive(Args, Debug)]
 pub struct LocalArgs {
     #[command(flatten)]
-    node: NodeArgs,
+    pub(crate) node: NodeArgs,
     /// Run a local cluster of N storage processes (on 127.0.0.1, 127.0.0.2, …) and a routing
     /// node, instead of one in-process node.
     #[arg(long, default_value_t = 1)]
-    nodes: usize,
+    pub(crate) nodes: usize,
     /// Disk-tier nodes to run beside the memory tier (keys in an embedded LSM under the data
     /// directory, default ./latticekv-data). 0: the memory tier only.
     #[arg(long, default_value_t = 1)]
-    disk_nodes: usize,
+    pub(crate) disk_nodes: usize,
 }
 
 /// Where `latticekv local` keeps its state when no data directory is configured.
@@ -297,12 +280,12 @@ fn print_node(config: &NodeConfig, node: &Node) {
 }
 
 /// What ended the foreground wait.
-enum Ending {
+pub(crate) enum Ending {
     Signal,
     NodeStopped,
 }
 
-fn wait(node: Option<&Node>) -> Result<Ending> {
+pub(crate) fn wait(node: Option<&Node>) -> Result<Ending> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -391,7 +374,7 @@ fn second_signal() -> Result<tokio::sync::watch::Receiver<bool>> {
 pub fn run_local(args: LocalArgs) -> Result<()> {
     init_logging();
     if args.nodes > 1 {
-        return run_local_cluster(args);
+        return crate::local_cluster::run(args);
     }
     let mut config = node_config(&args.node)?;
     if args.disk_nodes == 0 {
@@ -487,265 +470,4 @@ pub fn run_routing(args: RoutingArgs) -> Result<()> {
     routing.stop();
     esay!("stopped");
     Ok(())
-}
-
-/// A child process and the addresses it printed.
-struct ChildNode {
-    child: Child,
-    lines: Vec<String>,
-}
-
-fn spawn_child(args: &[String]) -> Result<ChildNode> {
-    let exe = std::env::current_exe().context("finding the latticekv binary")?;
-    let mut child = Command::new(exe)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .context("starting a node process")?;
-    let stdout = child.stdout.take().context("child stdout")?;
-    let mut reader = BufReader::new(stdout);
-    let mut lines = Vec::new();
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 {
-            let _ = child.kill();
-            bail!("a node process exited during start-up: {args:?}");
-        }
-        if line.starts_with("press") {
-            break;
-        }
-        lines.push(line.trim_end().to_string());
-    }
-    // Keep draining its stdout.
-    std::thread::spawn(move || for _ in reader.lines() {});
-    Ok(ChildNode { child, lines })
-}
-
-fn field(lines: &[String], name: &str) -> Option<String> {
-    lines
-        .iter()
-        .find_map(|l| l.strip_prefix(name).map(|r| r.trim().to_string()))
-}
-
-/// The address for node `i` (0-based) of a local cluster: 127.0.0.(i+1) when the
-/// configured address is 127.0.0.1, keeping the port.
-fn node_addr(base: SocketAddr, i: usize) -> SocketAddr {
-    match base.ip() {
-        IpAddr::V4(ip) if ip == Ipv4Addr::LOCALHOST => SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1 + i as u8)),
-            base.port(),
-        ),
-        _ => SocketAddr::new(
-            base.ip(),
-            if base.port() == 0 {
-                0
-            } else {
-                base.port() + 10 * i as u16
-            },
-        ),
-    }
-}
-
-/// `latticekv local --nodes N`: N storage processes and one routing process, supervised.
-fn run_local_cluster(args: LocalArgs) -> Result<()> {
-    let n = args.nodes;
-    if n + args.disk_nodes > 200 {
-        bail!(
-            "--nodes {n} --disk-nodes {}: at most 200 local nodes",
-            args.disk_nodes
-        );
-    }
-    let config = node_config(&args.node)?;
-    let mut common: Vec<String> = Vec::new();
-    let a = &args.node;
-    if let Some(v) = &a.config {
-        common.extend(["--config".into(), v.display().to_string()]);
-    }
-    for (flag, value) in [
-        ("--workers", a.workers.map(|v| v.to_string())),
-        (
-            "--gossip-period-ms",
-            a.gossip_period_ms.map(|v| v.to_string()),
-        ),
-        (
-            "--default-local-replication",
-            a.default_local_replication.map(|v| v.to_string()),
-        ),
-        (
-            "--replication",
-            Some(config.cluster.default_global_replication.to_string()),
-        ),
-        (
-            "--disk-replication",
-            a.disk_replication.map(|v| v.to_string()),
-        ),
-        ("--ack", a.ack.clone()),
-        ("--ack-replicas", a.ack_replicas.map(|v| v.to_string())),
-        ("--fsync", a.fsync.clone()),
-        ("--memory-budget", a.memory_budget.map(|v| v.to_string())),
-        ("--advertise", a.advertise.clone()),
-        (
-            "--failure-timeout-ms",
-            a.failure_timeout_ms.map(|v| v.to_string()),
-        ),
-        (
-            "--anti-entropy-ms",
-            a.anti_entropy_ms.map(|v| v.to_string()),
-        ),
-        (
-            "--cluster-gossip-ms",
-            a.cluster_gossip_ms.map(|v| v.to_string()),
-        ),
-    ] {
-        if let Some(v) = value {
-            common.extend([flag.to_string(), v]);
-        }
-    }
-    let mut children: Vec<ChildNode> = Vec::new();
-    let mut disk_children: Vec<ChildNode> = Vec::new();
-    let mut seed: Option<String> = None;
-    let result = (|| -> Result<()> {
-        for i in 0..n {
-            let mut child_args = vec![
-                "server".to_string(),
-                "--no-leave".into(),
-                "--node-id".into(),
-                format!("node{}", i + 1),
-                "--listen".into(),
-                node_addr(config.listen, i).to_string(),
-                "--resp".into(),
-                node_addr(config.resp, i).to_string(),
-            ];
-            if let Some(dir) = &config.data_dir {
-                child_args.extend([
-                    "--data-dir".into(),
-                    dir.join(format!("node{}", i + 1)).display().to_string(),
-                ]);
-            }
-            child_args.extend(common.iter().cloned());
-            if let Some(s) = &seed {
-                child_args.extend(["--seeds".into(), s.clone()]);
-            }
-            let child = spawn_child(&child_args)?;
-            if seed.is_none() {
-                seed = field(&child.lines, "native");
-            }
-            children.push(child);
-        }
-        let data = config
-            .data_dir
-            .clone()
-            .unwrap_or_else(|| std::path::PathBuf::from(DEFAULT_LOCAL_DATA_DIR));
-        for i in 0..args.disk_nodes {
-            let mut child_args = vec![
-                "server".to_string(),
-                "--no-leave".into(),
-                "--tier".into(),
-                "disk".into(),
-                "--node-id".into(),
-                format!("disk{}", i + 1),
-                "--listen".into(),
-                node_addr(config.listen, n + i).to_string(),
-                "--resp".into(),
-                node_addr(config.resp, n + i).to_string(),
-                "--data-dir".into(),
-                data.join(format!("disk{}", i + 1)).display().to_string(),
-            ];
-            child_args.extend(common.iter().cloned());
-            if let Some(s) = &seed {
-                child_args.extend(["--seeds".into(), s.clone()]);
-            }
-            disk_children.push(spawn_child(&child_args)?);
-        }
-        let routing_listen = SocketAddr::new(
-            config.listen.ip(),
-            if config.listen.port() == 0 {
-                0
-            } else {
-                config.listen.port().saturating_sub(100)
-            },
-        );
-        let mut routing_args = vec![
-            "routing".to_string(),
-            "--node-id".into(),
-            "routing".into(),
-            "--listen".into(),
-            routing_listen.to_string(),
-        ];
-        routing_args.extend(common.iter().cloned());
-        if let Some(s) = &seed {
-            routing_args.extend(["--seeds".into(), s.clone()]);
-        }
-        children.push(spawn_child(&routing_args)?);
-        Ok(())
-    })();
-    if let Err(e) = result {
-        stop_children(&mut children);
-        stop_children(&mut disk_children);
-        return Err(e);
-    }
-    say!(
-        "latticekv {} running: local cluster of {n} node(s), replication {}",
-        env!("CARGO_PKG_VERSION"),
-        config.cluster.default_global_replication
-    );
-    for (i, c) in children.iter().take(n).enumerate() {
-        say!(
-            "node{} native {} resp {} workers {}",
-            i + 1,
-            field(&c.lines, "native").unwrap_or_default(),
-            field(&c.lines, "resp").unwrap_or_default(),
-            field(&c.lines, "workers").unwrap_or_default()
-        );
-    }
-    for (i, c) in disk_children.iter().enumerate() {
-        say!(
-            "disk{} native {} (disk tier)",
-            i + 1,
-            field(&c.lines, "native").unwrap_or_default()
-        );
-    }
-    if let Some(r) = children.last() {
-        say!("routing {}", field(&r.lines, "routing").unwrap_or_default());
-    }
-    if let Some(first) = children.first() {
-        say!(
-            "native  {}",
-            field(&first.lines, "native").unwrap_or_default()
-        );
-        say!(
-            "resp    {}",
-            field(&first.lines, "resp").unwrap_or_default()
-        );
-    }
-    wait(None)?;
-    esay!("stopping the local cluster…");
-    stop_children(&mut children);
-    stop_children(&mut disk_children);
-    esay!("stopped");
-    Ok(())
-}
-
-fn stop_children(children: &mut [ChildNode]) {
-    for c in children.iter() {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe {
-            libc::kill(c.child.id() as i32, libc::SIGTERM);
-        }
-    }
-    for c in children.iter_mut() {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        loop {
-            match c.child.try_wait() {
-                Ok(Some(_)) => break,
-                _ if std::time::Instant::now() > deadline => {
-                    let _ = c.child.kill();
-                    let _ = c.child.wait();
-                    break;
-                }
-                _ => std::thread::sleep(std::time::Duration::from_millis(20)),
-            }
-        }
-    }
 }

@@ -5,8 +5,11 @@
 //! (`--config`), `LATTICEKV_*` environment variables, flags (see `docs/configuration.md`).
 //! Client commands find the node at `--addr`, else `LATTICEKV_ADDR`, else `127.0.0.1:7700`.
 
+#[macro_use]
+mod output;
 mod commands;
 mod config;
+mod local_cluster;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

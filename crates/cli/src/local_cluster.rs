@@ -1,0 +1,271 @@
+//! `latticekv local --nodes N`: N storage processes and one routing process, supervised by
+//! this one.
+
+use std::io::{BufRead, BufReader};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+
+use crate::config::{node_config, wait, LocalArgs, DEFAULT_LOCAL_DATA_DIR};
+
+/// A child process and the addresses it printed.
+struct ChildNode {
+    child: Child,
+    lines: Vec<String>,
+}
+
+fn spawn_child(args: &[String]) -> Result<ChildNode> {
+    let exe = std::env::current_exe().context("finding the latticekv binary")?;
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting a node process")?;
+    let stdout = child.stdout.take().context("child stdout")?;
+    let mut reader = BufReader::new(stdout);
+    let mut lines = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            let _ = child.kill();
+            bail!("a node process exited during start-up: {args:?}");
+        }
+        if line.starts_with("press") {
+            break;
+        }
+        lines.push(line.trim_end().to_string());
+    }
+    // Keep draining its stdout.
+    std::thread::spawn(move || for _ in reader.lines() {});
+    Ok(ChildNode { child, lines })
+}
+
+fn field(lines: &[String], name: &str) -> Option<String> {
+    lines
+        .iter()
+        .find_map(|l| l.strip_prefix(name).map(|r| r.trim().to_string()))
+}
+
+/// The address for node `i` (0-based) of a local cluster: 127.0.0.(i+1) when the
+/// configured address is 127.0.0.1, keeping the port.
+fn node_addr(base: SocketAddr, i: usize) -> SocketAddr {
+    match base.ip() {
+        IpAddr::V4(ip) if ip == Ipv4Addr::LOCALHOST => SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1 + i as u8)),
+            base.port(),
+        ),
+        _ => SocketAddr::new(
+            base.ip(),
+            if base.port() == 0 {
+                0
+            } else {
+                base.port() + 10 * i as u16
+            },
+        ),
+    }
+}
+
+/// `latticekv local --nodes N`: N storage processes and one routing process, supervised.
+pub(crate) fn run(args: LocalArgs) -> Result<()> {
+    let n = args.nodes;
+    if n + args.disk_nodes > 200 {
+        bail!(
+            "--nodes {n} --disk-nodes {}: at most 200 local nodes",
+            args.disk_nodes
+        );
+    }
+    let config = node_config(&args.node)?;
+    let mut common: Vec<String> = Vec::new();
+    let a = &args.node;
+    if let Some(v) = &a.config {
+        common.extend(["--config".into(), v.display().to_string()]);
+    }
+    for (flag, value) in [
+        ("--workers", a.workers.map(|v| v.to_string())),
+        (
+            "--gossip-period-ms",
+            a.gossip_period_ms.map(|v| v.to_string()),
+        ),
+        (
+            "--default-local-replication",
+            a.default_local_replication.map(|v| v.to_string()),
+        ),
+        (
+            "--replication",
+            Some(config.cluster.default_global_replication.to_string()),
+        ),
+        (
+            "--disk-replication",
+            a.disk_replication.map(|v| v.to_string()),
+        ),
+        ("--ack", a.ack.clone()),
+        ("--ack-replicas", a.ack_replicas.map(|v| v.to_string())),
+        ("--fsync", a.fsync.clone()),
+        ("--memory-budget", a.memory_budget.map(|v| v.to_string())),
+        ("--advertise", a.advertise.clone()),
+        (
+            "--failure-timeout-ms",
+            a.failure_timeout_ms.map(|v| v.to_string()),
+        ),
+        (
+            "--anti-entropy-ms",
+            a.anti_entropy_ms.map(|v| v.to_string()),
+        ),
+        (
+            "--cluster-gossip-ms",
+            a.cluster_gossip_ms.map(|v| v.to_string()),
+        ),
+    ] {
+        if let Some(v) = value {
+            common.extend([flag.to_string(), v]);
+        }
+    }
+    let mut children: Vec<ChildNode> = Vec::new();
+    let mut disk_children: Vec<ChildNode> = Vec::new();
+    let mut seed: Option<String> = None;
+    let result = (|| -> Result<()> {
+        for i in 0..n {
+            let mut child_args = vec![
+                "server".to_string(),
+                "--no-leave".into(),
+                "--node-id".into(),
+                format!("node{}", i + 1),
+                "--listen".into(),
+                node_addr(config.listen, i).to_string(),
+                "--resp".into(),
+                node_addr(config.resp, i).to_string(),
+            ];
+            if let Some(dir) = &config.data_dir {
+                child_args.extend([
+                    "--data-dir".into(),
+                    dir.join(format!("node{}", i + 1)).display().to_string(),
+                ]);
+            }
+            child_args.extend(common.iter().cloned());
+            if let Some(s) = &seed {
+                child_args.extend(["--seeds".into(), s.clone()]);
+            }
+            let child = spawn_child(&child_args)?;
+            if seed.is_none() {
+                seed = field(&child.lines, "native");
+            }
+            children.push(child);
+        }
+        let data = config
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| std::path::PathBuf::from(DEFAULT_LOCAL_DATA_DIR));
+        for i in 0..args.disk_nodes {
+            let mut child_args = vec![
+                "server".to_string(),
+                "--no-leave".into(),
+                "--tier".into(),
+                "disk".into(),
+                "--node-id".into(),
+                format!("disk{}", i + 1),
+                "--listen".into(),
+                node_addr(config.listen, n + i).to_string(),
+                "--resp".into(),
+                node_addr(config.resp, n + i).to_string(),
+                "--data-dir".into(),
+                data.join(format!("disk{}", i + 1)).display().to_string(),
+            ];
+            child_args.extend(common.iter().cloned());
+            if let Some(s) = &seed {
+                child_args.extend(["--seeds".into(), s.clone()]);
+            }
+            disk_children.push(spawn_child(&child_args)?);
+        }
+        let routing_listen = SocketAddr::new(
+            config.listen.ip(),
+            if config.listen.port() == 0 {
+                0
+            } else {
+                config.listen.port().saturating_sub(100)
+            },
+        );
+        let mut routing_args = vec![
+            "routing".to_string(),
+            "--node-id".into(),
+            "routing".into(),
+            "--listen".into(),
+            routing_listen.to_string(),
+        ];
+        routing_args.extend(common.iter().cloned());
+        if let Some(s) = &seed {
+            routing_args.extend(["--seeds".into(), s.clone()]);
+        }
+        children.push(spawn_child(&routing_args)?);
+        Ok(())
+    })();
+    if let Err(e) = result {
+        stop_children(&mut children);
+        stop_children(&mut disk_children);
+        return Err(e);
+    }
+    say!(
+        "latticekv {} running: local cluster of {n} node(s), replication {}",
+        env!("CARGO_PKG_VERSION"),
+        config.cluster.default_global_replication
+    );
+    for (i, c) in children.iter().take(n).enumerate() {
+        say!(
+            "node{} native {} resp {} workers {}",
+            i + 1,
+            field(&c.lines, "native").unwrap_or_default(),
+            field(&c.lines, "resp").unwrap_or_default(),
+            field(&c.lines, "workers").unwrap_or_default()
+        );
+    }
+    for (i, c) in disk_children.iter().enumerate() {
+        say!(
+            "disk{} native {} (disk tier)",
+            i + 1,
+            field(&c.lines, "native").unwrap_or_default()
+        );
+    }
+    if let Some(r) = children.last() {
+        say!("routing {}", field(&r.lines, "routing").unwrap_or_default());
+    }
+    if let Some(first) = children.first() {
+        say!(
+            "native  {}",
+            field(&first.lines, "native").unwrap_or_default()
+        );
+        say!(
+            "resp    {}",
+            field(&first.lines, "resp").unwrap_or_default()
+        );
+    }
+    wait(None)?;
+    esay!("stopping the local cluster…");
+    stop_children(&mut children);
+    stop_children(&mut disk_children);
+    esay!("stopped");
+    Ok(())
+}
+
+fn stop_children(children: &mut [ChildNode]) {
+    for c in children.iter() {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(c.child.id() as i32, libc::SIGTERM);
+        }
+    }
+    for c in children.iter_mut() {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match c.child.try_wait() {
+                Ok(Some(_)) => break,
+                _ if std::time::Instant::now() > deadline => {
+                    let _ = c.child.kill();
+                    let _ = c.child.wait();
+                    break;
+                }
+                _ => std::thread::sleep(std::time::Duration::from_millis(20)),
+            }
+        }
+    }
+}
