@@ -281,10 +281,12 @@ pub(crate) async fn run(w: Rc<Worker>) {
         let due = wal.since_snapshot.get() >= wal.snapshot_after
             && Instant::now() >= wal.next_snapshot.get();
         if due {
+            let started = Instant::now();
             match snapshot(&w, &wal).await {
                 Ok(info) => {
                     wal.backoff.set(FIRST_SNAPSHOT_BACKOFF);
-                    tracing::info!(worker = w.index, ?info, "snapshot written");
+                    let took_ms = started.elapsed().as_millis() as u64;
+                    tracing::info!(worker = w.index, ?info, took_ms, "snapshot written");
                 }
                 Err(e) => {
                     let backoff = wal.backoff.get();
@@ -307,7 +309,6 @@ async fn snapshot(
     wal.wait_drained().await;
     let lsn = wal.log.last_lsn();
     let appended = wal.since_snapshot.get();
-    let started = Instant::now();
     let mut writer = wal.log.begin_snapshot(lsn).map_err(|e| e.to_string())?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Vec<JournalEntry>>(4);
     let (done_tx, done) = oneshot::channel();
@@ -349,12 +350,6 @@ async fn snapshot(
         .map_err(|e| e.to_string())?;
     wal.since_snapshot
         .set(wal.since_snapshot.get().saturating_sub(appended));
-    tracing::debug!(
-        worker = w.index,
-        lsn,
-        took_ms = started.elapsed().as_millis() as u64,
-        "snapshot"
-    );
     Ok(info)
 }
 
