@@ -246,7 +246,7 @@ pub fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     Ok(config)
 }
 
-fn init_logging() {
+pub(crate) fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("LATTICEKV_LOG")
@@ -370,12 +370,9 @@ fn second_signal() -> Result<tokio::sync::watch::Receiver<bool>> {
     Ok(rx)
 }
 
-/// `latticekv local`.
+/// `latticekv local` with one storage node (in this process, with its disk nodes).
 pub fn run_local(args: LocalArgs) -> Result<()> {
     init_logging();
-    if args.nodes > 1 {
-        return crate::local_cluster::run(args);
-    }
     let mut config = node_config(&args.node)?;
     if args.disk_nodes == 0 {
         return run_node(config, false);

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use crate::config::{node_config, wait, LocalArgs, DEFAULT_LOCAL_DATA_DIR};
+use crate::config::{init_logging, node_config, wait, LocalArgs, DEFAULT_LOCAL_DATA_DIR};
 
 /// A child process and the addresses it printed.
 struct ChildNode {
@@ -69,6 +69,7 @@ fn node_addr(base: SocketAddr, i: usize) -> SocketAddr {
 
 /// `latticekv local --nodes N`: N storage processes and one routing process, supervised.
 pub(crate) fn run(args: LocalArgs) -> Result<()> {
+    init_logging();
     let n = args.nodes;
     if n + args.disk_nodes > 200 {
         bail!(

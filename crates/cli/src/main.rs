@@ -61,6 +61,7 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result: Result<i32> = match cli.command {
+        Command::Local(args) if args.nodes > 1 => local_cluster::run(args).map(|()| 0),
         Command::Local(args) => config::run_local(args).map(|()| 0),
         Command::Server(args) => config::run_server(args).map(|()| 0),
         Command::Routing(args) => config::run_routing(args).map(|()| 0),
