@@ -1,4 +1,4 @@
-//! Placement: which workers (and, later, which nodes) hold a key.
+//! Placement: which nodes of each tier, and which workers of each node, hold a key.
 //!
 //! Everything here is a pure function of the key bytes and the membership, so every worker,
 //! every client and every other-language client computes the same answer without asking.

@@ -3,7 +3,9 @@
 //! A shard is owned by exactly one worker thread, so engines are plain single-threaded data
 //! structures: no locks, no atomics. Every write is a lattice merge of a [`Record`] into the
 //! key's current record, which makes replaying, re-sending and reordering writes harmless
-//! (the property the write-ahead log and the disk tier will rely on).
+//! (the property the write-ahead log replay and the disk tier rely on). Keys are split into
+//! [`PARTITIONS`] partitions by key hash, so whole-store passes (snapshots, hand-off,
+//! anti-entropy) can walk one partition at a time.
 //!
 //! # Layout
 //! - [`memory`]: the in-memory engine: packed LWW registers and full records, with byte
