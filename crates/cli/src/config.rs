@@ -135,6 +135,7 @@ fn local_disk_config(
     c.node_id = format!("{}-disk{}", config.node_id, i + 1);
     c.tier = node::NodeTier::Disk;
     c.listen = shifted(config.listen, by);
+    c.peer_listen = config.peer_listen.map(|p| shifted(p, by));
     c.resp = shifted(config.resp, by);
     c.worker_listen = config.worker_listen.map(|w| shifted(w, by));
     c.data_dir = Some(data.join(format!("disk{}", i + 1)));

@@ -211,3 +211,34 @@ fn watch_prints_the_value_then_new_versions() {
     assert_eq!(lines.next().unwrap().unwrap(), "watched = v2");
     assert!(child.wait().unwrap().success());
 }
+
+/// `latticekv leave` on a node with no other member of its tier is refused with the reason
+/// (a graceful leave could never finish: nobody can take its keys), and the node keeps
+/// serving; `--force` stops it.
+#[test]
+fn leave_is_refused_when_no_other_node_can_take_the_keys() {
+    let mut node = NodeProc::start(&["--workers", "1", "--disk-nodes", "0"]);
+    node.cli_ok(&["put", "kept", "yes"]);
+    let addr = node.native.to_string();
+    let out = node.cli(&["leave", "--addr", &addr]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "leave of a lone node succeeded");
+    assert!(
+        stderr.contains("only memory node") && stderr.contains("--force"),
+        "{stderr}"
+    );
+    assert_eq!(node.cli_ok(&["get", "kept"]), "yes\n");
+    let out = node.cli(&["leave", "--force", "--addr", &addr]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        common::eventually(std::time::Duration::from_secs(15), || matches!(
+            node.child.try_wait(),
+            Ok(Some(_))
+        )),
+        "the node did not stop after a forced leave"
+    );
+}

@@ -135,6 +135,14 @@ impl NodeTier {
             NodeTier::Disk => placement::Tier::Disk,
         }
     }
+
+    /// `memory` or `disk`.
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeTier::Memory => "memory",
+            NodeTier::Disk => "disk",
+        }
+    }
 }
 
 /// Disk-tier engine settings.

@@ -26,6 +26,16 @@ const FORCE_GRACE: Duration = Duration::from_secs(2);
 /// Leaves the cluster (see the module docs). Returns once every key was handed off (or,
 /// with `force`, once the grace passed).
 pub async fn leave(shared: &Shared, force: bool) -> Result<(), NodeError> {
+    let tier = shared.config.tier.tier();
+    let alone = shared.snapshots.borrow().view.view.tier_size(tier) <= 1;
+    if alone && !force {
+        // Nobody could take its keys: a graceful leave would wait forever.
+        return Err(NodeError::InvalidArgument(format!(
+            "this node is the only {} node of its cluster: no other node can take its keys; \
+             stop it instead, or `leave --force` to stop it and drop them",
+            shared.config.tier.name()
+        )));
+    }
     let _ = shared.leaving.send(true);
     shared.agent.leave().await;
     let started = Instant::now();

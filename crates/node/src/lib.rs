@@ -12,17 +12,17 @@
 //! From the bottom up (each module depends only on those above it):
 //! - [`error`], [`op`], [`ack`], [`clock`]: errors, operations, acknowledgement levels,
 //!   injected time;
-//! - [`config`]: node configuration and limits, with documented defaults;
 //! - [`view`]: what workers route by ([`view::ViewState`]);
+//! - [`config`]: node configuration and limits, with documented defaults;
 //! - [`codec`]: records, journal entries and forwarded ops in protobuf form;
-//! - [`shard`]: one worker's keys and what is done to them (storage engines included);
 //! - [`subscribe`]: subscription tables;
+//! - [`shard`]: one worker's keys and what is done to them (storage engines included);
 //! - [`core`]: the replica core — events in, effects out;
-//! - [`cluster`]: membership, failure detection, the cluster agent;
 //! - [`peer`]: the peer plane — its messages, transport and port;
+//! - [`cluster`]: membership, failure detection, the cluster agent;
 //! - [`driver`]: worker threads, effects, the write-ahead log;
-//! - [`front`]: client ports — the connection pipeline, the native and Redis protocols;
 //! - [`leave`]: leaving the cluster;
+//! - [`front`]: client ports — the connection pipeline, the native and Redis protocols;
 //! - [`server`]: starting a node ([`Node::start`](server::Node::start)) and stopping it;
 //! - [`routing`]: a routing node: a member without data answering "where is key k".
 //!

@@ -20,7 +20,7 @@
 //!   higher incarnation, which overrides the verdict. A restarted node starts with a new
 //!   incarnation (the clock), so it rejoins.
 //!
-//! Everything here is pure (time is passed in), so the simulation drives it directly.
+//! Everything here is pure (time is passed in), so unit tests drive it with any timing.
 
 use std::collections::{BTreeMap, HashMap};
 
