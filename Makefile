@@ -54,6 +54,7 @@ bench-smoke: build
 	bench/cluster --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/durability --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/consistency --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
+	bench/redis-benchmark --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 
 ## A FROM-scratch image of the statically linked binary, tagged latticekv:dev (no registry).
 docker-image:
