@@ -31,6 +31,23 @@ impl NodeProc {
         NodeProc(testkit::NodeProc::server_bin(bin(), id, seed, extra))
     }
 
+    /// As [`NodeProc::server`], with extra environment variables for the process (e.g.
+    /// `LATTICEKV_FAULT`): [`testkit::NodeProc::server_bin_env`].
+    pub fn server_env(
+        id: &str,
+        seed: Option<SocketAddr>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> NodeProc {
+        NodeProc(testkit::NodeProc::server_bin_env(
+            bin(),
+            id,
+            seed,
+            extra,
+            env,
+        ))
+    }
+
     /// Starts the binary with `base` and `extra` arguments and waits until it prints its
     /// addresses: [`testkit::NodeProc::spawn_bin`].
     pub fn spawn(base: &[&str], extra: &[&str]) -> NodeProc {
