@@ -4,6 +4,8 @@
 
 #![allow(dead_code, unused_imports)]
 
+pub mod cluster;
+
 use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
 
