@@ -1,12 +1,13 @@
 //! The peer plane seen from outside, with real `latticekv server` processes on 127.0.0.1
-//! (free ports): client ports refusing peer-plane messages, and tombstone reclamation (a
-//! peer-plane exchange) followed by new writes.
+//! (free ports): client ports refusing peer-plane messages, tombstone reclamation (a
+//! peer-plane exchange) followed by new writes, and anti-entropy repairing a replica that
+//! restarted empty.
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::cluster::*;
 use common::{eventually, serial, Native, NodeProc, Resp};
@@ -293,5 +294,166 @@ fn sadd_and_incr_after_a_reclaimed_delete_survive() {
         let mut r = Resp::connect(n.resp);
         r.roundtrip(&[b"SMEMBERS", b"s"], b"*1\r\n$1\r\nb\r\n");
         r.roundtrip(&[b"GET", b"c"], b"$1\r\n1\r\n");
+    }
+}
+
+// ---- anti-entropy repairing a replica that restarted empty -------------------------------
+
+/// Size of each value of the repair test.
+const REPAIR_VALUE_BYTES: usize = 100 << 10;
+
+/// MiB of data the repair test writes: `LATTICEKV_TEST_REPAIR_MIB`, 120 by default.
+fn repair_mib() -> usize {
+    std::env::var("LATTICEKV_TEST_REPAIR_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(120)
+}
+
+/// The values of the repair test: `REPAIR_VALUE_BYTES` bytes each, every one a different
+/// rotation of one pattern (cheap to build in a debug build), with its own timestamp.
+fn big_values(n: usize) -> Vec<pb::Value> {
+    let pattern: Vec<u8> = (0..REPAIR_VALUE_BYTES)
+        .map(|j| (j.wrapping_mul(7) ^ (j >> 8)) as u8)
+        .collect();
+    (0..n)
+        .map(|i| {
+            let cut = (i * 997) % REPAIR_VALUE_BYTES;
+            let mut bytes = Vec::with_capacity(REPAIR_VALUE_BYTES);
+            bytes.extend_from_slice(&pattern[cut..]);
+            bytes.extend_from_slice(&pattern[..cut]);
+            let ts = Timestamp::new(((i as u64) + 1) << 16, 91);
+            value_to_pb(&Value::Lww(Lww::new(ts, bytes.into())))
+        })
+        .collect()
+}
+
+/// The keys (indexes) `node` itself does not hold with its value `values[i]`: read at the
+/// worker that stores each (a worker's own port never forwards).
+fn not_held_right(node: &NodeProc, keys: &[String], values: &[pb::Value]) -> Vec<usize> {
+    let index: HashMap<&str, usize> = keys.iter().map(String::as_str).zip(0..).collect();
+    let mut right: BTreeSet<usize> = BTreeSet::new();
+    for (worker, mine) in holders(&[node], keys) {
+        let mut c = Native::connect(worker.parse().unwrap());
+        let mine: Vec<&String> = mine.iter().collect();
+        for chunk in mine.chunks(20) {
+            let resp = c.call(Op::GetMany(pb::GetMany {
+                keys: chunk.iter().map(|k| (*k).clone().into()).collect(),
+            }));
+            let Some(R::Multi(m)) = resp.result else {
+                panic!("GetMany at {worker}: {resp:?}")
+            };
+            for (k, r) in chunk.iter().zip(m.results) {
+                let i = index[k.as_str()];
+                if matches!(r.result,
+                    Some(pb::key_result::Result::Get(g)) if g.value.as_ref() == Some(&values[i]))
+                {
+                    right.insert(i);
+                }
+            }
+        }
+    }
+    (0..keys.len()).filter(|i| !right.contains(i)).collect()
+}
+
+/// Two nodes at replication 2 hold about 120 MiB (100 KiB values); the second stops
+/// (without leaving) and restarts empty under the same id before the failure timeout: the
+/// rings (ids, worker counts, vnodes) of the first do not change and no hand-off runs, so
+/// only anti-entropy can give it its keys back — the sessions the restarted node starts
+/// with every other worker once it sees the rings, and the periodic ones (every 500 ms).
+/// It ends up holding every key, with the same value as the first, each node read
+/// directly. The size is `LATTICEKV_TEST_REPAIR_MIB` (default 120: about 10 s in a debug
+/// build).
+#[test]
+fn a_replica_restarted_empty_is_repaired_by_anti_entropy() {
+    let _serial = serial();
+    let f = [
+        "--workers",
+        "2",
+        "--cluster-gossip-ms",
+        "100",
+        "--failure-timeout-ms",
+        "60000",
+        "--anti-entropy-ms",
+        "500",
+        "--replication",
+        "2",
+        "--no-leave",
+    ];
+    let mut nodes = cluster(&["r1", "r2"], &f, &[]);
+    let n = repair_mib() * (1 << 20) / REPAIR_VALUE_BYTES;
+    let keys = keys("big", n);
+    let values = big_values(n);
+    let started = Instant::now();
+    let mut c = Native::connect(nodes[0].native);
+    for (b, chunk) in keys.chunks(40).enumerate() {
+        let resp = c.call(Op::PutMany(pb::PutMany {
+            puts: chunk
+                .iter()
+                .enumerate()
+                .map(|(i, k)| pb::Put {
+                    key: k.clone().into(),
+                    value: Some(values[b * 40 + i].clone()),
+                })
+                .collect(),
+        }));
+        let Some(R::Multi(m)) = resp.result else {
+            panic!("PutMany: {resp:?}")
+        };
+        assert!(
+            m.results
+                .iter()
+                .all(|r| matches!(r.result, Some(pb::key_result::Result::Ack(_)))),
+            "PutMany: {m:?}"
+        );
+    }
+    let all: Vec<&NodeProc> = nodes.iter().collect();
+    assert!(
+        eventually(Duration::from_secs(60), || replica_counts(&all, &keys)
+            .values()
+            .all(|&n| n == 2)),
+        "the writes did not reach both replicas"
+    );
+    eprintln!(
+        "{n} values written and replicated in {:?}",
+        started.elapsed()
+    );
+
+    let mut r2 = nodes.pop().unwrap();
+    assert_eq!(r2.stop_with(common::SIGTERM), Some(0), "r2 stops cleanly");
+    drop(r2);
+    // No data directory: it comes back empty.
+    let r2 = NodeProc::server("r2", Some(nodes[0].native), &f);
+    let both = [&nodes[0], &r2];
+    for node in both {
+        assert!(
+            eventually(Duration::from_secs(20), || alive_members(node) == 2),
+            "{} does not see both nodes alive",
+            node.native
+        );
+    }
+    let restarted = Instant::now();
+    let held_by_r2 = || {
+        replica_counts(&[&r2], &keys)
+            .values()
+            .filter(|&&n| n == 1)
+            .count()
+    };
+    let repaired = eventually(Duration::from_secs(60), || held_by_r2() == n);
+    assert!(
+        repaired,
+        "r2 holds {} of {n} keys after a minute",
+        held_by_r2()
+    );
+    eprintln!("repaired in {:?}", restarted.elapsed());
+    for node in both {
+        let bad = not_held_right(node, &keys, &values);
+        assert!(
+            bad.is_empty(),
+            "{} lacks {} keys or holds another value, e.g. {:?}",
+            node.native,
+            bad.len(),
+            bad.iter().take(5).map(|&i| &keys[i]).collect::<Vec<_>>()
+        );
     }
 }
