@@ -64,6 +64,18 @@ impl NodeProc {
         seed: Option<SocketAddr>,
         extra: &[&str],
     ) -> NodeProc {
+        Self::server_bin_env(bin, id, seed, extra, &[])
+    }
+
+    /// As [`server_bin`](NodeProc::server_bin), with extra environment variables for the
+    /// process (e.g. `LATTICEKV_FAULT`, which has no flag).
+    pub fn server_bin_env(
+        bin: impl Into<PathBuf>,
+        id: &str,
+        seed: Option<SocketAddr>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> NodeProc {
         let seed = seed.map(|s| s.to_string());
         let mut args = vec![
             "server",
@@ -77,7 +89,7 @@ impl NodeProc {
         if let Some(s) = &seed {
             args.extend(["--seeds", s.as_str()]);
         }
-        Self::spawn_bin(bin, &args, extra)
+        Self::spawn_bin_env(bin, &args, extra, env)
     }
 
     /// Starts `bin` with `base` and `extra` arguments and waits until it prints its
@@ -87,11 +99,23 @@ impl NodeProc {
     /// If the binary cannot be started, or it does not print its native and RESP addresses
     /// within 30 s.
     pub fn spawn_bin(bin: impl Into<PathBuf>, base: &[&str], extra: &[&str]) -> NodeProc {
+        Self::spawn_bin_env(bin, base, extra, &[])
+    }
+
+    /// As [`spawn_bin`](NodeProc::spawn_bin), with extra environment variables for the
+    /// process.
+    pub fn spawn_bin_env(
+        bin: impl Into<PathBuf>,
+        base: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> NodeProc {
         let bin = bin.into();
         let mut child = Command::new(&bin)
             .args(base)
             .args(extra)
             .env("LATTICEKV_LOG", "warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -4,6 +4,8 @@
 
 #![allow(dead_code, unused_imports)]
 
+pub mod cluster;
+
 use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
 
@@ -29,6 +31,23 @@ impl NodeProc {
     /// [`testkit::NodeProc::server_bin`].
     pub fn server(id: &str, seed: Option<SocketAddr>, extra: &[&str]) -> NodeProc {
         NodeProc(testkit::NodeProc::server_bin(bin(), id, seed, extra))
+    }
+
+    /// As [`NodeProc::server`], with extra environment variables for the process (e.g.
+    /// `LATTICEKV_FAULT`): [`testkit::NodeProc::server_bin_env`].
+    pub fn server_env(
+        id: &str,
+        seed: Option<SocketAddr>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> NodeProc {
+        NodeProc(testkit::NodeProc::server_bin_env(
+            bin(),
+            id,
+            seed,
+            extra,
+            env,
+        ))
     }
 
     /// Starts the binary with `base` and `extra` arguments and waits until it prints its
