@@ -137,6 +137,32 @@ fn a_client_connection_sending_a_peer_message_is_refused_and_the_node_keeps_serv
         assert_eq!(e.code, pb::ErrorCode::BadRequest as i32, "{e:?}");
         assert!(e.message.contains("undecodable"), "{}", e.message);
         put_get(&mut c, &key_served_at(&node, port, "after-hello"), "v2");
+
+        // A raw peer request is refused too, and never read as another operation: its
+        // field numbers are not a client request's (a digest naming "victim" once decoded
+        // as a client DELETE of "victim").
+        let victim = key_served_at(&node, port, "victim");
+        put_get(&mut c, &victim, "still here");
+        let digest = pb::PeerRequest {
+            id: 9,
+            msg: Some(pb::peer_request::Msg::Digest(pb::AntiEntropyDigest {
+                sender_node: victim.clone(),
+                ..Default::default()
+            })),
+        };
+        let mut frame = Vec::new();
+        wire::frame::encode(&digest, &mut frame);
+        std::io::Write::write_all(&mut c.stream, &frame).unwrap();
+        let resp = c.read();
+        let e = error_of(&resp);
+        assert_eq!(e.code, pb::ErrorCode::BadRequest as i32, "{e:?}");
+        let got = c.call(Op::Get(pb::Get {
+            key: victim.clone().into(),
+        }));
+        assert!(
+            format!("{got:?}").contains("still here"),
+            "a raw peer request changed {victim}: {got:?}"
+        );
     }
     // A fresh connection too.
     put_get(&mut Native::connect(node.native), "fresh", "v3");
