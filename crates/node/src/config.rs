@@ -389,6 +389,10 @@ pub struct Limits {
     pub memory_budget: u64,
     /// Most explicit replication vectors a node keeps. Default: 100,000.
     pub max_replication_entries: usize,
+    /// How far ahead of the node's clock a client-supplied LWW timestamp may be, in ms;
+    /// one further ahead is refused (it would win every later write of the key, and move
+    /// the worker's clock). Default: 60,000.
+    pub max_clock_ahead_ms: u64,
 }
 
 impl Default for Limits {
@@ -401,6 +405,7 @@ impl Default for Limits {
             max_connections: 10_000,
             memory_budget: 0,
             max_replication_entries: 100_000,
+            max_clock_ahead_ms: 60_000,
         }
     }
 }

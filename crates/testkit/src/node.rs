@@ -30,6 +30,8 @@ pub struct NodeProc {
     pub resp: SocketAddr,
     /// The worker addresses it printed (empty if it printed none).
     pub workers: Vec<SocketAddr>,
+    /// The peer-plane address it printed (`None` if it printed none: a routing node).
+    pub peer: Option<SocketAddr>,
     /// The data directory [`start_bin`](NodeProc::start_bin) made for the node (its disk
     /// tier), removed on drop.
     pub data: Option<tempfile::TempDir>,
@@ -122,7 +124,7 @@ impl NodeProc {
             .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let (mut native, mut resp, mut workers) = (None, None, Vec::new());
+        let (mut native, mut resp, mut workers, mut peer) = (None, None, Vec::new(), None);
         let deadline = Instant::now() + START_TIMEOUT;
         while Instant::now() < deadline {
             let Some(Ok(line)) = lines.next() else { break };
@@ -131,6 +133,7 @@ impl NodeProc {
                 Some("native") => native = parts.next().map(|a| a.parse().unwrap()),
                 Some("resp") => resp = parts.next().map(|a| a.parse().unwrap()),
                 Some("workers") => workers = parts.map(|a| a.parse().unwrap()).collect(),
+                Some("peer") => peer = parts.next().and_then(|a| a.parse().ok()),
                 Some("press") => break,
                 _ => {}
             }
@@ -147,6 +150,7 @@ impl NodeProc {
             native: native.expect("node printed its native address"),
             resp: resp.expect("node printed its RESP address"),
             workers,
+            peer,
             data: None,
             bin,
         }

@@ -208,11 +208,11 @@ pub fn beat(membership: &mut Membership, me: &str, now_ms: u64, leaving: bool) {
     if leaving {
         next.status = Status::Left;
     } else if current.status != Status::Alive {
-        next.incarnation = (current.incarnation + 1).max(now_ms);
+        next.incarnation = current.incarnation.saturating_add(1).max(now_ms);
         next.status = Status::Alive;
         next.heartbeat = 0;
     }
-    next.heartbeat += 1;
+    next.heartbeat = next.heartbeat.saturating_add(1);
     membership.insert_merge(me.to_string(), next);
 }
 

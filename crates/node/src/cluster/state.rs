@@ -33,22 +33,86 @@ pub fn member_to_pb(id: &str, m: &Member) -> pb::Member {
     }
 }
 
-/// Decodes a member; `None` for an unknown role or status.
-pub fn member_from_pb(m: &pb::Member) -> Option<(String, Member)> {
-    let status = match pb::NodeStatus::try_from(m.status).ok()? {
+/// Most members a node keeps: gossip naming more new nodes than this is ignored beyond it.
+pub const MAX_MEMBERS: usize = 4096;
+/// Most virtual nodes a member may claim (each is a point on every worker's ring).
+pub const MAX_VNODES: u32 = 4096;
+/// Most workers a member may claim (a node runs at most 1,024).
+pub const MAX_WORKERS: usize = 1024;
+/// Longest node id or address a member may carry, in bytes.
+pub const MAX_FIELD_BYTES: usize = 256;
+/// How far ahead of this node's clock an incarnation may be (incarnations are wall-clock
+/// milliseconds): a larger one is forged or from a badly wrong clock, and accepting it
+/// would let it win against every refutation its node can make.
+pub const MAX_INCARNATION_AHEAD_MS: u64 = 24 * 60 * 60 * 1000;
+/// Largest heartbeat a member may claim (one per gossip round: ~35 years at 1 ms rounds).
+pub const MAX_HEARTBEAT: u64 = 1 << 40;
+
+/// Why a member from the network was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MemberError {
+    /// An unknown status or role.
+    #[error("unknown status or role")]
+    Unknown,
+    /// A field out of its bounds.
+    #[error("{0}")]
+    OutOfBounds(String),
+}
+
+/// Decodes a member from the network, checking every field against its bounds (`now_ms`:
+/// this node's wall clock, for the incarnation).
+pub fn member_from_pb(m: &pb::Member, now_ms: u64) -> Result<(String, Member), MemberError> {
+    let status = match pb::NodeStatus::try_from(m.status).map_err(|_| MemberError::Unknown)? {
         pb::NodeStatus::Alive => Status::Alive,
         pb::NodeStatus::Suspect => Status::Suspect,
         pb::NodeStatus::Dead => Status::Dead,
         pb::NodeStatus::Left => Status::Left,
     };
-    Some((
+    let bound = |ok: bool, what: String| {
+        if ok {
+            Ok(())
+        } else {
+            Err(MemberError::OutOfBounds(what))
+        }
+    };
+    bound(
+        !m.node_id.is_empty() && m.node_id.len() <= MAX_FIELD_BYTES,
+        format!("node id of {} bytes", m.node_id.len()),
+    )?;
+    bound(
+        m.vnodes <= MAX_VNODES,
+        format!("{} vnodes (at most {MAX_VNODES})", m.vnodes),
+    )?;
+    bound(
+        m.workers.len() <= MAX_WORKERS,
+        format!("{} workers (at most {MAX_WORKERS})", m.workers.len()),
+    )?;
+    let fields = [&m.front, &m.resp, &m.peer, &m.role];
+    bound(
+        fields.iter().all(|f| f.len() <= MAX_FIELD_BYTES)
+            && m.workers.iter().all(|w| w.len() <= MAX_FIELD_BYTES),
+        format!("an address over {MAX_FIELD_BYTES} bytes"),
+    )?;
+    bound(
+        m.incarnation <= now_ms.saturating_add(MAX_INCARNATION_AHEAD_MS),
+        format!(
+            "incarnation {} is ahead of this node's clock ({now_ms})",
+            m.incarnation
+        ),
+    )?;
+    bound(
+        m.heartbeat <= MAX_HEARTBEAT,
+        format!("heartbeat {}", m.heartbeat),
+    )?;
+    let role = Role::from_name(&m.role).ok_or(MemberError::Unknown)?;
+    Ok((
         m.node_id.clone(),
         Member {
             incarnation: m.incarnation,
             status,
             heartbeat: m.heartbeat,
             desc: Description {
-                role: Role::from_name(&m.role)?,
+                role,
                 front: m.front.clone(),
                 resp: m.resp.clone(),
                 workers: m.workers.clone(),
@@ -66,13 +130,34 @@ pub fn membership_to_pb(m: &Membership) -> Vec<pb::Member> {
         .collect()
 }
 
-/// Merges protobuf members into a membership (members that don't decode are skipped).
-/// Returns true if it changed.
-pub fn merge_members(into: &mut Membership, members: &[pb::Member]) -> bool {
+/// Merges protobuf members into a membership, skipping (and logging) members that do not
+/// decode or are out of bounds, and new members beyond [`MAX_MEMBERS`] (`known`: how many
+/// members the node already has; members it knows are always merged). Returns true if
+/// `into` changed.
+pub fn merge_members(
+    into: &mut Membership,
+    members: &[pb::Member],
+    known: &Membership,
+    now_ms: u64,
+) -> bool {
     let mut changed = false;
+    let mut room = MAX_MEMBERS.saturating_sub(known.len());
     for m in members {
-        if let Some((id, member)) = member_from_pb(m) {
-            changed |= into.insert_merge(id, member);
+        match member_from_pb(m, now_ms) {
+            Ok((id, member)) => {
+                if known.get(&id).is_none() && into.get(&id).is_none() {
+                    if room == 0 {
+                        tracing::warn!(node = %id, "member ignored: the membership is full ({MAX_MEMBERS} members)");
+                        continue;
+                    }
+                    room -= 1;
+                }
+                changed |= into.insert_merge(id, member);
+            }
+            Err(e) => {
+                let id: String = m.node_id.chars().take(64).collect();
+                tracing::warn!(node = %id, error = %e, "member from a peer refused");
+            }
         }
     }
     changed
@@ -231,10 +316,11 @@ mod tests {
             },
         );
         let mut back = Membership::new();
-        assert!(merge_members(&mut back, &membership_to_pb(&m)));
+        let none = Membership::new();
+        assert!(merge_members(&mut back, &membership_to_pb(&m), &none, 10));
         assert_eq!(back, m);
         assert!(
-            !merge_members(&mut back, &membership_to_pb(&m)),
+            !merge_members(&mut back, &membership_to_pb(&m), &none, 10),
             "idempotent"
         );
 
@@ -257,5 +343,83 @@ mod tests {
             replication_digest(&t),
             replication_digest(&ReplicationTable::new())
         );
+    }
+
+    fn member(id: &str, incarnation: u64) -> pb::Member {
+        pb::Member {
+            node_id: id.into(),
+            incarnation,
+            status: pb::NodeStatus::Alive as i32,
+            heartbeat: 1,
+            role: "memory".into(),
+            front: "a:1".into(),
+            resp: "a:2".into(),
+            workers: vec!["a:3".into()],
+            vnodes: 64,
+            peer: "a:4".into(),
+        }
+    }
+
+    #[test]
+    fn members_out_of_bounds_are_refused() {
+        let now = 1_000_000;
+        assert!(member_from_pb(&member("ok", now), now).is_ok());
+        let forged = [
+            pb::Member {
+                vnodes: u32::MAX,
+                ..member("vnodes", now)
+            },
+            pb::Member {
+                incarnation: u64::MAX,
+                status: pb::NodeStatus::Left as i32,
+                ..member("inc", now)
+            },
+            pb::Member {
+                heartbeat: u64::MAX,
+                ..member("hb", now)
+            },
+            pb::Member {
+                workers: vec!["w".into(); MAX_WORKERS + 1],
+                ..member("workers", now)
+            },
+            pb::Member {
+                front: "x".repeat(MAX_FIELD_BYTES + 1),
+                ..member("front", now)
+            },
+            member(&"n".repeat(MAX_FIELD_BYTES + 1), now),
+            member("", now),
+        ];
+        for m in &forged {
+            assert!(
+                matches!(member_from_pb(m, now), Err(MemberError::OutOfBounds(_))),
+                "{m:?} accepted"
+            );
+        }
+        let mut into = Membership::new();
+        assert!(!merge_members(&mut into, &forged, &Membership::new(), now));
+        assert_eq!(into.len(), 0);
+    }
+
+    #[test]
+    fn gossip_cannot_grow_the_membership_past_its_bound() {
+        let now = 1_000_000;
+        let many: Vec<pb::Member> = (0..MAX_MEMBERS + 100)
+            .map(|i| member(&format!("n{i}"), now))
+            .collect();
+        let mut into = Membership::new();
+        assert!(merge_members(&mut into, &many, &Membership::new(), now));
+        assert_eq!(into.len(), MAX_MEMBERS);
+        // Members already known are still merged when the membership is full.
+        let mut newer = member("n0", now);
+        newer.heartbeat = 9;
+        let mut again = Membership::new();
+        assert!(merge_members(
+            &mut again,
+            &[newer, member("extra", now)],
+            &into,
+            now
+        ));
+        assert_eq!(again.len(), 1);
+        assert_eq!(again.get("n0").map(|m| m.heartbeat), Some(9));
     }
 }

@@ -274,11 +274,31 @@ impl Shard {
         self.check_type(key, ty)?;
         self.check_value_size(key, &value)?;
         let epoch = match &value {
-            Value::Lww(l) => l.ts,
+            Value::Lww(l) => {
+                self.check_client_timestamp(l.ts)?;
+                l.ts
+            }
             _ => self.write_epoch(key, ty),
         };
         self.apply(key, Record::new(epoch, Some(value)))?;
         Ok(OpResult::Done)
+    }
+
+    /// Refuses a client-supplied timestamp further ahead of this worker's clock than
+    /// `limits.max_clock_ahead_ms`: it would win against every later write of its key and
+    /// drag the worker's clock (and so every later timestamp it issues) along.
+    fn check_client_timestamp(&self, ts: Timestamp) -> Result<(), NodeError> {
+        let ahead = self.config.limits.max_clock_ahead_ms;
+        let now = self.clock_ms();
+        if ts.physical_ms() > now.saturating_add(ahead) {
+            return Err(NodeError::InvalidArgument(format!(
+                "timestamp {} ms is {} ms ahead of this node's clock (at most {ahead} ms: \
+                 limits.max_clock_ahead_ms)",
+                ts.physical_ms(),
+                ts.physical_ms() - now
+            )));
+        }
+        Ok(())
     }
 
     pub(super) fn delete(&mut self, key: &[u8]) -> Result<OpResult, NodeError> {

@@ -846,3 +846,36 @@ fn requests_go_to_a_replica_on_this_node_first() {
         "{via_this_node} {elsewhere}"
     );
 }
+
+/// A client-supplied LWW timestamp far ahead of the worker's clock is refused (it would win
+/// every later write and drag the clock along); one within the bound is accepted, and a
+/// later SET still wins over it once the clock passes it.
+#[test]
+fn far_future_client_timestamps_are_refused() {
+    let mut s = shard(0, 1);
+    let now_ms = 1_700_000_000_000u64;
+    let at = |ms: u64| lattice::Timestamp::new(ms << 16, 7);
+    let put = |s: &mut Shard, ts| {
+        s.execute(Op::Put {
+            key: &b"k"[..],
+            value: Value::Lww(lattice::Lww::new(ts, lattice::Blob::from(&b"v"[..]))),
+        })
+    };
+    match put(&mut s, lattice::Timestamp::new(u64::MAX, 7)) {
+        OpResult::Error(NodeError::InvalidArgument(m)) => {
+            assert!(m.contains("ahead of this node's clock"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(get(&mut s, b"k"), None);
+    let ahead = Limits::default().max_clock_ahead_ms;
+    assert!(matches!(
+        put(&mut s, at(now_ms + ahead + 1)),
+        OpResult::Error(NodeError::InvalidArgument(_))
+    ));
+    assert!(matches!(put(&mut s, at(now_ms + ahead)), OpResult::Done));
+    // The worker's clock did not jump to u64::MAX: a delete is ordered after the accepted
+    // write (the clock observed it), and a new write after that.
+    assert_eq!(int(s.execute(Op::Delete { key: &b"k"[..] })), 1);
+    assert_eq!(get(&mut s, b"k"), None);
+}

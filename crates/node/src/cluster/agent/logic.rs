@@ -120,7 +120,12 @@ impl AgentState {
     /// Merges a peer's metadata. Returns true if anything changed.
     pub(super) fn absorb(&mut self, state: &pb::ClusterState) -> bool {
         let mut incoming = Membership::new();
-        merge_members(&mut incoming, &state.members);
+        merge_members(
+            &mut incoming,
+            &state.members,
+            &self.membership,
+            self.clock.wall_ms(),
+        );
         // A peer cannot change what this node says about itself, except to suspect it or
         // declare it dead (at its latest heartbeat: this node stalled) — refuted at once
         // with a new incarnation, before anything is published: a view without this node
@@ -296,7 +301,12 @@ impl AgentState {
     /// Members learned from a seed's topology (bootstrap): merged like any gossip.
     pub(super) fn learn(&mut self, members: &[pb::Member]) {
         let mut incoming = Membership::new();
-        merge_members(&mut incoming, members);
+        merge_members(
+            &mut incoming,
+            members,
+            &self.membership,
+            self.clock.wall_ms(),
+        );
         if self.membership.merge(incoming) {
             self.publish();
         }
