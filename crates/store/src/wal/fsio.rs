@@ -139,6 +139,19 @@ impl DirLock {
     }
 }
 
+impl Drop for DirLock {
+    /// Unlocks explicitly rather than by closing the file: a `flock` belongs to the open
+    /// file description, which a child forked by another thread shares until it execs, so
+    /// closing our descriptor alone could leave the directory locked for a moment after
+    /// the log was closed (a reopen right after then failed with `Locked`).
+    fn drop(&mut self) {
+        // SAFETY: flock on the descriptor we still own; errors leave the lock to the close.
+        unsafe {
+            libc::flock(self._file.as_raw_fd(), libc::LOCK_UN);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
