@@ -140,7 +140,7 @@ impl Core {
             Route::Local => {
                 // A read that may miss while keys are moving takes the general path, which
                 // asks the previous owners.
-                if self.shard.settling().is_some() && matches!(op, Op::Get { .. }) {
+                if matches!(op, Op::Get { .. }) && self.shard.settling().is_some() {
                     return Err(op);
                 }
                 let result = self.shard.execute(op);

@@ -192,6 +192,8 @@ pub struct Shard {
     /// Per partition, the view it has not yet been compared against since the rings
     /// changed (`None`: up to date); see `views`.
     reconcile: Vec<Option<Arc<ViewState>>>,
+    /// How many entries of `reconcile` are `Some` (asked between every two requests).
+    reconcile_waiting: usize,
     /// Keys this worker no longer replicates: a key is dropped once every current replica
     /// has acknowledged holding its current record durably.
     handoff: Map<Blob, Handoff>,
@@ -247,6 +249,7 @@ impl Shard {
             settling_until_ms: 0,
             single_worker,
             reconcile: vec![None; store::PARTITIONS],
+            reconcile_waiting: 0,
             changeset: Map::with_hasher(hasher.clone()),
             outbox: Map::with_hasher(hasher.clone()),
             handoff: Map::with_hasher(hasher.clone()),
@@ -441,7 +444,7 @@ impl Shard {
             pending_replication: (self.changeset.len()
                 + self.outbox.values().map(KeySet::len).sum::<usize>()
                 + self.handoff.len()
-                + self.reconcile.iter().filter(|r| r.is_some()).count())
+                + self.reconcile_waiting)
                 as u64,
             handoff_keys: self.handoff.len() as u64,
         }

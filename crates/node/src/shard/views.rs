@@ -58,6 +58,7 @@ impl Shard {
             for base in self.reconcile.iter_mut() {
                 if base.is_none() {
                     *base = Some(old.clone());
+                    self.reconcile_waiting += 1;
                 }
             }
         } else {
@@ -94,7 +95,7 @@ impl Shard {
 
     /// True while partitions wait to be compared against the current view.
     pub fn reconciling(&self) -> bool {
-        self.reconcile.iter().any(Option::is_some)
+        self.reconcile_waiting > 0
     }
 
     /// Compares waiting partitions against the current view, about `budget` keys' worth
@@ -110,6 +111,7 @@ impl Shard {
             let Some(old) = self.reconcile[p].take() else {
                 continue;
             };
+            self.reconcile_waiting -= 1;
             // Vector changes were compared when they came; only the rings are left.
             if old.rings != new.rings {
                 self.for_each_in_partition(p, None, |key, _| {
@@ -143,7 +145,7 @@ impl Shard {
     /// While keys may still be moving after a view change: the views whose replicas a read
     /// that misses here may ask.
     pub fn settling(&self) -> Option<&[Arc<ViewState>]> {
-        if self.clock.mono_ms() < self.settling_until_ms && !self.previous.is_empty() {
+        if !self.previous.is_empty() && self.clock.mono_ms() < self.settling_until_ms {
             Some(&self.previous)
         } else {
             None
