@@ -145,6 +145,9 @@ pub struct CoreConfig {
     /// How old a tombstone must be before its reclamation starts, ms (it is reclaimed only
     /// once every replica holds it, however old).
     pub tombstone_grace_ms: u64,
+    /// Most bytes of values a request reading several keys may collect (on each worker it
+    /// runs on); beyond it, its values are replaced by [`NodeError::ReplyTooLarge`].
+    pub max_reply_bytes: usize,
 }
 
 impl Default for CoreConfig {
@@ -160,6 +163,7 @@ impl Default for CoreConfig {
             journal_flush_ms: 2,
             default_ack: Ack::MERGED,
             tombstone_grace_ms: 60_000,
+            max_reply_bytes: 64 << 20,
         }
     }
 }
