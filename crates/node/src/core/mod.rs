@@ -22,6 +22,7 @@
 //! - `gossip`: gossip rounds, batches in flight, hand-off acknowledgements;
 //! - `entropy`: anti-entropy sessions, bucket by bucket, bounded and paced;
 //! - `reclaim`: reclaiming tombstones once every replica holds them;
+//! - `reply_limit`: the reply limit of requests reading several values;
 //! - `serve`: answering other workers.
 
 mod acks;
@@ -29,6 +30,7 @@ mod entropy;
 mod gossip;
 pub mod messages;
 mod reclaim;
+mod reply_limit;
 mod requests;
 mod serve;
 
