@@ -379,6 +379,25 @@ pub struct Limits {
     pub max_value_size: usize,
     /// Largest native-protocol frame and largest RESP bulk string. Default: 32 MiB.
     pub max_frame_size: usize,
+    /// Largest request, in bytes: a whole RESP command (counted as its bulk lengths are
+    /// declared, so one announcing more is refused before its data is read) and a native
+    /// frame (with `max_frame_size`, whichever is smaller). The connection is closed after
+    /// the error: the stream cannot be resynchronised. Default: 512 MiB (Redis caps one bulk
+    /// string at 512 MB and a client's query buffer at 1 GB).
+    pub max_request_bytes: usize,
+    /// Largest reply to a request reading several values (RESP MGET, native GetMany): one
+    /// that would be larger gets an error instead, before the reply is built. A single value
+    /// is always answered (it is bounded by `max_value_size`). Default: 64 MiB (four values of
+    /// the largest size, and the largest frame the Rust client reads).
+    pub max_reply_bytes: usize,
+    /// Seconds a client connection may stay idle (nothing sent, nothing waiting) before the
+    /// node closes it; 0 = never. Connections with subscriptions are exempt. Default: 0 (as
+    /// Redis's `timeout 0`: pooled clients keep idle connections).
+    pub idle_timeout_secs: u64,
+    /// Seconds a request may take to arrive once its first byte has: a connection holding
+    /// an incomplete request for longer is closed (it would hold a connection slot and a
+    /// buffer for free); 0 = never. Default: 30.
+    pub partial_request_timeout_secs: u64,
     /// Most keys or arguments in one request. Default: 1,048,576 (Redis's multibulk limit).
     pub max_request_items: usize,
     /// Most simultaneous client connections for the whole node. Default: 10,000.
@@ -401,6 +420,10 @@ impl Default for Limits {
             max_key_size: 16 * 1024,
             max_value_size: 16 * 1024 * 1024,
             max_frame_size: 32 * 1024 * 1024,
+            max_request_bytes: 512 * 1024 * 1024,
+            max_reply_bytes: 64 * 1024 * 1024,
+            idle_timeout_secs: 0,
+            partial_request_timeout_secs: 30,
             max_request_items: 1024 * 1024,
             max_connections: 10_000,
             memory_budget: 0,
@@ -411,6 +434,23 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// Largest native frame accepted: `max_frame_size` or `max_request_bytes`, whichever is
+    /// smaller.
+    pub fn max_native_request(&self) -> usize {
+        self.max_frame_size.min(self.max_request_bytes)
+    }
+
+    /// The idle timeout, if any.
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        (self.idle_timeout_secs > 0).then(|| Duration::from_secs(self.idle_timeout_secs))
+    }
+
+    /// The partial-request timeout, if any.
+    pub fn partial_request_timeout(&self) -> Option<Duration> {
+        (self.partial_request_timeout_secs > 0)
+            .then(|| Duration::from_secs(self.partial_request_timeout_secs))
+    }
+
     /// The memory budget in bytes, resolving 0 to half of physical RAM.
     pub fn memory_budget_bytes(&self) -> u64 {
         if self.memory_budget > 0 {

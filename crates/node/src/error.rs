@@ -30,6 +30,16 @@ pub enum NodeError {
         /// The limit.
         max: usize,
     },
+    /// The reply to a request reading several values would be larger than
+    /// `max_reply_bytes`: the request is refused as a whole (ask for fewer keys at a time).
+    #[error(
+        "the reply would exceed the {max}-byte reply limit (limits.max_reply_bytes): \
+         ask for fewer keys at a time"
+    )]
+    ReplyTooLarge {
+        /// The limit.
+        max: usize,
+    },
     /// The worker's share of the memory budget is used up.
     #[error("memory budget exhausted ({used} of {budget} bytes used by this worker)")]
     MemoryLimit {
@@ -89,6 +99,7 @@ impl NodeError {
             NodeError::KeyTooLarge { .. } => ErrorCode::KeyTooLarge,
             NodeError::ValueTooLarge { .. } => ErrorCode::ValueTooLarge,
             NodeError::MemoryLimit { .. } => ErrorCode::MemoryLimit,
+            NodeError::ReplyTooLarge { .. } => ErrorCode::InvalidArgument,
             NodeError::ReservedKey => ErrorCode::ReservedKey,
             NodeError::Overflow => ErrorCode::Overflow,
             NodeError::Redirect(_) => ErrorCode::Redirect,

@@ -161,6 +161,7 @@ fn core_config(config: &NodeConfig) -> CoreConfig {
         gossip_period_ms: config.gossip_period_ms.max(1),
         anti_entropy_period_ms: config.cluster.anti_entropy_period().as_millis() as u64,
         tombstone_grace_ms: config.tombstone_grace_secs.saturating_mul(1000),
+        max_reply_bytes: config.limits.max_reply_bytes,
         default_ack: crate::ack::Ack {
             replicas: config.ack_replicas as usize,
             durable: config.ack == crate::ack::AckLevel::Durable,
@@ -305,7 +306,9 @@ impl Node {
             published: published.clone(),
             resp_port: resp_addr.port(),
             started: Instant::now(),
-            connections: ConnectionLimit::new(config.limits.max_connections),
+            connections: ConnectionLimit::new(crate::driver::conns::fit_client_limit(
+                config.limits.max_connections,
+            )),
             shutdown: shutdown.clone(),
             stop,
             leaving,

@@ -7,8 +7,10 @@
 //! pushes (`id = 0`) go out between batches of responses.
 //!
 //! Bad input: an undecodable frame gets a `BAD_REQUEST` response (id 0) and the connection
-//! goes on (framing is intact); a frame above `max_frame_size` gets `FRAME_TOO_LARGE` and the
-//! connection is closed (the stream cannot be resynchronised). Peer-plane messages and
+//! goes on (framing is intact); a frame above `max_frame_size` or `max_request_bytes` gets
+//! `FRAME_TOO_LARGE` and the connection is closed (the stream cannot be resynchronised). A
+//! request reading several values whose reply would exceed `max_reply_bytes` gets
+//! `INVALID_ARGUMENT` as a whole. Peer-plane messages and
 //! operator requests in their old form are refused with a `BAD_REQUEST` naming where they
 //! belong. Other clients are unaffected.
 //!
@@ -68,14 +70,19 @@ impl Native {
             } else {
                 Routing::Redirect
             },
-            max_frame: w.shared.config.limits.max_frame_size,
+            max_frame: w.shared.config.limits.max_native_request(),
             subs: ConnectionSubscriptions::new(w),
         }
     }
 }
 
+/// Appends a response; one too large for a frame (over 4 GiB, which the reply limit keeps
+/// far away) is answered with an error instead, never with a truncated length.
 fn encode(resp: &pb::Response, out: &mut Vec<u8>) {
-    frame::encode(resp, out);
+    if let Err(e) = frame::try_encode(resp, out) {
+        let error = raw_error(resp.id, pb::ErrorCode::InvalidArgument, e.to_string());
+        frame::encode(&error, out);
+    }
 }
 
 fn error_response(id: u64, e: &NodeError) -> pb::Response {
@@ -125,6 +132,13 @@ fn key_result(r: OpResult) -> pb::KeyResult {
 }
 
 fn build_response(id: u64, shape: Shape, results: Vec<OpResult>) -> pb::Response {
+    // A reply over the limit fails the request as a whole.
+    if let Some(e) = results.iter().find_map(|r| match r {
+        OpResult::Error(e @ NodeError::ReplyTooLarge { .. }) => Some(e),
+        _ => None,
+    }) {
+        return error_response(id, e);
+    }
     let result = match shape {
         Shape::Multi => RespResult::Multi(pb::MultiResult {
             results: results.into_iter().map(key_result).collect(),
@@ -204,6 +218,10 @@ impl Codec for Native {
 
     fn drain_pushes(&mut self, out: &mut Vec<u8>) {
         self.subs.drain_into(out);
+    }
+
+    fn waits_for_pushes(&self) -> bool {
+        self.subs.any()
     }
 }
 

@@ -6,7 +6,8 @@
 //! [`crate::front::pipeline`]).
 //!
 //! Bad input: a protocol error gets `-ERR Protocol error: …` and the connection is closed,
-//! as Redis does; an unknown command gets `-ERR unknown command …` and the connection goes
+//! as Redis does — so does a command declaring more than `max_request_bytes` (refused
+//! before its data is read); an unknown command gets `-ERR unknown command …` and the connection goes
 //! on. Other connections are unaffected.
 //!
 //! # Layout
@@ -22,7 +23,7 @@ mod server;
 use std::rc::Rc;
 
 use bytes::{Buf, BytesMut};
-use wire::resp::{self, Args, Version};
+use wire::resp::{self, Args, CommandParser, Version};
 
 use super::pipeline::{Codec, Replies, Step};
 use crate::driver::worker::Worker;
@@ -46,6 +47,8 @@ pub struct ConnState {
 pub struct Resp {
     state: ConnState,
     limits: resp::Limits,
+    /// Resumes a partly received command where it stopped (linear in its size).
+    parser: CommandParser,
     args: Args,
 }
 
@@ -64,7 +67,9 @@ impl Resp {
                 max_bulk_len: limits.max_frame_size,
                 max_args: limits.max_request_items.saturating_add(1),
                 max_inline_len: 64 * 1024,
+                max_request_len: limits.max_request_bytes,
             },
+            parser: CommandParser::new(),
             args: Args::default(),
         }
     }
@@ -72,7 +77,7 @@ impl Resp {
 
 impl Codec for Resp {
     fn next(&mut self, w: &Rc<Worker>, buf: &mut BytesMut, replies: &mut Replies) -> Step {
-        match resp::parse_command(buf, &self.limits, &mut self.args) {
+        match self.parser.parse(buf, &self.limits, &mut self.args) {
             Ok(None) => Step::Need,
             Ok(Some(consumed)) => {
                 if !self.args.is_empty() {
