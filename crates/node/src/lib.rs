@@ -30,6 +30,7 @@
 #![warn(missing_docs)]
 
 pub mod ack;
+pub mod auth;
 pub mod clock;
 pub mod cluster;
 pub mod codec;
