@@ -9,7 +9,7 @@ mod common;
 use std::process::{Command, Stdio};
 
 use client::{Client, ClientOptions, Credentials};
-use common::{NodeProc, Native, Resp};
+use common::{Native, NodeProc, Resp};
 use node::auth::sha256_hex;
 use wire::pb::{self, request::Op, response::Result as R, ErrorCode};
 
@@ -89,7 +89,9 @@ fn resp_requires_auth_and_a_wrong_password_keeps_the_connection_usable() {
     h.send(&[b"HELLO", b"3", b"AUTH", b"default", b"s3cret"]);
     assert_eq!(h.line(), "%7\r\n");
     let mut h2 = Resp::connect(node.resp);
-    h2.send(&[b"HELLO", b"2", b"AUTH", b"default", b"s3cret", b"SETNAME", b"x"]);
+    h2.send(&[
+        b"HELLO", b"2", b"AUTH", b"default", b"s3cret", b"SETNAME", b"x",
+    ]);
     assert_eq!(h2.line(), "*14\r\n");
     // A rejected HELLO changes nothing: still RESP2, still the same user.
     c.roundtrip(&[b"HELLO", b"3", b"AUTH", b"default", b"bad"], WRONGPASS);
@@ -168,8 +170,14 @@ fn read_only_and_prefix_limited_users_are_held_to_their_permissions() {
     let mut n = Native::connect(node.native);
     let get = |k: &'static str| Op::Get(pb::Get { key: k.into() });
     assert_eq!(code(&n.call(get("other"))), ErrorCode::Unauthenticated);
-    assert_eq!(code(&n.call(auth("app", "wrong"))), ErrorCode::Unauthenticated);
-    assert!(matches!(n.call(auth("app", "app-pw")).result, Some(R::Ack(_))));
+    assert_eq!(
+        code(&n.call(auth("app", "wrong"))),
+        ErrorCode::Unauthenticated
+    );
+    assert!(matches!(
+        n.call(auth("app", "app-pw")).result,
+        Some(R::Ack(_))
+    ));
     assert!(matches!(n.call(get("app:1")).result, Some(R::Get(_))));
     assert_eq!(code(&n.call(get("other"))), ErrorCode::PermissionDenied);
     let many = Op::GetMany(pb::GetMany {
@@ -180,10 +188,15 @@ fn read_only_and_prefix_limited_users_are_held_to_their_permissions() {
         op: Some(pb::admin::Op::Leave(pb::Leave { force: true })),
     });
     assert_eq!(code(&n.call(leave)), ErrorCode::PermissionDenied);
-    assert!(matches!(n.call(auth("reader", "reader-pw")).result, Some(R::Ack(_))));
+    assert!(matches!(
+        n.call(auth("reader", "reader-pw")).result,
+        Some(R::Ack(_))
+    ));
     let put = Op::Update(pb::Update {
         key: "x".into(),
-        op: Some(pb::update::Op::CounterAdd(pb::update::CounterAdd { delta: 1 })),
+        op: Some(pb::update::Op::CounterAdd(pb::update::CounterAdd {
+            delta: 1,
+        })),
     });
     assert_eq!(code(&n.call(put)), ErrorCode::PermissionDenied);
 }
@@ -210,7 +223,11 @@ fn leave_without_admin_permission_is_refused_and_the_node_keeps_serving() {
     assert!(!out.status.success());
     // Still serving, to every user with its permissions.
     let out = run("app", "app-pw", &["put", "app:k", "v"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = run("reader", "reader-pw", &["get", "app:k"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "v\n");
     let mut c = Resp::connect(node.resp);
@@ -236,7 +253,10 @@ fn rust_client_and_cli_with_a_password() {
             let got = c.get_lww(format!("k{i}")).await.unwrap();
             assert_eq!(got.as_deref(), Some(format!("v{i}").as_bytes()));
         }
-        let mut sub = c.subscribe(&["k1"], std::time::Duration::from_millis(10)).await.unwrap();
+        let mut sub = c
+            .subscribe(&["k1"], std::time::Duration::from_millis(10))
+            .await
+            .unwrap();
         assert!(sub.next().await.is_some());
 
         // Without credentials, or with wrong ones: UNAUTHENTICATED, never data.
@@ -265,14 +285,22 @@ fn rust_client_and_cli_with_a_password() {
         cmd.env_remove("LATTICEKV_USER").output().unwrap()
     };
     let out = cli(&["put", "c", "from-cli"], Some("pw"));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = cli(&["get", "--password", "pw", "c"], None);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "from-cli\n");
     let out = cli(&["get", "c"], None);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("authentication required"));
     let out = cli(&["status"], Some("pw"));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

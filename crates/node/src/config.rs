@@ -495,8 +495,10 @@ mod tests {
         c.insecure_no_auth = false;
         c.users = vec![crate::auth::UserConfig::default_with_password("x")];
         assert!(c.check_exposure().is_ok());
-        let mut c = NodeConfig::default();
-        c.worker_listen = Some("10.0.0.1:7701".parse().unwrap());
+        let c = NodeConfig {
+            worker_listen: Some("10.0.0.1:7701".parse().unwrap()),
+            ..NodeConfig::default()
+        };
         assert!(c.check_exposure().is_err());
     }
 
