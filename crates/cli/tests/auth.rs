@@ -334,3 +334,40 @@ fn a_non_loopback_port_without_a_password_is_refused_unless_insecure_is_explicit
     let mut c = Resp::connect(insecure.resp);
     c.roundtrip(&[b"PING"], b"+PONG\r\n");
 }
+
+#[test]
+fn nodes_with_a_password_form_a_cluster_and_clients_follow_it() {
+    let a = NodeProc::server("a", None, &["--password", "pw", "--workers", "1"]);
+    let b = NodeProc::server("b", Some(a.native), &["--password", "pw", "--workers", "1"]);
+    let options = || ClientOptions {
+        credentials: Some(Credentials::new("default", "pw")),
+        ..Default::default()
+    };
+    rt().block_on(async {
+        let c = Client::connect_with(&a.native.to_string(), options())
+            .await
+            .unwrap();
+        // b joined through a's front port although a requires authentication.
+        let mut members = 0;
+        for _ in 0..500 {
+            members = c.status().await.unwrap().members.len();
+            if members == 2 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(members, 2, "b did not join a");
+        // Keys on both nodes: the client authenticates to each node it is sent to.
+        c.refresh_topology().await.unwrap();
+        for i in 0..40 {
+            c.assign(format!("k{i}"), "v").await.unwrap();
+        }
+        let from_b = Client::connect_with(&b.native.to_string(), options())
+            .await
+            .unwrap();
+        for i in 0..40 {
+            let got = from_b.get_lww(format!("k{i}")).await.unwrap();
+            assert_eq!(got.as_deref(), Some(&b"v"[..]), "k{i}");
+        }
+    });
+}
