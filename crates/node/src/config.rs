@@ -82,6 +82,14 @@ pub struct NodeConfig {
     /// Testing only: milliseconds added to the clock readings behind this node's write
     /// timestamps, to test clients against a node whose clock is skewed. Default: 0.
     pub clock_skew_ms: i64,
+    /// Users allowed on the client ports (`[[users]]` tables: name, `password_sha256`,
+    /// `permissions`, `keys`; see `docs/security.md`). The binary's `--password` adds the
+    /// user `default` with every permission. Default: none (the node is open).
+    pub users: Vec<crate::auth::UserConfig>,
+    /// Start even though a client port binds a non-loopback address and no user is
+    /// configured (anyone who reaches the port may read, write and stop the node).
+    /// Default: false (such a node refuses to start).
+    pub insecure_no_auth: bool,
 }
 
 /// Testing only: faults a node can be started with (`LATTICEKV_FAULT`), so integration
@@ -247,6 +255,8 @@ impl Default for NodeConfig {
             wal: store::wal::WalOptions::default(),
             snapshot_after_bytes: 256 << 20,
             clock_skew_ms: 0,
+            users: Vec::new(),
+            insecure_no_auth: false,
         }
     }
 }
@@ -304,6 +314,30 @@ impl NodeConfig {
         }
     }
 }
+
+impl NodeConfig {
+    /// Refuses a node whose client ports (`listen`, `resp`, `worker_listen`) bind a
+    /// non-loopback address while no user is configured, unless `insecure_no_auth`.
+    pub fn check_exposure(&self) -> Result<(), ExposureError> {
+        if !self.users.is_empty() || self.insecure_no_auth {
+            return Ok(());
+        }
+        let ports = [Some(self.listen), Some(self.resp), self.worker_listen];
+        match ports.into_iter().flatten().find(|a| !a.ip().is_loopback()) {
+            Some(addr) => Err(ExposureError(addr)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A client port binds a non-loopback address and no password or user is configured.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "client port {0} is reachable from other hosts but no password is set: add --password \
+     PASS (or LATTICEKV_PASSWORD, or [[users]] in the config file), bind 127.0.0.1, or \
+     start with --insecure-no-auth to serve without authentication"
+)]
+pub struct ExposureError(pub SocketAddr);
 
 /// Why an advertised host was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -487,6 +521,25 @@ mod tests {
         assert!(c.worker_count() >= 1);
         assert!(c.limits.memory_budget_bytes() > 0);
         assert!(c.limits.max_frame_size > c.limits.max_value_size);
+    }
+
+    #[test]
+    fn non_loopback_ports_need_a_user_or_the_explicit_flag() {
+        let mut c = NodeConfig::default();
+        assert!(c.check_exposure().is_ok());
+        c.resp = "0.0.0.0:6380".parse().unwrap();
+        let e = c.check_exposure().unwrap_err();
+        assert!(e.to_string().contains("--password"), "{e}");
+        c.insecure_no_auth = true;
+        assert!(c.check_exposure().is_ok());
+        c.insecure_no_auth = false;
+        c.users = vec![crate::auth::UserConfig::default_with_password("x")];
+        assert!(c.check_exposure().is_ok());
+        let c = NodeConfig {
+            worker_listen: Some("10.0.0.1:7701".parse().unwrap()),
+            ..NodeConfig::default()
+        };
+        assert!(c.check_exposure().is_err());
     }
 
     #[test]

@@ -214,6 +214,8 @@ impl Node {
                 "default_local_replication must be at least 1".into(),
             ));
         }
+        let users = crate::auth::Users::from_config(&config.users)
+            .map_err(|e| StartError::Config(e.to_string()))?;
         let faults = Faults::from_env();
         let data_lock = config.data_dir.as_ref().map(lock_data_dir).transpose()?;
         let disk = match (config.tier, &config.data_dir) {
@@ -302,6 +304,7 @@ impl Node {
         let (leaving, _) = watch::channel(false);
         let shared = Arc::new(Shared {
             config: config.clone(),
+            users: Arc::new(users),
             mesh: mesh.clone(),
             published: published.clone(),
             resp_port: resp_addr.port(),

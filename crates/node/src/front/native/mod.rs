@@ -14,17 +14,24 @@
 //! operator requests in their old form are refused with a `BAD_REQUEST` naming where they
 //! belong. Other clients are unaffected.
 //!
+//! Authentication: on a node with users, every request but `GetTopology` before a
+//! successful `Auth` gets `UNAUTHENTICATED`, and each request needs its permission
+//! (`access`).
+//!
 //! # Layout
 //! - this module: the codec, dispatch, responses;
+//! - `access`: what each request needs of the connection's user;
 //! - `data`: reads and writes;
 //! - `info`: topology, status, locations, holds, admin requests;
 //! - `subscribe`: a connection's subscriptions.
 
+pub(crate) mod access;
 mod data;
 mod info;
 mod subscribe;
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use bytes::BytesMut;
 use prost::Message;
@@ -33,6 +40,7 @@ use wire::frame::{self, FrameError, HEADER_LEN};
 use wire::pb::{self, request::Op as ReqOp, response::Result as RespResult};
 
 use super::pipeline::{Codec, Replies, Step};
+use crate::auth::{User, Users};
 use crate::core::Routing;
 use crate::driver::worker::{Answer, Worker};
 use crate::error::NodeError;
@@ -59,6 +67,10 @@ pub struct Native {
     max_frame: usize,
     /// Dropped with the connection, which ends its subscriptions.
     subs: ConnectionSubscriptions,
+    /// The user the connection acts as: `None` until it authenticates on a node with users.
+    user: Option<Arc<User>>,
+    /// The node's users.
+    users: Arc<Users>,
 }
 
 impl Native {
@@ -72,6 +84,8 @@ impl Native {
             },
             max_frame: w.shared.config.limits.max_native_request(),
             subs: ConnectionSubscriptions::new(w),
+            user: w.shared.users.initial(),
+            users: w.shared.users.clone(),
         }
     }
 }
@@ -236,6 +250,23 @@ impl Native {
             let e = NodeError::BadRequest("request without an operation".into());
             return error(replies, id, &e);
         };
+        if let ReqOp::Auth(a) = &op {
+            return match self.users.authenticate(&a.user, a.password.as_bytes()) {
+                Ok(u) => {
+                    self.user = Some(u);
+                    respond(replies, id, RespResult::Ack(pb::Ack { count: 1 }))
+                }
+                Err(e) => error(replies, id, &NodeError::from_auth(e)),
+            };
+        }
+        let allowed = match &self.user {
+            Some(user) => access::permit(user, &op),
+            None if access::before_auth(&op) => Ok(()),
+            None => Err(crate::auth::AuthError::Required),
+        };
+        if let Err(e) = allowed {
+            return error(replies, id, &NodeError::from_auth(e));
+        }
         match op {
             ReqOp::Get(_)
             | ReqOp::Put(_)
@@ -261,6 +292,7 @@ impl Native {
             | ReqOp::Locate(_)
             | ReqOp::Holds(_)
             | ReqOp::Admin(_) => info::handle(w, id, op, replies),
+            ReqOp::Auth(_) => {}
             ReqOp::Replicate(_)
             | ReqOp::Forward(_)
             | ReqOp::AntiEntropy(_)

@@ -16,16 +16,19 @@
 //! - `server`: connection and server commands;
 //! - `reply`: encoding replies.
 
+mod acl;
 pub mod commands;
 mod reply;
 mod server;
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use bytes::{Buf, BytesMut};
 use wire::resp::{self, Args, CommandParser, Version};
 
 use super::pipeline::{Codec, Replies, Step};
+use crate::auth::{User, Users};
 use crate::driver::worker::Worker;
 
 pub use server::REDIS_COMPAT_VERSION;
@@ -41,6 +44,10 @@ pub struct ConnState {
     pub quit: bool,
     /// A connection id for `CLIENT ID` / `HELLO`.
     pub id: u64,
+    /// The user the connection acts as: `None` until it authenticates on a node with users.
+    pub user: Option<Arc<User>>,
+    /// The node's users.
+    pub users: Arc<Users>,
 }
 
 /// One RESP connection.
@@ -62,6 +69,8 @@ impl Resp {
                 name: None,
                 quit: false,
                 id: fastrand::u64(1..u64::MAX >> 1),
+                user: w.shared.users.initial(),
+                users: w.shared.users.clone(),
             },
             limits: resp::Limits {
                 max_bulk_len: limits.max_frame_size,
