@@ -44,12 +44,14 @@ from types import TracebackType
 from typing import Any, Callable, Iterable, Optional, Tuple, Type, TypeVar, Union
 
 from ._native import (
+    AuthenticationError,
     Client,
     ConnectionError,
     Error,
     InvalidArgumentError,
     InvalidUseError,
     MemoryLimitError,
+    PermissionDeniedError,
     ProtocolError,
     ServerError,
     Session,
@@ -67,12 +69,14 @@ __all__ = [
     "AsyncSession",
     "AsyncSubscription",
     "AsyncTransaction",
+    "AuthenticationError",
     "Client",
     "ConnectionError",
     "Error",
     "InvalidArgumentError",
     "InvalidUseError",
     "MemoryLimitError",
+    "PermissionDeniedError",
     "ProtocolError",
     "ServerError",
     "Session",
@@ -401,6 +405,10 @@ async def connect_async(
     timeout: float = 10.0,
     ack_replicas: int = 0,
     durable: bool = False,
+    user: Optional[str] = None,
+    password: Optional[str] = None,
 ) -> AsyncClient:
     """Connects without blocking the event loop; see :func:`connect`."""
-    return AsyncClient(await _run(connect, addr, timeout, ack_replicas, durable))
+    return AsyncClient(
+        await _run(connect, addr, timeout, ack_replicas, durable, user, password)
+    )

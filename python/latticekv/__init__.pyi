@@ -43,6 +43,12 @@ class InvalidUseError(Error):
     """The call does not fit the session or transaction it was made on: a transaction on a
     level without transactions, an operation on a committed or aborted transaction."""
 
+class AuthenticationError(Error):
+    """The node requires authentication, or refused the user or password."""
+
+class PermissionDeniedError(Error):
+    """The user lacks the call's permission, or a key is outside its key patterns."""
+
 class ServerError(Error):
     """Any other error the node answered with."""
 
@@ -212,11 +218,14 @@ def connect(
     timeout: float = 10.0,
     ack_replicas: int = 0,
     durable: bool = False,
+    user: Optional[str] = None,
+    password: Optional[str] = None,
 ) -> Client:
     """Connects to a node's native port; timeout (seconds) bounds every request.
 
     ack_replicas: replicas that must hold each write before it is acknowledged;
-    durable: acknowledge writes only once they are on disk.
+    durable: acknowledge writes only once they are on disk; password (and user, default
+    "default"): credentials sent on every connection, for a node with users.
     """
 
 class AsyncClient:
@@ -314,5 +323,7 @@ async def connect_async(
     timeout: float = 10.0,
     ack_replicas: int = 0,
     durable: bool = False,
+    user: Optional[str] = None,
+    password: Optional[str] = None,
 ) -> AsyncClient:
     """Connects without blocking the event loop."""

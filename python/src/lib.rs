@@ -90,6 +90,20 @@ pyo3::create_exception!(
 );
 pyo3::create_exception!(
     latticekv,
+    AuthenticationError,
+    Error,
+    "The node requires authentication, or refused the user or password (server \
+     UNAUTHENTICATED)."
+);
+pyo3::create_exception!(
+    latticekv,
+    PermissionDeniedError,
+    Error,
+    "The user lacks the permission the call needs, or a key is outside the user's key \
+     patterns (server PERMISSION_DENIED)."
+);
+pyo3::create_exception!(
+    latticekv,
     ServerError,
     Error,
     "Any other error the node answered with."
@@ -148,6 +162,8 @@ pub(crate) fn to_py_err(e: ClientError) -> PyErr {
             | ErrorCode::ReservedKey
             | ErrorCode::Overflow
             | ErrorCode::InvalidArgument => InvalidArgumentError::new_err(msg),
+            ErrorCode::Unauthenticated => AuthenticationError::new_err(msg),
+            ErrorCode::PermissionDenied => PermissionDeniedError::new_err(msg),
             _ => ServerError::new_err(msg),
         },
     }
@@ -581,16 +597,31 @@ impl Client {
 ///
 /// `timeout` (seconds) bounds the connection and every later request; `ack_replicas` is
 /// how many replicas must hold each write before it is acknowledged (0 or 1: the one
-/// receiving it); `durable` acknowledges writes only once they are on disk.
+/// receiving it); `durable` acknowledges writes only once they are on disk. `password`
+/// (and `user`, default `default`) authenticate every connection the client opens, on a
+/// node with users or a `--password`.
 #[pyfunction]
-#[pyo3(signature = (addr = "127.0.0.1:7700", timeout = 10.0, ack_replicas = 0, durable = false))]
+#[pyo3(signature = (
+    addr = "127.0.0.1:7700",
+    timeout = 10.0,
+    ack_replicas = 0,
+    durable = false,
+    user = None,
+    password = None,
+))]
+#[allow(clippy::too_many_arguments)]
 fn connect(
     py: Python<'_>,
     addr: &str,
     timeout: f64,
     ack_replicas: u32,
     durable: bool,
+    user: Option<String>,
+    password: Option<String>,
 ) -> PyResult<Client> {
+    if user.is_some() && password.is_none() {
+        return Err(PyValueError::new_err("user given without a password"));
+    }
     if !(timeout.is_finite() && timeout > 0.0) {
         return Err(PyValueError::new_err(
             "timeout must be a positive number of seconds",
@@ -601,6 +632,7 @@ fn connect(
         timeout,
         ack_replicas,
         durable,
+        credentials: password.map(|p| client::Credentials::new(user.unwrap_or_default(), p)),
         ..ClientOptions::default()
     };
     let owned = addr.to_string();
@@ -639,6 +671,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         py.get_type::<InvalidArgumentError>(),
     )?;
     m.add("InvalidUseError", py.get_type::<InvalidUseError>())?;
+    m.add("AuthenticationError", py.get_type::<AuthenticationError>())?;
+    m.add(
+        "PermissionDeniedError",
+        py.get_type::<PermissionDeniedError>(),
+    )?;
     m.add("ServerError", py.get_type::<ServerError>())?;
     Ok(())
 }

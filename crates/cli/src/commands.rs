@@ -15,6 +15,39 @@ pub struct Target {
     /// Address of the node's native front port.
     #[arg(long, env = "LATTICEKV_ADDR", default_value = "127.0.0.1:7700")]
     addr: String,
+    /// User to authenticate as, on a node with users (default: `default`, the user of the
+    /// node's --password).
+    #[arg(long, env = "LATTICEKV_USER")]
+    user: Option<String>,
+    /// Password, on a node with users or a --password (prefer the environment variable:
+    /// command lines are visible to other users of the machine).
+    #[arg(long, env = "LATTICEKV_PASSWORD", hide_env_values = true)]
+    password: Option<String>,
+}
+
+impl Target {
+    /// The credentials to send, if a password was given.
+    fn credentials(&self) -> Option<client::Credentials> {
+        let password = self.password.clone()?;
+        Some(client::Credentials::new(
+            self.user.clone().unwrap_or_default(),
+            password,
+        ))
+    }
+
+    fn options(&self) -> client::ClientOptions {
+        client::ClientOptions {
+            credentials: self.credentials(),
+            ..Default::default()
+        }
+    }
+
+    /// One connection to the node's front port, authenticated.
+    async fn open(&self) -> Result<client::connection::Connection> {
+        client::connection::Connection::open_with(&self.addr, self.credentials().as_ref())
+            .await
+            .with_context(|| format!("connecting to {}", self.addr))
+    }
 }
 
 /// `latticekv get KEY`
@@ -111,7 +144,7 @@ pub fn block_on(f: impl std::future::Future<Output = Result<i32>>) -> Result<i32
 }
 
 async fn connect(t: &Target) -> Result<Client> {
-    Client::connect(&t.addr)
+    Client::connect_with(&t.addr, t.options())
         .await
         .with_context(|| format!("connecting to {}", t.addr))
 }
@@ -326,7 +359,7 @@ pub struct LeaveArgs {
 /// acknowledged by its new replicas, however long that takes (Ctrl-C stops waiting, not
 /// the leave).
 pub async fn leave(args: LeaveArgs) -> Result<i32> {
-    let conn = client::connection::Connection::open(&args.target.addr).await?;
+    let conn = args.target.open().await?;
     let req = wire::pb::Request {
         id: 1,
         op: Some(wire::pb::request::Op::Admin(wire::pb::Admin {
@@ -359,7 +392,7 @@ pub struct ForgetArgs {
 /// `forget`: removes a member declared dead for good from the cluster (its data is
 /// considered lost; tombstones held back for it can be reclaimed).
 pub async fn forget(args: ForgetArgs) -> Result<i32> {
-    let conn = client::connection::Connection::open(&args.target.addr).await?;
+    let conn = args.target.open().await?;
     let req = wire::pb::Request {
         id: 1,
         op: Some(wire::pb::request::Op::Admin(wire::pb::Admin {
@@ -420,7 +453,7 @@ pub async fn status(args: StatusArgs) -> Result<i32> {
         } else if m.node_id == s.node_id {
             s.workers.iter().map(|w| w.keys).sum::<u64>().to_string()
         } else {
-            match client::Client::connect(&m.front).await {
+            match client::Client::connect_with(&m.front, args.target.options()).await {
                 Ok(peer) => match peer.status().await {
                     Ok(ps) => ps.workers.iter().map(|w| w.keys).sum::<u64>().to_string(),
                     Err(_) => "?".into(),

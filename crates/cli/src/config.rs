@@ -91,6 +91,19 @@ pub struct NodeArgs {
     /// (simulates a skewed clock; may be negative).
     #[arg(long, env = "LATTICEKV_CLOCK_SKEW_MS", allow_negative_numbers = true)]
     pub(crate) clock_skew_ms: Option<i64>,
+    /// Require clients to authenticate with this password (the user `default`, every
+    /// permission; more users go in the config file's [[users]]). Prefer the environment
+    /// variable: command lines are visible to other users of the machine.
+    #[arg(long, env = "LATTICEKV_PASSWORD", hide_env_values = true)]
+    pub(crate) password: Option<String>,
+    /// Serve clients without authentication even on addresses other hosts can reach
+    /// (refused by default without --password or users).
+    #[arg(
+        long,
+        env = "LATTICEKV_INSECURE_NO_AUTH",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub(crate) insecure_no_auth: bool,
 }
 
 /// `latticekv local`: the embedded default.
@@ -244,6 +257,20 @@ pub fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     if let Some(v) = args.cluster_gossip_ms {
         config.cluster.gossip_interval_ms = v;
     }
+    if let Some(p) = &args.password {
+        if p.is_empty() {
+            bail!("--password: empty (unset LATTICEKV_PASSWORD for a node without one)");
+        }
+        // The quick form replaces a `default` user of the file.
+        config.users.retain(|u| u.name != node::auth::DEFAULT_USER);
+        config
+            .users
+            .push(node::auth::UserConfig::default_with_password(p));
+    }
+    if args.insecure_no_auth {
+        config.insecure_no_auth = true;
+    }
+    config.check_exposure()?;
     Ok(config)
 }
 

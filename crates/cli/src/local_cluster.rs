@@ -15,9 +15,14 @@ struct ChildNode {
     lines: Vec<String>,
 }
 
-fn spawn_child(args: &[String]) -> Result<ChildNode> {
+/// Starts `latticekv ARGS`; a password goes by the environment (not visible in `ps`).
+fn spawn_child(args: &[String], password: Option<&str>) -> Result<ChildNode> {
     let exe = std::env::current_exe().context("finding the latticekv binary")?;
-    let mut child = Command::new(exe)
+    let mut command = Command::new(exe);
+    if let Some(p) = password {
+        command.env("LATTICEKV_PASSWORD", p);
+    }
+    let mut child = command
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -82,6 +87,9 @@ pub(crate) fn run(args: LocalArgs) -> Result<()> {
     let a = &args.node;
     if let Some(v) = &a.config {
         common.extend(["--config".into(), v.display().to_string()]);
+    }
+    if a.insecure_no_auth {
+        common.push("--insecure-no-auth".into());
     }
     for (flag, value) in [
         ("--workers", a.workers.map(|v| v.to_string())),
@@ -148,7 +156,7 @@ pub(crate) fn run(args: LocalArgs) -> Result<()> {
             if let Some(s) = &seed {
                 child_args.extend(["--seeds".into(), s.clone()]);
             }
-            let child = spawn_child(&child_args)?;
+            let child = spawn_child(&child_args, a.password.as_deref())?;
             if seed.is_none() {
                 seed = field(&child.lines, "native");
             }
@@ -177,7 +185,7 @@ pub(crate) fn run(args: LocalArgs) -> Result<()> {
             if let Some(s) = &seed {
                 child_args.extend(["--seeds".into(), s.clone()]);
             }
-            disk_children.push(spawn_child(&child_args)?);
+            disk_children.push(spawn_child(&child_args, a.password.as_deref())?);
         }
         let routing_listen = SocketAddr::new(
             config.listen.ip(),
@@ -198,7 +206,7 @@ pub(crate) fn run(args: LocalArgs) -> Result<()> {
         if let Some(s) = &seed {
             routing_args.extend(["--seeds".into(), s.clone()]);
         }
-        children.push(spawn_child(&routing_args)?);
+        children.push(spawn_child(&routing_args, a.password.as_deref())?);
         Ok(())
     })();
     if let Err(e) = result {

@@ -50,6 +50,8 @@ fn server(id: &str, advertise: &str, seed: Option<SocketAddr>) -> NodeProc {
         "1",
         "--cluster-gossip-ms",
         "100",
+        // Bound to every interface on purpose; authentication is tested in auth.rs.
+        "--insecure-no-auth",
     ];
     if let Some(s) = &seed {
         args.extend(["--seeds", s.as_str()]);
@@ -72,6 +74,7 @@ fn nodes_bound_to_all_interfaces_publish_the_advertised_host() {
             "0.0.0.0:0",
             "--advertise",
             "127.0.0.4",
+            "--insecure-no-auth",
         ])
         .args([
             "--cluster-gossip-ms",
@@ -260,6 +263,7 @@ fn advertise_can_come_from_the_config_file() {
             path.to_str().unwrap(),
             "--data-dir",
             data.path().to_str().unwrap(),
+            "--insecure-no-auth",
         ],
     );
     assert_eq!(node.native.ip().to_string(), "127.0.0.5");

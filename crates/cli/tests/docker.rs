@@ -215,6 +215,9 @@ impl Harness {
                 &failure,
                 "--anti-entropy-ms",
                 "5000",
+                // The nodes bind 0.0.0.0 on the test's private bridge networks; the test
+                // drives them with raw protocol clients that don't authenticate.
+                "--insecure-no-auth",
             ];
             if i > 1 {
                 args.extend(["--seeds", &seed]);

@@ -10,7 +10,7 @@ use lattice::{Blob, Value};
 use wire::convert::{value_from_pb, value_to_pb};
 use wire::pb::{self, request::Op as ReqOp, response::Result as RespResult};
 
-use crate::connection::Connection;
+use crate::connection::{Connection, Credentials};
 use crate::error::ClientError;
 use crate::routing::Layout;
 
@@ -28,6 +28,9 @@ pub struct ClientOptions {
     /// Acknowledge writes only once they are on disk at the replicas counted (the durable
     /// level, see docs/durability.md). Default: false (the node's default level).
     pub durable: bool,
+    /// A user and password sent on every connection the client opens (to the front port,
+    /// to workers, to nodes it is redirected to). Default: none (a node without users).
+    pub credentials: Option<Credentials>,
 }
 
 impl Default for ClientOptions {
@@ -37,6 +40,7 @@ impl Default for ClientOptions {
             max_redirects: 10,
             ack_replicas: 0,
             durable: false,
+            credentials: None,
         }
     }
 }
@@ -106,6 +110,11 @@ impl Client {
         Ok(client)
     }
 
+    /// The credentials sent on every new connection.
+    pub(crate) fn credentials(&self) -> Option<&Credentials> {
+        self.inner.options.credentials.as_ref()
+    }
+
     /// The node's front address the client connected to.
     pub(crate) fn front(&self) -> &str {
         &self.inner.front
@@ -146,7 +155,12 @@ impl Client {
                 }
             }
         }
-        let c = Connection::open(addr).await?;
+        let c = tokio::time::timeout(
+            self.inner.options.timeout,
+            Connection::open_with(addr, self.credentials()),
+        )
+        .await
+        .map_err(|_| ClientError::Timeout)??;
         if let Ok(mut conns) = self.inner.connections.lock() {
             // Another task may have connected meanwhile; keep one.
             match conns.get(addr) {

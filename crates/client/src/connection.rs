@@ -33,6 +33,43 @@ const MAX_FRAME: usize = 64 * 1024 * 1024;
 
 type Reply = oneshot::Sender<Result<pb::Response, ClientError>>;
 
+/// A user and password, sent as an `Auth` request on every connection the client opens (a
+/// node with users refuses everything else before it). Its `Debug` hides the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// The user name; empty or `default` for the user of the node's `--password`.
+    pub user: String,
+    /// The password.
+    pub password: String,
+}
+
+impl Credentials {
+    /// Credentials for `user` (empty: `default`) with `password`.
+    pub fn new(user: impl Into<String>, password: impl Into<String>) -> Credentials {
+        Credentials {
+            user: user.into(),
+            password: password.into(),
+        }
+    }
+
+    /// The `Auth` request carrying these credentials.
+    pub fn request(&self) -> pb::request::Op {
+        pb::request::Op::Auth(pb::Auth {
+            user: self.user.clone(),
+            password: self.password.clone(),
+        })
+    }
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"<hidden>")
+            .finish()
+    }
+}
+
 /// A handle to a connection; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Connection {
@@ -44,6 +81,43 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// Connects to `addr`, starts the connection's tasks and, with `credentials`,
+    /// authenticates (an `Auth` request answered before the connection is returned; a
+    /// refusal is the server's `UNAUTHENTICATED` error).
+    pub async fn open_with(
+        addr: &str,
+        credentials: Option<&Credentials>,
+    ) -> Result<Connection, ClientError> {
+        let conn = Connection::open(addr).await?;
+        if let Some(c) = credentials {
+            let req = pb::Request {
+                id: 0,
+                op: Some(c.request()),
+                ..Default::default()
+            };
+            let resp = conn.call(req).await;
+            let refused = match resp {
+                Ok(pb::Response {
+                    result: Some(pb::response::Result::Ack(_)),
+                    ..
+                }) => None,
+                Ok(pb::Response {
+                    result: Some(pb::response::Result::Error(e)),
+                    ..
+                }) => Some(ClientError::from_pb(e)),
+                Ok(other) => Some(ClientError::Protocol(format!(
+                    "unexpected answer to Auth: {other:?}"
+                ))),
+                Err(e) => Some(e),
+            };
+            if let Some(e) = refused {
+                conn.abandon();
+                return Err(e);
+            }
+        }
+        Ok(conn)
+    }
+
     /// Connects to `addr` and starts the connection's tasks.
     pub async fn open(addr: &str) -> Result<Connection, ClientError> {
         let stream = TcpStream::connect(addr)

@@ -35,6 +35,7 @@ pub mod session;
 mod subscribe;
 
 pub use api::{Client, ClientOptions, Condition, Delta};
+pub use connection::Credentials;
 pub use error::ClientError;
 pub use lattice::{LatticeType, Value};
 pub use session::{Level, Session, SessionOptions, Transaction};

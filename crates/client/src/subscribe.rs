@@ -350,6 +350,12 @@ impl Task {
             reader,
         };
         self.conns.insert(id, conn);
+        if let Some(auth) = self.client.credentials().map(|c| c.request()) {
+            if let Err(e) = self.call(id, auth).await {
+                self.drop_conn(id);
+                return Err(e);
+            }
+        }
         Ok(id)
     }
 

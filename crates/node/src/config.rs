@@ -82,6 +82,14 @@ pub struct NodeConfig {
     /// Testing only: milliseconds added to the clock readings behind this node's write
     /// timestamps, to test clients against a node whose clock is skewed. Default: 0.
     pub clock_skew_ms: i64,
+    /// Users allowed on the client ports (`[[users]]` tables: name, `password_sha256`,
+    /// `permissions`, `keys`; see `docs/security.md`). The binary's `--password` adds the
+    /// user `default` with every permission. Default: none (the node is open).
+    pub users: Vec<crate::auth::UserConfig>,
+    /// Start even though a client port binds a non-loopback address and no user is
+    /// configured (anyone who reaches the port may read, write and stop the node).
+    /// Default: false (such a node refuses to start).
+    pub insecure_no_auth: bool,
 }
 
 /// Testing only: faults a node can be started with (`LATTICEKV_FAULT`), so integration
@@ -247,6 +255,8 @@ impl Default for NodeConfig {
             wal: store::wal::WalOptions::default(),
             snapshot_after_bytes: 256 << 20,
             clock_skew_ms: 0,
+            users: Vec::new(),
+            insecure_no_auth: false,
         }
     }
 }
@@ -304,6 +314,30 @@ impl NodeConfig {
         }
     }
 }
+
+impl NodeConfig {
+    /// Refuses a node whose client ports (`listen`, `resp`, `worker_listen`) bind a
+    /// non-loopback address while no user is configured, unless `insecure_no_auth`.
+    pub fn check_exposure(&self) -> Result<(), ExposureError> {
+        if !self.users.is_empty() || self.insecure_no_auth {
+            return Ok(());
+        }
+        let ports = [Some(self.listen), Some(self.resp), self.worker_listen];
+        match ports.into_iter().flatten().find(|a| !a.ip().is_loopback()) {
+            Some(addr) => Err(ExposureError(addr)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A client port binds a non-loopback address and no password or user is configured.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "client port {0} is reachable from other hosts but no password is set: add --password \
+     PASS (or LATTICEKV_PASSWORD, or [[users]] in the config file), bind 127.0.0.1, or \
+     start with --insecure-no-auth to serve without authentication"
+)]
+pub struct ExposureError(pub SocketAddr);
 
 /// Why an advertised host was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -379,6 +413,25 @@ pub struct Limits {
     pub max_value_size: usize,
     /// Largest native-protocol frame and largest RESP bulk string. Default: 32 MiB.
     pub max_frame_size: usize,
+    /// Largest request, in bytes: a whole RESP command (counted as its bulk lengths are
+    /// declared, so one announcing more is refused before its data is read) and a native
+    /// frame (with `max_frame_size`, whichever is smaller). The connection is closed after
+    /// the error: the stream cannot be resynchronised. Default: 512 MiB (Redis caps one bulk
+    /// string at 512 MB and a client's query buffer at 1 GB).
+    pub max_request_bytes: usize,
+    /// Largest reply to a request reading several values (RESP MGET, native GetMany): one
+    /// that would be larger gets an error instead, before the reply is built. A single value
+    /// is always answered (it is bounded by `max_value_size`). Default: 64 MiB (four values of
+    /// the largest size, and the largest frame the Rust client reads).
+    pub max_reply_bytes: usize,
+    /// Seconds a client connection may stay idle (nothing sent, nothing waiting) before the
+    /// node closes it; 0 = never. Connections with subscriptions are exempt. Default: 0 (as
+    /// Redis's `timeout 0`: pooled clients keep idle connections).
+    pub idle_timeout_secs: u64,
+    /// Seconds a request may take to arrive once its first byte has: a connection holding
+    /// an incomplete request for longer is closed (it would hold a connection slot and a
+    /// buffer for free); 0 = never. Default: 30.
+    pub partial_request_timeout_secs: u64,
     /// Most keys or arguments in one request. Default: 1,048,576 (Redis's multibulk limit).
     pub max_request_items: usize,
     /// Most simultaneous client connections for the whole node. Default: 10,000.
@@ -401,6 +454,10 @@ impl Default for Limits {
             max_key_size: 16 * 1024,
             max_value_size: 16 * 1024 * 1024,
             max_frame_size: 32 * 1024 * 1024,
+            max_request_bytes: 512 * 1024 * 1024,
+            max_reply_bytes: 64 * 1024 * 1024,
+            idle_timeout_secs: 0,
+            partial_request_timeout_secs: 30,
             max_request_items: 1024 * 1024,
             max_connections: 10_000,
             memory_budget: 0,
@@ -411,6 +468,23 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// Largest native frame accepted: `max_frame_size` or `max_request_bytes`, whichever is
+    /// smaller.
+    pub fn max_native_request(&self) -> usize {
+        self.max_frame_size.min(self.max_request_bytes)
+    }
+
+    /// The idle timeout, if any.
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        (self.idle_timeout_secs > 0).then(|| Duration::from_secs(self.idle_timeout_secs))
+    }
+
+    /// The partial-request timeout, if any.
+    pub fn partial_request_timeout(&self) -> Option<Duration> {
+        (self.partial_request_timeout_secs > 0)
+            .then(|| Duration::from_secs(self.partial_request_timeout_secs))
+    }
+
     /// The memory budget in bytes, resolving 0 to half of physical RAM.
     pub fn memory_budget_bytes(&self) -> u64 {
         if self.memory_budget > 0 {
@@ -447,6 +521,25 @@ mod tests {
         assert!(c.worker_count() >= 1);
         assert!(c.limits.memory_budget_bytes() > 0);
         assert!(c.limits.max_frame_size > c.limits.max_value_size);
+    }
+
+    #[test]
+    fn non_loopback_ports_need_a_user_or_the_explicit_flag() {
+        let mut c = NodeConfig::default();
+        assert!(c.check_exposure().is_ok());
+        c.resp = "0.0.0.0:6380".parse().unwrap();
+        let e = c.check_exposure().unwrap_err();
+        assert!(e.to_string().contains("--password"), "{e}");
+        c.insecure_no_auth = true;
+        assert!(c.check_exposure().is_ok());
+        c.insecure_no_auth = false;
+        c.users = vec![crate::auth::UserConfig::default_with_password("x")];
+        assert!(c.check_exposure().is_ok());
+        let c = NodeConfig {
+            worker_listen: Some("10.0.0.1:7701".parse().unwrap()),
+            ..NodeConfig::default()
+        };
+        assert!(c.check_exposure().is_err());
     }
 
     #[test]

@@ -30,6 +30,16 @@ pub enum NodeError {
         /// The limit.
         max: usize,
     },
+    /// The reply to a request reading several values would be larger than
+    /// `max_reply_bytes`: the request is refused as a whole (ask for fewer keys at a time).
+    #[error(
+        "the reply would exceed the {max}-byte reply limit (limits.max_reply_bytes): \
+         ask for fewer keys at a time"
+    )]
+    ReplyTooLarge {
+        /// The limit.
+        max: usize,
+    },
     /// The worker's share of the memory budget is used up.
     #[error("memory budget exhausted ({used} of {budget} bytes used by this worker)")]
     MemoryLimit {
@@ -63,6 +73,12 @@ pub enum NodeError {
     /// reads keep working.
     #[error("storage error: {0}")]
     Storage(String),
+    /// The connection has not authenticated, or its user or password is wrong.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The connection's user lacks a permission or access to a key.
+    #[error("{0}")]
+    PermissionDenied(String),
     /// An error from another node that ran a forwarded request, passed through.
     #[error("{message}")]
     Remote {
@@ -74,6 +90,20 @@ pub enum NodeError {
 }
 
 impl NodeError {
+    /// The error answering a refused request.
+    pub fn from_auth(e: crate::auth::AuthError) -> Self {
+        use crate::auth::AuthError;
+        match e {
+            AuthError::Required => {
+                NodeError::Unauthenticated("authentication required: send Auth first".into())
+            }
+            AuthError::WrongPassword => NodeError::Unauthenticated(e.to_string()),
+            AuthError::Denied { .. } | AuthError::Key { .. } => {
+                NodeError::PermissionDenied(e.to_string())
+            }
+        }
+    }
+
     /// A wrong-type error for an operation needing `expected` on a key holding `found`.
     pub fn wrong_type(expected: impl Into<String>, found: LatticeType) -> Self {
         NodeError::WrongType {
@@ -89,6 +119,7 @@ impl NodeError {
             NodeError::KeyTooLarge { .. } => ErrorCode::KeyTooLarge,
             NodeError::ValueTooLarge { .. } => ErrorCode::ValueTooLarge,
             NodeError::MemoryLimit { .. } => ErrorCode::MemoryLimit,
+            NodeError::ReplyTooLarge { .. } => ErrorCode::InvalidArgument,
             NodeError::ReservedKey => ErrorCode::ReservedKey,
             NodeError::Overflow => ErrorCode::Overflow,
             NodeError::Redirect(_) => ErrorCode::Redirect,
@@ -97,6 +128,8 @@ impl NodeError {
             NodeError::Unavailable(_) => ErrorCode::Unavailable,
             NodeError::ShuttingDown => ErrorCode::ShuttingDown,
             NodeError::Storage(_) => ErrorCode::Storage,
+            NodeError::Unauthenticated(_) => ErrorCode::Unauthenticated,
+            NodeError::PermissionDenied(_) => ErrorCode::PermissionDenied,
             NodeError::Remote { code, .. } => {
                 ErrorCode::try_from(*code).unwrap_or(ErrorCode::Unavailable)
             }
@@ -129,6 +162,8 @@ impl NodeError {
             NodeError::ShuttingDown => "SHUTDOWN the node is shutting down".to_string(),
             NodeError::Unavailable(_) => format!("TRYAGAIN {self}"),
             NodeError::Storage(_) => format!("MISCONF {self}"),
+            NodeError::Unauthenticated(_) => "NOAUTH Authentication required.".to_string(),
+            NodeError::PermissionDenied(_) => format!("NOPERM {self}"),
             NodeError::Remote { message, .. } => match self.code() {
                 ErrorCode::WrongType => format!(
                     "WRONGTYPE Operation against a key holding the wrong kind of value ({message})"

@@ -14,6 +14,7 @@
 //!   injected time;
 //! - [`view`]: what workers route by ([`view::ViewState`]);
 //! - [`config`]: node configuration and limits, with documented defaults;
+//! - [`auth`]: users, permissions and password checks of the client ports;
 //! - [`codec`]: records, journal entries and forwarded ops in protobuf form;
 //! - [`subscribe`]: subscription tables;
 //! - [`shard`]: one worker's keys and what is done to them (storage engines included);
@@ -30,6 +31,7 @@
 #![warn(missing_docs)]
 
 pub mod ack;
+pub mod auth;
 pub mod clock;
 pub mod cluster;
 pub mod codec;

@@ -4,7 +4,8 @@
 //! every storage node), a peer port where other agents exchange cluster metadata with it,
 //! and one native-protocol port answering `GetTopology`, `Locate`, `GetStatus` (members and
 //! ring ownership) and `Ping`. Data requests get a `REDIRECT` to the workers holding the
-//! key, which placement-aware clients follow.
+//! key, which placement-aware clients follow. With users configured, a connection must
+//! send `Auth` first, as on a storage node.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,6 +38,8 @@ pub struct RoutingNode {
 impl RoutingNode {
     /// Binds `config.listen` and starts the agent and the server.
     pub fn start(config: NodeConfig) -> Result<RoutingNode, StartError> {
+        let users = crate::auth::Users::from_config(&config.users)
+            .map_err(|e| StartError::Config(e.to_string()))?;
         let listener =
             std::net::TcpListener::bind(config.listen).map_err(|source| StartError::Bind {
                 addr: config.listen,
@@ -100,6 +103,7 @@ impl RoutingNode {
             snapshots,
             started: Instant::now(),
             max_frame: config.limits.max_frame_size,
+            users,
         });
         let thread = std::thread::Builder::new()
             .name("lkv-routing".into())
@@ -178,6 +182,7 @@ struct State {
     snapshots: watch::Receiver<Arc<Snapshot>>,
     started: Instant,
     max_frame: usize,
+    users: crate::auth::Users,
 }
 
 async fn accept(
@@ -208,6 +213,7 @@ async fn serve(mut stream: TcpStream, state: Arc<State>) {
     let _ = stream.set_nodelay(true);
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut out = Vec::new();
+    let mut user = state.users.initial();
     loop {
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(16 * 1024);
@@ -229,7 +235,7 @@ async fn serve(mut stream: TcpStream, state: Arc<State>) {
             };
             let body = buf.split_to(HEADER_LEN + len).freeze().slice(HEADER_LEN..);
             let resp = match pb::Request::decode(body) {
-                Ok(req) => handle(&state, req),
+                Ok(req) => authenticated(&state, &mut user, req),
                 Err(e) => error(
                     0,
                     &NodeError::BadRequest(format!("undecodable request: {e}")),
@@ -259,6 +265,36 @@ fn redirect(state: &State, key: &[u8]) -> NodeError {
         .filter_map(|r| view.addr(r).map(str::to_string))
         .collect();
     NodeError::Redirect(addrs)
+}
+
+/// Answers `Auth`, and refuses every other request before it succeeded (on a node with
+/// users).
+fn authenticated(
+    state: &State,
+    user: &mut Option<Arc<crate::auth::User>>,
+    req: pb::Request,
+) -> pb::Response {
+    if let Some(ReqOp::Auth(a)) = &req.op {
+        return match state.users.authenticate(&a.user, a.password.as_bytes()) {
+            Ok(u) => {
+                *user = Some(u);
+                pb::Response {
+                    id: req.id,
+                    result: Some(RespResult::Ack(pb::Ack { count: 1 })),
+                }
+            }
+            Err(e) => error(req.id, &NodeError::from_auth(e)),
+        };
+    }
+    let exempt = req
+        .op
+        .as_ref()
+        .is_some_and(crate::front::native::access::before_auth);
+    if user.is_none() && !exempt {
+        let e = NodeError::from_auth(crate::auth::AuthError::Required);
+        return error(req.id, &e);
+    }
+    handle(state, req)
 }
 
 fn handle(state: &State, req: pb::Request) -> pb::Response {

@@ -161,6 +161,7 @@ fn core_config(config: &NodeConfig) -> CoreConfig {
         gossip_period_ms: config.gossip_period_ms.max(1),
         anti_entropy_period_ms: config.cluster.anti_entropy_period().as_millis() as u64,
         tombstone_grace_ms: config.tombstone_grace_secs.saturating_mul(1000),
+        max_reply_bytes: config.limits.max_reply_bytes,
         default_ack: crate::ack::Ack {
             replicas: config.ack_replicas as usize,
             durable: config.ack == crate::ack::AckLevel::Durable,
@@ -213,6 +214,8 @@ impl Node {
                 "default_local_replication must be at least 1".into(),
             ));
         }
+        let users = crate::auth::Users::from_config(&config.users)
+            .map_err(|e| StartError::Config(e.to_string()))?;
         let faults = Faults::from_env();
         let data_lock = config.data_dir.as_ref().map(lock_data_dir).transpose()?;
         let disk = match (config.tier, &config.data_dir) {
@@ -301,11 +304,14 @@ impl Node {
         let (leaving, _) = watch::channel(false);
         let shared = Arc::new(Shared {
             config: config.clone(),
+            users: Arc::new(users),
             mesh: mesh.clone(),
             published: published.clone(),
             resp_port: resp_addr.port(),
             started: Instant::now(),
-            connections: ConnectionLimit::new(config.limits.max_connections),
+            connections: ConnectionLimit::new(crate::driver::conns::fit_client_limit(
+                config.limits.max_connections,
+            )),
             shutdown: shutdown.clone(),
             stop,
             leaving,

@@ -41,13 +41,38 @@ pub fn frame_len(buf: &[u8], max: usize) -> Result<Option<usize>, FrameError> {
     Ok(Some(len))
 }
 
-/// Appends `msg` as one frame to `out`.
-pub fn encode<M: Message>(msg: &M, out: &mut Vec<u8>) {
+/// Longest body the 4-byte length prefix can announce (4 GiB − 1).
+pub const MAX_BODY: usize = u32::MAX as usize;
+
+/// The length prefix of a body of `len` bytes; an error if it cannot be announced in 4 bytes
+/// (never a truncated length).
+fn prefix(len: usize) -> Result<[u8; HEADER_LEN], FrameError> {
+    u32::try_from(len)
+        .map(u32::to_be_bytes)
+        .map_err(|_| FrameError::TooLarge { len, max: MAX_BODY })
+}
+
+/// Appends `msg` as one frame to `out`, or appends nothing and fails if its body is longer
+/// than [`MAX_BODY`].
+///
+/// # Errors
+/// [`FrameError::TooLarge`] for a body over 4 GiB − 1.
+pub fn try_encode<M: Message>(msg: &M, out: &mut Vec<u8>) -> Result<(), FrameError> {
     let len = msg.encoded_len();
+    let header = prefix(len)?;
     out.reserve(HEADER_LEN + len);
-    out.extend_from_slice(&(len as u32).to_be_bytes());
+    out.extend_from_slice(&header);
     // Encoding into a Vec only fails for lack of capacity, which `reserve` rules out.
     let _ = msg.encode(out);
+    Ok(())
+}
+
+/// Appends `msg` as one frame to `out`, for messages that cannot reach 4 GiB (their size is
+/// bounded by other limits). One that did would be left out — nothing appended, never a
+/// truncated length prefix; where a message's size depends on what a client asked for, use
+/// [`try_encode`] and answer the error.
+pub fn encode<M: Message>(msg: &M, out: &mut Vec<u8>) {
+    let _ = try_encode(msg, out);
 }
 
 #[cfg(test)]
@@ -72,6 +97,22 @@ mod tests {
         let len = frame_len(&out, 1024).unwrap().unwrap();
         let back = pb::Request::decode(&out[HEADER_LEN..HEADER_LEN + len]).unwrap();
         assert_eq!(back, req);
+    }
+
+    #[test]
+    fn a_body_over_4_gib_has_no_length_prefix() {
+        assert_eq!(prefix(0), Ok([0, 0, 0, 0]));
+        assert_eq!(prefix(MAX_BODY), Ok([0xff; 4]));
+        assert_eq!(
+            prefix(MAX_BODY + 1),
+            Err(FrameError::TooLarge {
+                len: MAX_BODY + 1,
+                max: MAX_BODY
+            })
+        );
+        let mut out = Vec::new();
+        try_encode(&pb::Ping {}, &mut out).unwrap();
+        assert_eq!(out, [0, 0, 0, 0]);
     }
 
     #[test]

@@ -22,6 +22,7 @@
 //! - `gossip`: gossip rounds, batches in flight, hand-off acknowledgements;
 //! - `entropy`: anti-entropy sessions, bucket by bucket, bounded and paced;
 //! - `reclaim`: reclaiming tombstones once every replica holds them;
+//! - `reply_limit`: the reply limit of requests reading several values;
 //! - `serve`: answering other workers.
 
 mod acks;
@@ -29,6 +30,7 @@ mod entropy;
 mod gossip;
 pub mod messages;
 mod reclaim;
+mod reply_limit;
 mod requests;
 mod serve;
 
@@ -145,6 +147,9 @@ pub struct CoreConfig {
     /// How old a tombstone must be before its reclamation starts, ms (it is reclaimed only
     /// once every replica holds it, however old).
     pub tombstone_grace_ms: u64,
+    /// Most bytes of values a request reading several keys may collect (on each worker it
+    /// runs on); beyond it, its values are replaced by [`NodeError::ReplyTooLarge`].
+    pub max_reply_bytes: usize,
 }
 
 impl Default for CoreConfig {
@@ -160,6 +165,7 @@ impl Default for CoreConfig {
             journal_flush_ms: 2,
             default_ack: Ack::MERGED,
             tombstone_grace_ms: 60_000,
+            max_reply_bytes: 64 << 20,
         }
     }
 }

@@ -21,6 +21,7 @@ use foldhash::fast::FixedState;
 use lattice::{Lattice, Record};
 use placement::Replica;
 
+use super::reply_limit::within_reply_limit;
 use super::{Core, Map, PeerFailure, PeerMsg, PeerReply, PeerResult, Ticket, Token};
 use crate::ack::Ack;
 use crate::error::NodeError;
@@ -63,6 +64,8 @@ struct Job {
     missing: usize,
     /// Still being submitted: results are collected, not yet delivered.
     open: bool,
+    /// Bytes of the values collected so far (for the reply limit).
+    reply_bytes: usize,
 }
 
 /// Client ops sent to another worker.
@@ -270,6 +273,7 @@ impl Core {
                 results: vec![None; n],
                 missing: n,
                 open: true,
+                reply_bytes: 0,
             },
         );
         id
@@ -292,13 +296,19 @@ impl Core {
         let Some(j) = self.jobs.jobs.get_mut(&job) else {
             return;
         };
+        let several = j.results.len() > 1;
         let Some(slot) = j.results.get_mut(pos) else {
             return;
         };
         if slot.is_none() {
             j.missing -= 1;
         }
-        *slot = Some(result);
+        *slot = Some(within_reply_limit(
+            several,
+            &mut j.reply_bytes,
+            self.config.max_reply_bytes,
+            result,
+        ));
         if j.missing > 0 || j.open {
             return;
         }

@@ -33,6 +33,8 @@ pub struct PublishedAddresses {
 pub struct Shared {
     /// The configuration the node started with.
     pub config: NodeConfig,
+    /// The users of the client ports (from `config.users`).
+    pub users: Arc<crate::auth::Users>,
     /// Inboxes of all workers.
     pub mesh: Mesh<WorkerMsg>,
     /// The addresses published to peers and clients.

@@ -9,10 +9,19 @@
 //!
 //! Bad input ends the connection only when the protocol cannot resynchronise (the codec
 //! says so, after queueing its error); other clients are never affected.
+//!
+//! # Limits
+//! - A batch stops taking requests once its replies reach `max_reply_bytes` (as it does at
+//!   [`MAX_PIPELINE`] requests): they are written before more requests run, so a pipeline of
+//!   large GETs does not pile up its replies in memory.
+//! - A request must arrive within `partial_request_timeout_secs` of its first byte, and a
+//!   connection with nothing pending is closed after `idle_timeout_secs` (if set; not while
+//!   it waits for pushes): see [`ReadClock`].
 
 use std::collections::VecDeque;
 use std::future::Future;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -139,6 +148,75 @@ pub trait Codec {
 
     /// Appends the pushes waiting now, behind the batch's replies.
     fn drain_pushes(&mut self, _out: &mut Vec<u8>) {}
+
+    /// True if the connection waits for pushes (subscriptions): the idle timeout does not
+    /// apply to it.
+    fn waits_for_pushes(&self) -> bool {
+        false
+    }
+}
+
+/// When a connection waiting for bytes has waited too long (sans-I/O: the pipeline reports
+/// what happened, and asks for the deadline of its next read).
+///
+/// - While an incomplete request is in the buffer, it must be complete within the
+///   partial-request timeout of the read that brought its first bytes (a client trickling
+///   one byte now and then cannot keep a connection and its buffer forever).
+/// - With nothing pending, the connection may stay idle for the idle timeout after its last
+///   activity, unless it waits for pushes.
+#[derive(Clone, Debug)]
+pub struct ReadClock {
+    idle: Option<Duration>,
+    partial: Option<Duration>,
+    last_activity: Instant,
+    partial_since: Option<Instant>,
+}
+
+impl ReadClock {
+    /// A clock for a connection opened at `now`.
+    pub fn new(idle: Option<Duration>, partial: Option<Duration>, now: Instant) -> Self {
+        ReadClock {
+            idle,
+            partial,
+            last_activity: now,
+            partial_since: None,
+        }
+    }
+
+    /// Bytes arrived at `at`, and the buffer was then processed: `completed` is whether a
+    /// request was taken from it, `pending` whether bytes of an incomplete request remain.
+    pub fn read(&mut self, at: Instant, completed: bool, pending: bool) {
+        self.last_activity = at;
+        self.partial_since = match (pending, self.partial_since) {
+            (false, _) => None,
+            // The request still incomplete began in this read if one before it completed.
+            (true, Some(since)) if !completed => Some(since),
+            (true, _) => Some(at),
+        };
+    }
+
+    /// Something was sent to the connection at `at` (a push): it is not idle.
+    pub fn pushed(&mut self, at: Instant) {
+        self.last_activity = at;
+    }
+
+    /// The instant by which bytes must arrive, if any: `waits_for_pushes` exempts an idle
+    /// connection from the idle timeout.
+    pub fn deadline(&self, waits_for_pushes: bool) -> Option<Instant> {
+        match self.partial_since {
+            Some(since) => self.partial.map(|t| since + t),
+            None if waits_for_pushes => None,
+            None => self.idle.map(|t| self.last_activity + t),
+        }
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Serves one connection with `codec` until the client closes it, quits or breaks the
@@ -161,27 +239,44 @@ pub async fn serve<C: Codec>(
         queue: VecDeque::new(),
     };
     let mut shutdown = w.shared.shutdown();
+    let limits = &w.shared.config.limits;
+    let max_batch_reply = limits.max_reply_bytes.max(1);
+    let mut clock = ReadClock::new(
+        limits.idle_timeout(),
+        limits.partial_request_timeout(),
+        Instant::now(),
+    );
     // False when the buffer may still hold complete requests (the pipeline bound stopped
     // the last round early): run those before waiting for more bytes.
     let mut need_read = true;
+    let mut read_at = Instant::now();
     loop {
         if need_read {
             // Read in large chunks: BytesMut only grows by 64 bytes when full.
             if inbuf.capacity() - inbuf.len() < 4096 {
                 inbuf.reserve(16 * 1024);
             }
+            let deadline = clock.deadline(codec.waits_for_pushes());
             let read = tokio::select! {
                 r = stream.read_buf(&mut inbuf) => Some(r),
                 push = codec.next_push() => {
                     replies.out.extend_from_slice(&push);
                     None
                 }
+                _ = until(deadline) => {
+                    tracing::debug!(
+                        pending = inbuf.len(),
+                        "closing a connection: partial-request or idle timeout"
+                    );
+                    return;
+                }
                 _ = shutdown.wait_for(|s| *s) => return,
             };
             match read {
                 Some(Ok(0) | Err(_)) => return,
-                Some(Ok(_)) => {}
+                Some(Ok(_)) => read_at = Instant::now(),
                 None => {
+                    clock.pushed(Instant::now());
                     codec.drain_pushes(&mut replies.out);
                     if stream.write_all(&replies.out).await.is_err() {
                         return;
@@ -195,7 +290,12 @@ pub async fn serve<C: Codec>(
         w.journal.wait_room().await;
         let mut close = false;
         let mut requests = 0;
-        while requests < MAX_PIPELINE && !codec.quit() {
+        let mut full = false;
+        while !codec.quit() {
+            if requests >= MAX_PIPELINE || replies.out.len() >= max_batch_reply {
+                full = true;
+                break;
+            }
             match codec.next(&w, &mut inbuf, &mut replies) {
                 Step::Need => break,
                 Step::Ran => requests += 1,
@@ -215,7 +315,10 @@ pub async fn serve<C: Codec>(
         if close || codec.quit() {
             return;
         }
-        need_read = requests < MAX_PIPELINE;
+        need_read = !full;
+        if need_read {
+            clock.read(read_at, requests > 0, !inbuf.is_empty());
+        }
         replies.out.clear();
         // Don't let one large request pin a large buffer for the connection's lifetime.
         if inbuf.capacity() > 1024 * 1024 && inbuf.is_empty() {
@@ -224,5 +327,60 @@ pub async fn serve<C: Codec>(
         if replies.out.capacity() > 1024 * 1024 {
             replies.out = Vec::with_capacity(16 * 1024);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn no_deadline_without_timeouts() {
+        let t0 = Instant::now();
+        let mut c = ReadClock::new(None, None, t0);
+        assert_eq!(c.deadline(false), None);
+        c.read(t0 + S, false, true);
+        assert_eq!(c.deadline(false), None);
+    }
+
+    #[test]
+    fn an_incomplete_request_must_finish_within_the_partial_timeout_of_its_first_bytes() {
+        let t0 = Instant::now();
+        let mut c = ReadClock::new(None, Some(30 * S), t0);
+        assert_eq!(c.deadline(false), None, "idle: no idle timeout set");
+        // The first bytes of a request at t0 + 1 s; more trickle in, none completes it.
+        c.read(t0 + S, false, true);
+        assert_eq!(c.deadline(false), Some(t0 + 31 * S));
+        c.read(t0 + 20 * S, false, true);
+        assert_eq!(
+            c.deadline(false),
+            Some(t0 + 31 * S),
+            "trickling does not extend it"
+        );
+        // Subscribers get no exemption from it.
+        assert_eq!(c.deadline(true), Some(t0 + 31 * S));
+        // It completes, and the next one begins in the same read.
+        c.read(t0 + 25 * S, true, true);
+        assert_eq!(c.deadline(false), Some(t0 + 55 * S));
+        // Nothing pending any more.
+        c.read(t0 + 26 * S, true, false);
+        assert_eq!(c.deadline(false), None);
+    }
+
+    #[test]
+    fn an_idle_connection_is_closed_after_the_idle_timeout_unless_it_waits_for_pushes() {
+        let t0 = Instant::now();
+        let mut c = ReadClock::new(Some(10 * S), Some(30 * S), t0);
+        assert_eq!(c.deadline(false), Some(t0 + 10 * S));
+        assert_eq!(c.deadline(true), None);
+        c.read(t0 + 5 * S, true, false);
+        assert_eq!(c.deadline(false), Some(t0 + 15 * S));
+        c.pushed(t0 + 8 * S);
+        assert_eq!(c.deadline(false), Some(t0 + 18 * S));
+        // While a request is incomplete, the partial timeout applies instead.
+        c.read(t0 + 9 * S, false, true);
+        assert_eq!(c.deadline(false), Some(t0 + 39 * S));
     }
 }

@@ -599,6 +599,7 @@ impl World {
                 journal_flush_ms: 2,
                 default_ack: Ack::MERGED,
                 tombstone_grace_ms: self.p.tombstone_grace_ms,
+                max_reply_bytes: 64 << 20,
             };
             let core_config = if self.p.mode == Mode::NoRetryNoAntiEntropy {
                 CoreConfig {

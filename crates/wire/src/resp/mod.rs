@@ -1,7 +1,7 @@
 //! The Redis serialization protocol (RESP2 and RESP3).
 //!
 //! # Layout
-//! - [`parse`]: the server-side command parser ([`parse_command`]), which accepts both the
+//! - [`parse`]: the server-side command parser ([`CommandParser`], [`parse_command`]), which accepts both the
 //!   multibulk form (`*<n>\r\n$<len>\r\n<bytes>\r\n...`) and the inline form (`SET k v\r\n`)
 //!   exactly as Redis does, filling a reusable [`Args`] without allocating per command.
 //! - [`encode`]: the server-side reply encoder: one function per reply type, appending to a
@@ -24,5 +24,5 @@ pub use encode::{
     array_header, boolean, bulk, bulk_header, double, error, integer, map_header, null, null_array,
     push_header, set_header, simple, verbatim, Version,
 };
-pub use parse::{parse_command, Args, ArgsIter, Limits, ParseError};
+pub use parse::{parse_command, Args, ArgsIter, CommandParser, Limits, ParseError};
 pub use reply::{parse_reply, skip_reply, Reply, MAX_REPLY_DEPTH};

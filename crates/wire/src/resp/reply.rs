@@ -1059,6 +1059,7 @@ mod tests {
             max_bulk_len: 4,
             max_args: 2,
             max_inline_len: 0,
+            ..Limits::DEFAULT
         };
         let too_large = |text: &str| Err(ParseError::TooLarge(text.to_owned()));
         let p = |b: &[u8]| parse_reply(b, &limits);
@@ -1368,7 +1369,7 @@ mod tests {
         #[test]
         fn resp_like_bytes_never_panic(buf in resp_like_bytes()) {
             check_bytes(&buf, &Limits::default());
-            check_bytes(&buf, &Limits { max_bulk_len: 3, max_args: 2, max_inline_len: 0 });
+            check_bytes(&buf, &Limits { max_bulk_len: 3, max_args: 2, max_inline_len: 0, ..Limits::DEFAULT });
         }
     }
 }

@@ -7,22 +7,31 @@
 //! pushes (`id = 0`) go out between batches of responses.
 //!
 //! Bad input: an undecodable frame gets a `BAD_REQUEST` response (id 0) and the connection
-//! goes on (framing is intact); a frame above `max_frame_size` gets `FRAME_TOO_LARGE` and the
-//! connection is closed (the stream cannot be resynchronised). Peer-plane messages and
+//! goes on (framing is intact); a frame above `max_frame_size` or `max_request_bytes` gets
+//! `FRAME_TOO_LARGE` and the connection is closed (the stream cannot be resynchronised). A
+//! request reading several values whose reply would exceed `max_reply_bytes` gets
+//! `INVALID_ARGUMENT` as a whole. Peer-plane messages and
 //! operator requests in their old form are refused with a `BAD_REQUEST` naming where they
 //! belong. Other clients are unaffected.
 //!
+//! Authentication: on a node with users, every request but `GetTopology` before a
+//! successful `Auth` gets `UNAUTHENTICATED`, and each request needs its permission
+//! (`access`).
+//!
 //! # Layout
 //! - this module: the codec, dispatch, responses;
+//! - `access`: what each request needs of the connection's user;
 //! - `data`: reads and writes;
 //! - `info`: topology, status, locations, holds, admin requests;
 //! - `subscribe`: a connection's subscriptions.
 
+pub(crate) mod access;
 mod data;
 mod info;
 mod subscribe;
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use bytes::BytesMut;
 use prost::Message;
@@ -31,6 +40,7 @@ use wire::frame::{self, FrameError, HEADER_LEN};
 use wire::pb::{self, request::Op as ReqOp, response::Result as RespResult};
 
 use super::pipeline::{Codec, Replies, Step};
+use crate::auth::{User, Users};
 use crate::core::Routing;
 use crate::driver::worker::{Answer, Worker};
 use crate::error::NodeError;
@@ -57,6 +67,10 @@ pub struct Native {
     max_frame: usize,
     /// Dropped with the connection, which ends its subscriptions.
     subs: ConnectionSubscriptions,
+    /// The user the connection acts as: `None` until it authenticates on a node with users.
+    user: Option<Arc<User>>,
+    /// The node's users.
+    users: Arc<Users>,
 }
 
 impl Native {
@@ -68,14 +82,21 @@ impl Native {
             } else {
                 Routing::Redirect
             },
-            max_frame: w.shared.config.limits.max_frame_size,
+            max_frame: w.shared.config.limits.max_native_request(),
             subs: ConnectionSubscriptions::new(w),
+            user: w.shared.users.initial(),
+            users: w.shared.users.clone(),
         }
     }
 }
 
+/// Appends a response; one too large for a frame (over 4 GiB, which the reply limit keeps
+/// far away) is answered with an error instead, never with a truncated length.
 fn encode(resp: &pb::Response, out: &mut Vec<u8>) {
-    frame::encode(resp, out);
+    if let Err(e) = frame::try_encode(resp, out) {
+        let error = raw_error(resp.id, pb::ErrorCode::InvalidArgument, e.to_string());
+        frame::encode(&error, out);
+    }
 }
 
 fn error_response(id: u64, e: &NodeError) -> pb::Response {
@@ -125,6 +146,13 @@ fn key_result(r: OpResult) -> pb::KeyResult {
 }
 
 fn build_response(id: u64, shape: Shape, results: Vec<OpResult>) -> pb::Response {
+    // A reply over the limit fails the request as a whole.
+    if let Some(e) = results.iter().find_map(|r| match r {
+        OpResult::Error(e @ NodeError::ReplyTooLarge { .. }) => Some(e),
+        _ => None,
+    }) {
+        return error_response(id, e);
+    }
     let result = match shape {
         Shape::Multi => RespResult::Multi(pb::MultiResult {
             results: results.into_iter().map(key_result).collect(),
@@ -205,6 +233,10 @@ impl Codec for Native {
     fn drain_pushes(&mut self, out: &mut Vec<u8>) {
         self.subs.drain_into(out);
     }
+
+    fn waits_for_pushes(&self) -> bool {
+        self.subs.any()
+    }
 }
 
 impl Native {
@@ -218,6 +250,23 @@ impl Native {
             let e = NodeError::BadRequest("request without an operation".into());
             return error(replies, id, &e);
         };
+        if let ReqOp::Auth(a) = &op {
+            return match self.users.authenticate(&a.user, a.password.as_bytes()) {
+                Ok(u) => {
+                    self.user = Some(u);
+                    respond(replies, id, RespResult::Ack(pb::Ack { count: 1 }))
+                }
+                Err(e) => error(replies, id, &NodeError::from_auth(e)),
+            };
+        }
+        let allowed = match &self.user {
+            Some(user) => access::permit(user, &op),
+            None if access::before_auth(&op) => Ok(()),
+            None => Err(crate::auth::AuthError::Required),
+        };
+        if let Err(e) = allowed {
+            return error(replies, id, &NodeError::from_auth(e));
+        }
         match op {
             ReqOp::Get(_)
             | ReqOp::Put(_)
@@ -243,6 +292,7 @@ impl Native {
             | ReqOp::Locate(_)
             | ReqOp::Holds(_)
             | ReqOp::Admin(_) => info::handle(w, id, op, replies),
+            ReqOp::Auth(_) => {}
             ReqOp::Replicate(_)
             | ReqOp::Forward(_)
             | ReqOp::AntiEntropy(_)

@@ -61,6 +61,11 @@ impl ConnectionSubscriptions {
         Ok(n)
     }
 
+    /// True once the connection has subscribed (it then waits for pushes, not requests).
+    pub fn any(&self) -> bool {
+        self.registered.is_some()
+    }
+
     /// Runs an `Unsubscribe`; returns how many subscriptions ended.
     pub fn unsubscribe(&mut self, u: &pb::Unsubscribe) -> usize {
         match &self.registered {

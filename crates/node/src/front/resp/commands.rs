@@ -6,7 +6,11 @@
 //! | INCR, INCRBY, DECR, DECRBY | `Counter` (PN) | a key created by SET is not a counter (WRONGTYPE) |
 //! | SADD, SREM, SMEMBERS, SISMEMBER, SCARD | `OrSet` (add-wins) | SMEMBERS/SISMEMBER/SCARD also read grow-only and ordered sets |
 //! | DEL, EXISTS, TYPE | any | DEL writes a tombstone |
-//! | PING, ECHO, HELLO, SELECT 0, QUIT, AUTH, CLIENT, COMMAND, CONFIG GET, INFO, DBSIZE | — | connection and server commands (`server`) |
+//! | PING, ECHO, HELLO, SELECT 0, QUIT, AUTH, ACL, CLIENT, COMMAND, CONFIG GET, INFO, DBSIZE | — | connection and server commands (`server`, `acl`) |
+//!
+//! On a node with users, a connection must authenticate before anything but AUTH, HELLO
+//! and QUIT (`-NOAUTH`); reads need the `read` permission, writes `write`, and every key
+//! of a command must match the user's patterns (`-NOPERM`).
 //!
 //! A key's lattice type is fixed by its first write; a command for another type gets
 //! `-WRONGTYPE` (unlike Redis, `SET` does not replace a set or a counter: `DEL` it first).
@@ -15,10 +19,12 @@ use std::rc::Rc;
 
 use wire::resp::{Args, Version};
 
+use super::acl;
 use super::reply::{encode, encode_get, err, Shape};
 use super::server::{self, Server};
 use super::ConnState;
 use crate::ack::Ack;
+use crate::auth::{AuthError, Permission, User};
 use crate::core::Routing;
 use crate::driver::worker::Worker;
 use crate::front::pipeline::Replies;
@@ -91,7 +97,17 @@ pub(super) fn run(w: &Rc<Worker>, state: &mut ConnState, cmd: &Cmd<'_>, replies:
     let v = state.version;
     // RESP has no acknowledgement options: the node's default applies.
     let ack = Ack::MERGED;
-    match plan(cmd, state) {
+    let user = match &state.user {
+        Some(u) => Some(u.clone()),
+        // AUTH, HELLO and QUIT check (or need no) authentication themselves.
+        None if acl::allowed_before_auth(cmd.arg(0)) => None,
+        None => return replies.emit(|o| o.extend_from_slice(&err(acl::NOAUTH))),
+    };
+    let plan = plan(cmd, state);
+    if let Some(Err(e)) = user.map(|u| permit(&u, &plan)) {
+        return replies.emit(|o| o.extend_from_slice(&acl::noperm(&e, cmd)));
+    }
+    match plan {
         Plan::Get(key) => {
             let local = w.read_local(key, |record| replies.emit(|o| encode_get(o, v, record)));
             if local.is_none() {
@@ -110,6 +126,27 @@ pub(super) fn run(w: &Rc<Worker>, state: &mut ConnState, cmd: &Cmd<'_>, replies:
             let w = w.clone();
             replies.later(async move { server::ask_workers(&w, what, v).await });
         }
+    }
+}
+
+/// Checks that `user` may run `plan`: reads need `read`, writes `write` (both for SET …
+/// GET), DBSIZE `read`; every key must match the user's patterns.
+fn permit(user: &User, plan: &Plan<'_>) -> Result<(), AuthError> {
+    let check_ops = |ops: &[Op<&[u8]>]| {
+        if ops.iter().any(|o| !o.is_write()) {
+            user.check(Permission::Read, [])?;
+        }
+        if ops.iter().any(|o| o.is_write()) {
+            user.check(Permission::Write, [])?;
+        }
+        user.check_keys(ops.iter().map(|o| o.key()))
+    };
+    match plan {
+        Plan::Get(key) => user.check(Permission::Read, [*key]),
+        Plan::One(_, op) => check_ops(std::slice::from_ref(op)),
+        Plan::Ops(_, ops) => check_ops(ops),
+        Plan::Server(Server::DbSize) => user.check(Permission::Read, []),
+        Plan::Reply(_) | Plan::Server(_) => Ok(()),
     }
 }
 

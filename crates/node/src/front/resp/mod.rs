@@ -6,7 +6,8 @@
 //! [`crate::front::pipeline`]).
 //!
 //! Bad input: a protocol error gets `-ERR Protocol error: …` and the connection is closed,
-//! as Redis does; an unknown command gets `-ERR unknown command …` and the connection goes
+//! as Redis does — so does a command declaring more than `max_request_bytes` (refused
+//! before its data is read); an unknown command gets `-ERR unknown command …` and the connection goes
 //! on. Other connections are unaffected.
 //!
 //! # Layout
@@ -15,16 +16,19 @@
 //! - `server`: connection and server commands;
 //! - `reply`: encoding replies.
 
+mod acl;
 pub mod commands;
 mod reply;
 mod server;
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use bytes::{Buf, BytesMut};
-use wire::resp::{self, Args, Version};
+use wire::resp::{self, Args, CommandParser, Version};
 
 use super::pipeline::{Codec, Replies, Step};
+use crate::auth::{User, Users};
 use crate::driver::worker::Worker;
 
 pub use server::REDIS_COMPAT_VERSION;
@@ -40,12 +44,18 @@ pub struct ConnState {
     pub quit: bool,
     /// A connection id for `CLIENT ID` / `HELLO`.
     pub id: u64,
+    /// The user the connection acts as: `None` until it authenticates on a node with users.
+    pub user: Option<Arc<User>>,
+    /// The node's users.
+    pub users: Arc<Users>,
 }
 
 /// One RESP connection.
 pub struct Resp {
     state: ConnState,
     limits: resp::Limits,
+    /// Resumes a partly received command where it stopped (linear in its size).
+    parser: CommandParser,
     args: Args,
 }
 
@@ -59,12 +69,16 @@ impl Resp {
                 name: None,
                 quit: false,
                 id: fastrand::u64(1..u64::MAX >> 1),
+                user: w.shared.users.initial(),
+                users: w.shared.users.clone(),
             },
             limits: resp::Limits {
                 max_bulk_len: limits.max_frame_size,
                 max_args: limits.max_request_items.saturating_add(1),
                 max_inline_len: 64 * 1024,
+                max_request_len: limits.max_request_bytes,
             },
+            parser: CommandParser::new(),
             args: Args::default(),
         }
     }
@@ -72,7 +86,7 @@ impl Resp {
 
 impl Codec for Resp {
     fn next(&mut self, w: &Rc<Worker>, buf: &mut BytesMut, replies: &mut Replies) -> Step {
-        match resp::parse_command(buf, &self.limits, &mut self.args) {
+        match self.parser.parse(buf, &self.limits, &mut self.args) {
             Ok(None) => Step::Need,
             Ok(Some(consumed)) => {
                 if !self.args.is_empty() {

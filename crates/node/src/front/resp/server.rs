@@ -1,8 +1,9 @@
-//! Connection and server commands: PING, ECHO, HELLO, SELECT, QUIT, AUTH, CLIENT, COMMAND,
-//! CONFIG, INFO, DBSIZE.
+//! Connection and server commands: PING, ECHO, HELLO, SELECT, QUIT, AUTH, ACL, CLIENT,
+//! COMMAND, CONFIG, INFO, DBSIZE.
 
 use wire::resp::{self, Version};
 
+use super::acl;
 use super::commands::{arity_error, parse_i64, syntax_error, Cmd};
 use super::reply::{err, ready};
 use super::ConnState;
@@ -52,10 +53,8 @@ pub(super) fn plan(name: &[u8], cmd: &Cmd<'_>, state: &mut ConnState) -> Option<
             state.quit = true;
             Reply(ready(|o| resp::simple(o, "OK")))
         }
-        b"AUTH" => Reply(err(
-            "ERR AUTH <password> called without any password configured for the default user. \
-             Are you sure your configuration is correct?",
-        )),
+        b"AUTH" => Reply(acl::auth(cmd, state)),
+        b"ACL" => Reply(acl::acl(cmd, state)),
         b"CLIENT" => Reply(client(cmd, state)),
         b"COMMAND" => Reply(command(cmd, v)),
         b"CONFIG" => Reply(config(cmd, v)),
@@ -90,26 +89,51 @@ pub(super) async fn ask_workers(w: &Worker, what: Server, v: Version) -> Vec<u8>
     }
 }
 
+/// `HELLO [protover [AUTH user pass] [SETNAME name]]`: nothing changes unless every
+/// option is valid and the credentials (if any) are right.
 fn hello(cmd: &Cmd<'_>, state: &mut ConnState) -> Vec<u8> {
     let mut i = 1;
+    let mut version = state.version;
     if cmd.len() > 1 {
         match parse_i64(cmd.arg(1)) {
-            Some(2) => state.version = Version::Resp2,
-            Some(3) => state.version = Version::Resp3,
+            Some(2) => version = Version::Resp2,
+            Some(3) => version = Version::Resp3,
             _ => return err("NOPROTO unsupported protocol version"),
         }
         i = 2;
     }
+    let mut credentials = None;
+    let mut name = None;
     while i < cmd.len() {
         let opt = cmd.arg(i);
         if opt.eq_ignore_ascii_case(b"AUTH") && i + 2 < cmd.len() {
-            return err("WRONGPASS invalid username-password pair or user is disabled.");
+            credentials = Some((cmd.arg(i + 1), cmd.arg(i + 2)));
+            i += 3;
         } else if opt.eq_ignore_ascii_case(b"SETNAME") && i + 1 < cmd.len() {
-            state.name = Some(cmd.arg(i + 1).to_vec());
+            name = Some(cmd.arg(i + 1).to_vec());
             i += 2;
         } else {
             return syntax_error();
         }
+    }
+    match credentials {
+        Some((user, password)) => {
+            if let Err(reply) = acl::login(state, user, password) {
+                return reply;
+            }
+        }
+        None if state.user.is_none() => {
+            return err(
+                "NOAUTH HELLO must be called with the client already authenticated, otherwise \
+                 the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the \
+                 client and select the RESP protocol version at the same time",
+            )
+        }
+        None => {}
+    }
+    state.version = version;
+    if name.is_some() {
+        state.name = name;
     }
     let v = state.version;
     let proto = if v == Version::Resp3 { 3 } else { 2 };
@@ -205,6 +229,14 @@ const COMMANDS: &[CommandInfo] = &[
         "auth",
         -2,
         &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
+    (
+        "acl",
+        -2,
+        &["admin", "noscript", "loading", "stale"],
         0,
         0,
         0,
