@@ -225,7 +225,8 @@ impl Core {
                     self.run_acked(job, pos, op.to_owned_op(), ack, false, &mut syncs);
                 }
                 Route::Local => {
-                    let get = matches!(op, Op::Get { .. });
+                    // Only a read that may miss while keys move needs its key kept.
+                    let get = settling && matches!(op, Op::Get { .. });
                     let key = get.then(|| Bytes::copy_from_slice(op.key()));
                     let result = self.shard.execute(op);
                     match key {

@@ -168,6 +168,9 @@ pub struct Shard {
     hlc: Hlc,
     /// Wall clock (timestamps) and monotonic clock (windows, rate limits).
     clock: SharedClock,
+    /// The latest wall-clock reading (ms) taken through `clock_ms`: a client timestamp
+    /// within the skew bound of it needs no new reading (see `check_client_timestamp`).
+    last_wall_ms: std::cell::Cell<u64>,
     /// Randomness (replica choice), seeded.
     rng: fastrand::Rng,
     /// The keys.
@@ -242,6 +245,7 @@ impl Shard {
             actor,
             hlc: Hlc::new(actor),
             clock,
+            last_wall_ms: std::cell::Cell::new(0),
             store: MemStore::with_seed(rng.u64(..)),
             rng,
             view,
@@ -444,8 +448,7 @@ impl Shard {
             pending_replication: (self.changeset.len()
                 + self.outbox.values().map(KeySet::len).sum::<usize>()
                 + self.handoff.len()
-                + self.reconcile_waiting)
-                as u64,
+                + self.reconcile_waiting) as u64,
             handoff_keys: self.handoff.len() as u64,
         }
     }

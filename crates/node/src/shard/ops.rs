@@ -62,7 +62,9 @@ impl Shard {
 
     /// The physical clock reading behind write timestamps.
     fn clock_ms(&self) -> u64 {
-        self.clock.wall_ms()
+        let now = self.clock.wall_ms();
+        self.last_wall_ms.set(now);
+        now
     }
 
     /// The epoch a write of type `ty` to `key` carries (see the module docs).
@@ -289,6 +291,12 @@ impl Shard {
     /// drag the worker's clock (and so every later timestamp it issues) along.
     fn check_client_timestamp(&self, ts: Timestamp) -> Result<(), NodeError> {
         let ahead = self.config.limits.max_clock_ahead_ms;
+        // Within the bound of an earlier reading: within the bound of now (no clock read
+        // per write). Only a reading of the clock raises the cached value, never a
+        // timestamp, so accepted writes cannot ratchet the bound forward.
+        if ts.physical_ms() <= self.last_wall_ms.get().saturating_add(ahead) {
+            return Ok(());
+        }
         let now = self.clock_ms();
         if ts.physical_ms() > now.saturating_add(ahead) {
             return Err(NodeError::InvalidArgument(format!(
