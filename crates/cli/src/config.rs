@@ -36,6 +36,11 @@ pub struct NodeArgs {
     /// 0.0.0.0 (e.g. in a container).
     #[arg(long, env = "LATTICEKV_ADVERTISE")]
     pub(crate) advertise: Option<String>,
+    /// Shared secret of the cluster: every peer connection proves it, so a node without it
+    /// cannot join, gossip or exchange data (prefer the environment variable: flags show
+    /// in `ps`).
+    #[arg(long, env = "LATTICEKV_CLUSTER_SECRET", hide_env_values = true)]
+    pub(crate) cluster_secret: Option<String>,
     /// Directory for node state.
     #[arg(long, env = "LATTICEKV_DATA_DIR")]
     pub(crate) data_dir: Option<PathBuf>,
@@ -202,6 +207,9 @@ pub fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     }
     if let Some(v) = &args.advertise {
         config.advertise = Some(v.clone());
+    }
+    if let Some(v) = &args.cluster_secret {
+        config.cluster_secret = Some(v.clone());
     }
     if let Some(v) = &args.data_dir {
         config.data_dir = Some(v.clone());

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use crate::config::{init_logging, node_config, wait, LocalArgs, DEFAULT_LOCAL_DATA_DIR};
+use crate::config::{init_logging, node_config, wait, LocalArgs, NodeArgs, DEFAULT_LOCAL_DATA_DIR};
 
 /// A child process and the addresses it printed.
 struct ChildNode {
@@ -15,12 +15,15 @@ struct ChildNode {
     lines: Vec<String>,
 }
 
-/// Starts `latticekv ARGS`; a password goes by the environment (not visible in `ps`).
-fn spawn_child(args: &[String], password: Option<&str>) -> Result<ChildNode> {
+/// Starts `latticekv ARGS`; secrets go by the environment (not visible in `ps`).
+fn spawn_child(args: &[String], a: &NodeArgs) -> Result<ChildNode> {
     let exe = std::env::current_exe().context("finding the latticekv binary")?;
     let mut command = Command::new(exe);
-    if let Some(p) = password {
+    if let Some(p) = &a.password {
         command.env("LATTICEKV_PASSWORD", p);
+    }
+    if let Some(s) = &a.cluster_secret {
+        command.env("LATTICEKV_CLUSTER_SECRET", s);
     }
     let mut child = command
         .args(args)
@@ -156,7 +159,7 @@ pub(crate) fn run(args: LocalArgs) -> Result<()> {
             if let Some(s) = &seed {
                 child_args.extend(["--seeds".into(), s.clone()]);
             }
-            let child = spawn_child(&child_args, a.password.as_deref())?;
+            let child = spawn_child(&child_args, a)?;
             if seed.is_none() {
                 seed = field(&child.lines, "native");
             }
@@ -185,7 +188,7 @@ pub(crate) fn run(args: LocalArgs) -> Result<()> {
             if let Some(s) = &seed {
                 child_args.extend(["--seeds".into(), s.clone()]);
             }
-            disk_children.push(spawn_child(&child_args, a.password.as_deref())?);
+            disk_children.push(spawn_child(&child_args, a)?);
         }
         let routing_listen = SocketAddr::new(
             config.listen.ip(),
@@ -206,7 +209,7 @@ pub(crate) fn run(args: LocalArgs) -> Result<()> {
         if let Some(s) = &seed {
             routing_args.extend(["--seeds".into(), s.clone()]);
         }
-        children.push(spawn_child(&routing_args, a.password.as_deref())?);
+        children.push(spawn_child(&routing_args, a)?);
         Ok(())
     })();
     if let Err(e) = result {

@@ -392,6 +392,7 @@ fn fetch_local(
         node_id: "docker-test".into(),
         from_worker: Some(0),
         to_worker: Some(worker),
+        ..Default::default()
     };
     frame(&|o| wire::frame::encode(&hello, o), &mut s)?;
     let welcome = pb::PeerWelcome::decode(&read(&mut s)?[..]).map_err(|e| e.to_string())?;

@@ -199,6 +199,7 @@ fn peer_welcome(peer: SocketAddr) -> pb::PeerWelcome {
         node_id: "visitor".into(),
         from_worker: None,
         to_worker: None,
+        ..Default::default()
     };
     let mut frame = Vec::new();
     wire::frame::encode(&hello, &mut frame);

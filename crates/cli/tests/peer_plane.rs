@@ -127,6 +127,7 @@ fn a_client_connection_sending_a_peer_message_is_refused_and_the_node_keeps_serv
             node_id: "intruder".into(),
             from_worker: Some(0),
             to_worker: Some(0),
+            ..Default::default()
         };
         let mut frame = Vec::new();
         wire::frame::encode(&hello, &mut frame);

@@ -27,6 +27,7 @@ impl PeerConn {
             node_id: me.into(),
             from_worker: None,
             to_worker: None,
+            ..Default::default()
         };
         let mut c = PeerConn(s);
         c.send(&hello);
@@ -147,4 +148,53 @@ fn a_far_future_client_timestamp_is_refused() {
     let mut r = Resp::connect(node.resp);
     r.roundtrip(&[b"SET", b"k", b"now"], b"+OK\r\n");
     r.roundtrip(&[b"GET", b"k"], b"$3\r\nnow\r\n");
+}
+
+/// With a cluster secret, nodes that hold it form a cluster, and a node without it (or
+/// with another) cannot join: its hellos are refused, so it is never a member and gets no
+/// data; the cluster keeps serving.
+#[test]
+fn a_node_without_the_cluster_secret_cannot_join() {
+    let _serial = serial();
+    let with = |secret: &'static str| {
+        let mut f = flags("2", "3000");
+        f.extend(["--cluster-secret", secret]);
+        f
+    };
+    let a = NodeProc::server("a", None, &with("s3cret"));
+    let b = NodeProc::server("b", Some(a.native), &with("s3cret"));
+    assert!(eventually(Duration::from_secs(20), || alive_members(&a)
+        == 2
+        && alive_members(&b) == 2));
+    let outsider = NodeProc::server("outsider", Some(a.native), &with("guess"));
+    let open = NodeProc::server("open", Some(a.native), &flags("2", "3000"));
+    // Given time to gossip many rounds, neither gets in.
+    assert!(stays(Duration::from_secs(3), || {
+        let t = topology(a.native);
+        t.members
+            .iter()
+            .all(|m| m.node_id != "outsider" && m.node_id != "open")
+    }));
+    assert_eq!(alive_members(&b), 2);
+    // And a raw hello without the proof is refused on the peer port.
+    let s = TcpStream::connect(a.peer.expect("peer address")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut c = PeerConn(s);
+    c.send(&pb::PeerHello {
+        version: 1,
+        node_id: "intruder".into(),
+        ..Default::default()
+    });
+    let welcome: pb::PeerWelcome = c.read();
+    let e = welcome.error.expect("refused");
+    assert!(e.message.contains("cluster secret"), "{e:?}");
+    // The cluster serves: a write on a is readable through b.
+    let value = Value::Lww(Lww::new(Timestamp::new(1 << 20, 3), b"v".to_vec().into()));
+    let mut ca = Native::connect(a.native);
+    let resp = ca.call(Op::Put(pb::Put {
+        key: "k".into(),
+        value: Some(value_to_pb(&value)),
+    }));
+    assert!(matches!(resp.result, Some(R::Ack(_))), "{resp:?}");
+    drop((outsider, open));
 }

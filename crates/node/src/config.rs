@@ -39,6 +39,10 @@ pub struct NodeConfig {
     /// or is reached through another address than the one it binds. Default: unset (the
     /// bound addresses are published as they are).
     pub advertise: Option<String>,
+    /// Shared secret of the cluster's nodes: every peer connection proves it (see
+    /// `peer::secret`), so a node without it cannot join, gossip or exchange data. Default:
+    /// unset (the peer port accepts any node; keep it on a private network).
+    pub cluster_secret: Option<String>,
     /// Directory for node state (the node identity now; the write-ahead log later).
     /// Default: unset (nothing written to disk).
     pub data_dir: Option<PathBuf>,
@@ -240,6 +244,7 @@ impl Default for NodeConfig {
             worker_listen: None,
             peer_listen: None,
             advertise: None,
+            cluster_secret: None,
             data_dir: None,
             gossip_period_ms: 100,
             default_local_replication: 1,

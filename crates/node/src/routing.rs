@@ -76,6 +76,7 @@ impl RoutingNode {
         let (agent, snapshots, agent_thread) = agent::spawn(
             AgentConfig {
                 node_id: config.node_id.clone(),
+                cluster_secret: config.cluster_secret.clone(),
                 desc: Description {
                     role: Role::Routing,
                     front: published.clone(),
@@ -105,6 +106,7 @@ impl RoutingNode {
             max_frame: config.limits.max_frame_size,
             users,
         });
+        let secret = config.cluster_secret.clone();
         let thread = std::thread::Builder::new()
             .name("lkv-routing".into())
             .spawn(move || {
@@ -116,6 +118,7 @@ impl RoutingNode {
                 };
                 let routes = Arc::new(AgentRoutes {
                     node_id: state.node_id.clone(),
+                    secret,
                     agent: state.agent.clone(),
                 });
                 rt.block_on(async move {
@@ -157,6 +160,7 @@ impl RoutingNode {
 /// Where peer connections go on a routing node: to its agent (it has no workers).
 struct AgentRoutes {
     node_id: String,
+    secret: Option<String>,
     agent: Agent,
 }
 
@@ -167,6 +171,10 @@ impl Routes for AgentRoutes {
 
     fn workers(&self) -> u32 {
         0
+    }
+
+    fn cluster_secret(&self) -> Option<&str> {
+        self.secret.as_deref()
     }
 
     fn to_worker(&self, _worker: u32, _stream: std::net::TcpStream, _from: placement::Replica) {}

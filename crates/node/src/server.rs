@@ -173,6 +173,7 @@ fn core_config(config: &NodeConfig) -> CoreConfig {
 /// Where accepted peer connections go on a storage node.
 struct NodeRoutes {
     node_id: String,
+    secret: Option<String>,
     mesh: Mesh<WorkerMsg>,
     agent: Agent,
 }
@@ -184,6 +185,10 @@ impl Routes for NodeRoutes {
 
     fn workers(&self) -> u32 {
         self.mesh.len() as u32
+    }
+
+    fn cluster_secret(&self) -> Option<&str> {
+        self.secret.as_deref()
     }
 
     fn to_worker(&self, worker: u32, stream: std::net::TcpStream, from: Replica) {
@@ -277,6 +282,7 @@ impl Node {
         let (agent, snapshots, agent_thread) = agent::spawn(
             AgentConfig {
                 node_id: config.node_id.clone(),
+                cluster_secret: config.cluster_secret.clone(),
                 desc: agent::storage_description(
                     config.tier.tier(),
                     published.front.clone(),
@@ -383,6 +389,7 @@ impl Node {
             if let Some((front_l, resp_l, peer_l)) = first.take() {
                 let routes = Arc::new(NodeRoutes {
                     node_id: config.node_id.clone(),
+                    secret: config.cluster_secret.clone(),
                     mesh: mesh.clone(),
                     agent: agent.clone(),
                 });

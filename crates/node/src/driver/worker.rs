@@ -409,12 +409,16 @@ impl Worker {
 
     /// Opens a connection to worker `to` of the node whose peer port is `addr`.
     async fn connect(self: &Rc<Self>, addr: &str, to: Replica) -> Result<PeerConn, PeerError> {
-        let hello = pb::PeerHello {
+        let mut hello = pb::PeerHello {
             version: PEER_VERSION,
             node_id: self.shared.config.node_id.clone(),
             from_worker: Some(self.index),
             to_worker: Some(to.worker),
+            ..Default::default()
         };
+        let secret = self.shared.config.cluster_secret.as_deref();
+        let now_ms = self.core.borrow().shard().clock().wall_ms();
+        crate::peer::secret::sign(&mut hello, secret, now_ms);
         let conn = PeerConn::open(addr, hello, CONNECT_TIMEOUT).await?;
         let mut peers = self.peers.borrow_mut();
         if peers.len() >= MAX_PEER_CONNECTIONS {

@@ -31,6 +31,8 @@ pub trait Routes: Send + Sync {
     fn node_id(&self) -> &str;
     /// Number of workers (0 on a routing node).
     fn workers(&self) -> u32;
+    /// The cluster secret hellos must prove, if any.
+    fn cluster_secret(&self) -> Option<&str>;
     /// Hands over a connection from worker `from` for worker `worker`.
     fn to_worker(&self, worker: u32, stream: std::net::TcpStream, from: Replica);
     /// Hands over a connection for the cluster agent.
@@ -84,6 +86,13 @@ async fn welcome(mut stream: TcpStream, routes: Arc<dyn Routes>) {
     }
     if hello.node_id.is_empty() || hello.node_id.len() > 1024 {
         return refuse(stream, routes.node_id(), "a hello without a valid node id").await;
+    }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    if let Err(e) = super::secret::verify(&hello, routes.cluster_secret(), now_ms) {
+        tracing::debug!(node = %hello.node_id.chars().take(64).collect::<String>(), error = %e, "peer connection refused");
+        return refuse(stream, routes.node_id(), &e.to_string()).await;
     }
     let target = match (hello.to_worker, hello.from_worker) {
         (None, _) => None,

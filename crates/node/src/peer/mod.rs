@@ -8,7 +8,9 @@
 //! - [`convert`]: the messages on the wire (`PeerRequest` / `PeerResponse`);
 //! - [`transport`]: a connection from the calling side (hello, pipelined requests,
 //!   answers in any order);
-//! - [`listen`]: the peer port (hellos, handing connections to workers and the agent).
+//! - [`listen`]: the peer port (hellos, handing connections to workers and the agent);
+//! - [`secret`]: the cluster secret's proof in every hello.
 pub mod convert;
 pub mod listen;
+pub mod secret;
 pub mod transport;

@@ -41,6 +41,8 @@ const MAILBOX: usize = 1024;
 /// Settings of a node's agent.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
+    /// The cluster secret its hellos prove (see `peer::secret`).
+    pub cluster_secret: Option<String>,
     /// This node's id.
     pub node_id: String,
     /// Role and addresses.
@@ -263,6 +265,7 @@ impl Runner {
             }
             let done = self.done.clone();
             let node_id = self.agent.config.node_id.clone();
+            let secret = self.agent.config.cluster_secret.clone();
             match target.clone() {
                 Target::Seed(addr) => {
                     tokio::spawn(async move {
@@ -283,7 +286,7 @@ impl Runner {
                     tokio::spawn(async move {
                         let conn = match cached {
                             Some(c) => Some(c),
-                            None => net::connect(&addr, &node_id).await,
+                            None => net::connect(&addr, &node_id, secret.as_deref()).await,
                         };
                         let state = match &conn {
                             Some(c) => net::exchange(c, request).await,

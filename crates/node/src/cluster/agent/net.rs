@@ -19,13 +19,16 @@ use crate::peer::transport::{read_frame, PeerConn, MAX_PEER_FRAME, PEER_VERSION}
 pub(super) const SYNC_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Opens a connection to the agent of the node whose peer port is `addr`.
-pub(super) async fn connect(addr: &str, node_id: &str) -> Option<PeerConn> {
-    let hello = pb::PeerHello {
+pub(super) async fn connect(addr: &str, node_id: &str, secret: Option<&str>) -> Option<PeerConn> {
+    let mut hello = pb::PeerHello {
         version: PEER_VERSION,
         node_id: node_id.to_string(),
         from_worker: None,
         to_worker: None,
+        ..Default::default()
     };
+    let now_ms = crate::clock::Clock::wall_ms(&crate::clock::SystemClock::default());
+    crate::peer::secret::sign(&mut hello, secret, now_ms);
     PeerConn::open(addr, hello, SYNC_TIMEOUT).await.ok()
 }
 
