@@ -12,6 +12,7 @@ use client::routing::Layout;
 use client::Client;
 // Cluster tests run one at a time (`serial`): several clusters at once on a 2-core machine
 // starve the agents' heartbeats and make nodes suspect each other, which tests something else.
+use common::cluster::{alive_members, holders, replica_counts, rt, topology};
 use common::{eventually, serial, Native, NodeProc};
 use lattice::{Lww, Timestamp, Value};
 use wire::pb::{self, request::Op, response::Result as R};
@@ -53,14 +54,6 @@ fn flags(replication: &str) -> Vec<&str> {
     f
 }
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// Starts `n` nodes, each joining through the first, and waits until every node sees all.
 fn cluster(n: usize, replication: &str) -> Vec<NodeProc> {
     cluster_with(n, &flags(replication))
 }
@@ -83,23 +76,6 @@ fn cluster_with(n: usize, f: &[&str]) -> Vec<NodeProc> {
     nodes
 }
 
-fn topology(addr: std::net::SocketAddr) -> pb::Topology {
-    let mut c = Native::connect(addr);
-    match c.call(Op::Topology(pb::GetTopology {})).result {
-        Some(R::Topology(t)) => t,
-        other => panic!("{other:?}"),
-    }
-}
-
-/// Storage members a node sees alive.
-fn alive_members(node: &NodeProc) -> usize {
-    topology(node.native)
-        .members
-        .iter()
-        .filter(|m| m.role == "memory" && m.status == pb::NodeStatus::Alive as i32)
-        .count()
-}
-
 fn keys(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("key:{i:06}")).collect()
 }
@@ -109,44 +85,6 @@ fn value(i: usize) -> Value {
     Value::Lww(Lww::new(ts, format!("value-{i}").into_bytes().into()))
 }
 
-/// Every key's holders: worker address → keys it stores (asked with `Holds`, which never
-/// forwards).
-fn holders(nodes: &[&NodeProc], keys: &[String]) -> HashMap<String, BTreeSet<String>> {
-    let mut out = HashMap::new();
-    for node in nodes {
-        for w in &node.workers {
-            let mut c = Native::connect(*w);
-            let resp = c.call(Op::Holds(pb::Holds {
-                keys: keys.iter().map(|k| k.clone().into()).collect(),
-            }));
-            let Some(R::Multi(m)) = resp.result else {
-                panic!("{resp:?}")
-            };
-            let held: BTreeSet<String> = m
-                .results
-                .iter()
-                .zip(keys)
-                .filter(|(r, _)| matches!(r.result, Some(pb::key_result::Result::Ack(ref a)) if a.count == 1))
-                .map(|(_, k)| k.clone())
-                .collect();
-            out.insert(w.to_string(), held);
-        }
-    }
-    out
-}
-
-/// Number of workers holding each key.
-fn replica_counts(nodes: &[&NodeProc], keys: &[String]) -> HashMap<String, usize> {
-    let mut counts: HashMap<String, usize> = keys.iter().map(|k| (k.clone(), 0)).collect();
-    for held in holders(nodes, keys).values() {
-        for k in held {
-            *counts.get_mut(k).unwrap() += 1;
-        }
-    }
-    counts
-}
-
-/// The replica placement computed from scratch from a node's topology: key → workers.
 fn expected_owners(node: &NodeProc, keys: &[String]) -> HashMap<String, BTreeSet<String>> {
     let layout = Layout::from_topology(&topology(node.native));
     let mut out: HashMap<String, BTreeSet<String>> = HashMap::new();
