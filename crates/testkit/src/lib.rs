@@ -25,6 +25,7 @@
 //! - [`resp`]: [`Resp`], a raw blocking RESP connection.
 //! - [`native`]: [`Native`], a raw blocking native-protocol connection.
 //! - [`wait`]: [`eventually`], [`closed_by_peer`], [`serial`].
+//! - [`pki`]: [`Pki`], a throwaway CA and certificates for TLS tests.
 //! - [`tmpfs`]: [`Tmpfs`], a tmpfs mount for full-disk tests (needs root: tests that use it
 //!   fail without it, they never skip).
 //!
@@ -34,12 +35,14 @@
 
 pub mod native;
 pub mod node;
+pub mod pki;
 pub mod resp;
 pub mod tmpfs;
 pub mod wait;
 
 pub use native::Native;
 pub use node::{NodeProc, SIGINT, SIGTERM};
+pub use pki::Pki;
 pub use resp::Resp;
 pub use tmpfs::Tmpfs;
 pub use wait::{closed_by_peer, eventually, serial};
