@@ -19,8 +19,8 @@ deps:
 	  echo "installing redis-tools"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-tools redis-server) \
 	    || { echo "cannot install redis-tools (need root and apt)"; exit 1; }; }
-	@$(PYTHON) -c "import redis, pytest" 2>/dev/null || \
-	  $(PYTHON) -m pip install --quiet --disable-pip-version-check redis pytest
+	@$(PYTHON) -c "import redis, pytest, trustme" 2>/dev/null || \
+	  $(PYTHON) -m pip install --quiet --disable-pip-version-check redis pytest trustme
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -55,6 +55,7 @@ bench-smoke: build
 	bench/durability --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/consistency --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/redis-benchmark --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
+	bench/security --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 
 ## A FROM-scratch image of the statically linked binary, tagged latticekv:dev (no registry).
 docker-image:
@@ -77,6 +78,8 @@ bench: release
 	bench/cluster
 	bench/durability
 	bench/consistency
+	bench/redis-benchmark
+	bench/security
 
 ## The embedded default, as the README says.
 run:

@@ -407,8 +407,22 @@ async def connect_async(
     durable: bool = False,
     user: Optional[str] = None,
     password: Optional[str] = None,
+    tls: bool = False,
+    tls_ca: Optional[str] = None,
+    tls_server_name: Optional[str] = None,
 ) -> AsyncClient:
     """Connects without blocking the event loop; see :func:`connect`."""
     return AsyncClient(
-        await _run(connect, addr, timeout, ack_replicas, durable, user, password)
+        await _run(
+            connect,
+            addr,
+            timeout,
+            ack_replicas,
+            durable,
+            user,
+            password,
+            tls,
+            tls_ca,
+            tls_server_name,
+        )
     )

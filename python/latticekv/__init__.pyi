@@ -220,12 +220,18 @@ def connect(
     durable: bool = False,
     user: Optional[str] = None,
     password: Optional[str] = None,
+    tls: bool = False,
+    tls_ca: Optional[str] = None,
+    tls_server_name: Optional[str] = None,
 ) -> Client:
     """Connects to a node's native port; timeout (seconds) bounds every request.
 
     ack_replicas: replicas that must hold each write before it is acknowledged;
     durable: acknowledge writes only once they are on disk; password (and user, default
-    "default"): credentials sent on every connection, for a node with users.
+    "default"): credentials sent on every connection, for a node with users; tls: connect
+    with TLS trusting the system's CAs, or tls_ca (a PEM file of CA certificates, implies
+    tls); tls_server_name: the name the node's certificate must hold, if not the
+    address's host.
     """
 
 class AsyncClient:
@@ -325,5 +331,8 @@ async def connect_async(
     durable: bool = False,
     user: Optional[str] = None,
     password: Optional[str] = None,
+    tls: bool = False,
+    tls_ca: Optional[str] = None,
+    tls_server_name: Optional[str] = None,
 ) -> AsyncClient:
     """Connects without blocking the event loop."""

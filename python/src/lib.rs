@@ -139,9 +139,9 @@ where
 pub(crate) fn to_py_err(e: ClientError) -> PyErr {
     let msg = e.to_string();
     match &e {
-        ClientError::Connect { .. } | ClientError::ConnectionLost { .. } => {
-            ConnectionError::new_err(msg)
-        }
+        ClientError::Connect { .. }
+        | ClientError::ConnectionLost { .. }
+        | ClientError::Tls { .. } => ConnectionError::new_err(msg),
         ClientError::Timeout => TimeoutError::new_err(msg),
         ClientError::Protocol(_) => ProtocolError::new_err(msg),
         ClientError::UnexpectedType { .. } => WrongTypeError::new_err(msg),
@@ -599,7 +599,10 @@ impl Client {
 /// how many replicas must hold each write before it is acknowledged (0 or 1: the one
 /// receiving it); `durable` acknowledges writes only once they are on disk. `password`
 /// (and `user`, default `default`) authenticate every connection the client opens, on a
-/// node with users or a `--password`.
+/// node with users or a `--password`. `tls` connects with TLS, trusting the system's CAs,
+/// or the CA certificates of the PEM file `tls_ca` (which implies `tls`);
+/// `tls_server_name` is the name the node's certificate must hold if not the address's
+/// host.
 #[pyfunction]
 #[pyo3(signature = (
     addr = "127.0.0.1:7700",
@@ -608,6 +611,9 @@ impl Client {
     durable = false,
     user = None,
     password = None,
+    tls = false,
+    tls_ca = None,
+    tls_server_name = None,
 ))]
 #[allow(clippy::too_many_arguments)]
 fn connect(
@@ -618,6 +624,9 @@ fn connect(
     durable: bool,
     user: Option<String>,
     password: Option<String>,
+    tls: bool,
+    tls_ca: Option<std::path::PathBuf>,
+    tls_server_name: Option<String>,
 ) -> PyResult<Client> {
     if user.is_some() && password.is_none() {
         return Err(PyValueError::new_err("user given without a password"));
@@ -628,7 +637,18 @@ fn connect(
         ));
     }
     let timeout = Duration::from_secs_f64(timeout);
+    let tls = if tls || tls_ca.is_some() || tls_server_name.is_some() {
+        let mut t = client::ClientTls::new(tls_ca.as_deref())
+            .map_err(|e| PyValueError::new_err(format!("TLS: {e}")))?;
+        if let Some(name) = tls_server_name {
+            t = t.with_server_name(name);
+        }
+        Some(t)
+    } else {
+        None
+    };
     let options = ClientOptions {
+        tls,
         timeout,
         ack_replicas,
         durable,

@@ -23,6 +23,20 @@ pub struct Target {
     /// command lines are visible to other users of the machine).
     #[arg(long, env = "LATTICEKV_PASSWORD", hide_env_values = true)]
     password: Option<String>,
+    /// Connect with TLS, trusting the system's CAs (or --tls-ca).
+    #[arg(
+        long,
+        env = "LATTICEKV_TLS",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    tls: bool,
+    /// Connect with TLS, trusting the CA certificates in this PEM file (implies --tls).
+    #[arg(long, env = "LATTICEKV_TLS_CA")]
+    tls_ca: Option<std::path::PathBuf>,
+    /// The name the node's certificate must hold, if not the host of the address (implies
+    /// --tls).
+    #[arg(long, env = "LATTICEKV_TLS_SERVER_NAME")]
+    tls_server_name: Option<String>,
 }
 
 impl Target {
@@ -35,18 +49,36 @@ impl Target {
         ))
     }
 
-    fn options(&self) -> client::ClientOptions {
-        client::ClientOptions {
-            credentials: self.credentials(),
-            ..Default::default()
+    /// TLS settings, if any TLS flag was given.
+    fn tls(&self) -> Result<Option<client::ClientTls>> {
+        if !self.tls && self.tls_ca.is_none() && self.tls_server_name.is_none() {
+            return Ok(None);
         }
+        let mut tls = client::ClientTls::new(self.tls_ca.as_deref()).context("--tls-ca")?;
+        if let Some(name) = &self.tls_server_name {
+            tls = tls.with_server_name(name);
+        }
+        Ok(Some(tls))
+    }
+
+    fn options(&self) -> Result<client::ClientOptions> {
+        Ok(client::ClientOptions {
+            credentials: self.credentials(),
+            tls: self.tls()?,
+            ..Default::default()
+        })
     }
 
     /// One connection to the node's front port, authenticated.
     async fn open(&self) -> Result<client::connection::Connection> {
-        client::connection::Connection::open_with(&self.addr, self.credentials().as_ref())
-            .await
-            .with_context(|| format!("connecting to {}", self.addr))
+        let tls = self.tls()?;
+        client::connection::Connection::open_with(
+            &self.addr,
+            tls.as_ref(),
+            self.credentials().as_ref(),
+        )
+        .await
+        .with_context(|| format!("connecting to {}", self.addr))
     }
 }
 
@@ -144,7 +176,7 @@ pub fn block_on(f: impl std::future::Future<Output = Result<i32>>) -> Result<i32
 }
 
 async fn connect(t: &Target) -> Result<Client> {
-    Client::connect_with(&t.addr, t.options())
+    Client::connect_with(&t.addr, t.options()?)
         .await
         .with_context(|| format!("connecting to {}", t.addr))
 }
@@ -453,7 +485,7 @@ pub async fn status(args: StatusArgs) -> Result<i32> {
         } else if m.node_id == s.node_id {
             s.workers.iter().map(|w| w.keys).sum::<u64>().to_string()
         } else {
-            match client::Client::connect_with(&m.front, args.target.options()).await {
+            match client::Client::connect_with(&m.front, args.target.options()?).await {
                 Ok(peer) => match peer.status().await {
                     Ok(ps) => ps.workers.iter().map(|w| w.keys).sum::<u64>().to_string(),
                     Err(_) => "?".into(),

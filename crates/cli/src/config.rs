@@ -109,6 +109,17 @@ pub struct NodeArgs {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub(crate) insecure_no_auth: bool,
+    /// TLS certificate chain (PEM) of this node: with --tls-key, every port is TLS-only;
+    /// the files are reloaded when they change and on SIGHUP.
+    #[arg(long, env = "LATTICEKV_TLS_CERT")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, env = "LATTICEKV_TLS_KEY")]
+    pub(crate) tls_key: Option<PathBuf>,
+    /// CA certificates (PEM) that signed the cluster's node certificates: peers must
+    /// present one it signed (mutual TLS) and are trusted only by it.
+    #[arg(long, env = "LATTICEKV_TLS_CA")]
+    pub(crate) tls_ca: Option<PathBuf>,
 }
 
 /// `latticekv local`: the embedded default.
@@ -278,6 +289,15 @@ pub fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     if args.insecure_no_auth {
         config.insecure_no_auth = true;
     }
+    if let Some(v) = &args.tls_cert {
+        config.tls.cert = Some(v.clone());
+    }
+    if let Some(v) = &args.tls_key {
+        config.tls.key = Some(v.clone());
+    }
+    if let Some(v) = &args.tls_ca {
+        config.tls.ca = Some(v.clone());
+    }
     config.check_exposure()?;
     Ok(config)
 }
@@ -321,7 +341,9 @@ pub(crate) enum Ending {
     NodeStopped,
 }
 
-pub(crate) fn wait(node: Option<&Node>) -> Result<Ending> {
+/// Waits for SIGINT, SIGTERM or `node` stopping; on SIGHUP, runs `reload` (TLS
+/// certificates) and goes on waiting.
+pub(crate) fn wait(node: Option<&Node>, reload: &dyn Fn()) -> Result<Ending> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -329,6 +351,7 @@ pub(crate) fn wait(node: Option<&Node>) -> Result<Ending> {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut interrupt =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
         // Only now that SIGTERM is handled: scripts wait for this line, then may stop the
         // node at once (before, a SIGTERM right after the banner could kill it uncleanly).
         say!("press Ctrl-C to stop");
@@ -342,19 +365,33 @@ pub(crate) fn wait(node: Option<&Node>) -> Result<Ending> {
                 None => std::future::pending::<()>().await,
             }
         };
-        tokio::select! {
-            _ = interrupt.recv() => Ok(Ending::Signal),
-            _ = term.recv() => Ok(Ending::Signal),
-            _ = node_stopped => Ok(Ending::NodeStopped),
+        tokio::pin!(node_stopped);
+        loop {
+            tokio::select! {
+                _ = interrupt.recv() => return Ok(Ending::Signal),
+                _ = term.recv() => return Ok(Ending::Signal),
+                _ = &mut node_stopped => return Ok(Ending::NodeStopped),
+                _ = hangup.recv() => reload(),
+            }
         }
     })
+}
+
+/// Reloads `node`'s TLS certificate (on SIGHUP), logging the outcome.
+fn reload_tls(node: &Node) {
+    match node.reload_tls() {
+        Ok(()) => tracing::info!("TLS certificate reloaded (SIGHUP)"),
+        Err(e) => {
+            tracing::warn!(error = %e, "TLS certificate not reloaded; keeping the current one")
+        }
+    }
 }
 
 /// Runs one node in the foreground until a signal (or a `Leave` request) stops it.
 fn run_node(config: NodeConfig, leave_on_signal: bool) -> Result<()> {
     let node = Node::start(config.clone()).context("starting the node")?;
     print_node(&config, &node);
-    match wait(Some(&node))? {
+    match wait(Some(&node), &|| reload_tls(&node))? {
         Ending::NodeStopped => {
             node.join().context("stopping the node")?;
         }
@@ -451,7 +488,12 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
         );
     }
     print_node(&config, &memory);
-    let ending = wait(Some(&memory))?;
+    let ending = wait(Some(&memory), &|| {
+        reload_tls(&memory);
+        for (_, node) in &disks {
+            reload_tls(node);
+        }
+    })?;
     if matches!(ending, Ending::Signal) {
         esay!("stopping…");
     }
@@ -499,7 +541,12 @@ pub fn run_routing(args: RoutingArgs) -> Result<()> {
     }
     let routing = RoutingNode::start(config).context("starting the routing node")?;
     say!("routing {}", routing.published());
-    wait(None)?;
+    wait(None, &|| match routing.reload_tls() {
+        Ok(()) => tracing::info!("TLS certificate reloaded (SIGHUP)"),
+        Err(e) => {
+            tracing::warn!(error = %e, "TLS certificate not reloaded; keeping the current one")
+        }
+    })?;
     routing.stop();
     esay!("stopped");
     Ok(())

@@ -113,6 +113,18 @@ pub(crate) fn run(args: LocalArgs) -> Result<()> {
             a.disk_replication.map(|v| v.to_string()),
         ),
         ("--ack", a.ack.clone()),
+        (
+            "--tls-cert",
+            a.tls_cert.as_ref().map(|p| p.display().to_string()),
+        ),
+        (
+            "--tls-key",
+            a.tls_key.as_ref().map(|p| p.display().to_string()),
+        ),
+        (
+            "--tls-ca",
+            a.tls_ca.as_ref().map(|p| p.display().to_string()),
+        ),
         ("--ack-replicas", a.ack_replicas.map(|v| v.to_string())),
         ("--fsync", a.fsync.clone()),
         ("--memory-budget", a.memory_budget.map(|v| v.to_string())),
@@ -251,7 +263,14 @@ pub(crate) fn run(args: LocalArgs) -> Result<()> {
             field(&first.lines, "resp").unwrap_or_default()
         );
     }
-    wait(None)?;
+    // SIGHUP reloads every node's TLS certificate.
+    let hangup = || {
+        for c in children.iter().chain(&disk_children) {
+            // SAFETY: kill(2) on a child's pid; no memory is involved.
+            unsafe { libc::kill(c.child.id() as libc::pid_t, libc::SIGHUP) };
+        }
+    };
+    wait(None, &hangup)?;
     esay!("stopping the local cluster…");
     stop_children(&mut children);
     stop_children(&mut disk_children);

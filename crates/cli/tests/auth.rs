@@ -336,6 +336,40 @@ fn a_non_loopback_port_without_a_password_is_refused_unless_insecure_is_explicit
 }
 
 #[test]
+fn a_non_loopback_peer_port_without_peer_authentication_is_refused() {
+    // Clients are authenticated, peers are not: anyone could join and read everything.
+    let out = Command::new(common::bin())
+        .args(["local", "--disk-nodes", "0", "--listen", "0.0.0.0:0"])
+        .args(["--resp", "127.0.0.1:0", "--password", "pw"])
+        .env_remove("LATTICEKV_CLUSTER_SECRET")
+        .env_remove("LATTICEKV_INSECURE_NO_AUTH")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("peer port") && err.contains("--cluster-secret"),
+        "{err}"
+    );
+    // With a cluster secret it starts, and serves.
+    let node = NodeProc::spawn(
+        &["local", "--disk-nodes", "0", "--listen", "0.0.0.0:0"],
+        &[
+            "--resp",
+            "127.0.0.1:0",
+            "--password",
+            "pw",
+            "--cluster-secret",
+            "s",
+        ],
+    );
+    let mut c = Resp::connect(node.resp);
+    c.roundtrip(&[b"AUTH", b"pw"], b"+OK\r\n");
+    c.roundtrip(&[b"PING"], b"+PONG\r\n");
+}
+
+#[test]
 fn nodes_with_a_password_form_a_cluster_and_clients_follow_it() {
     let a = NodeProc::server("a", None, &["--password", "pw", "--workers", "1"]);
     let b = NodeProc::server("b", Some(a.native), &["--password", "pw", "--workers", "1"]);

@@ -31,6 +31,8 @@ pub struct ClientOptions {
     /// A user and password sent on every connection the client opens (to the front port,
     /// to workers, to nodes it is redirected to). Default: none (a node without users).
     pub credentials: Option<Credentials>,
+    /// TLS on every connection the client opens. Default: none (plain TCP).
+    pub tls: Option<crate::connection::ClientTls>,
 }
 
 impl Default for ClientOptions {
@@ -41,6 +43,7 @@ impl Default for ClientOptions {
             ack_replicas: 0,
             durable: false,
             credentials: None,
+            tls: None,
         }
     }
 }
@@ -110,6 +113,11 @@ impl Client {
         Ok(client)
     }
 
+    /// TLS of every new connection, if configured.
+    pub(crate) fn tls(&self) -> Option<&crate::connection::ClientTls> {
+        self.inner.options.tls.as_ref()
+    }
+
     /// The credentials sent on every new connection.
     pub(crate) fn credentials(&self) -> Option<&Credentials> {
         self.inner.options.credentials.as_ref()
@@ -157,7 +165,7 @@ impl Client {
         }
         let c = tokio::time::timeout(
             self.inner.options.timeout,
-            Connection::open_with(addr, self.credentials()),
+            Connection::open_with(addr, self.tls(), self.credentials()),
         )
         .await
         .map_err(|_| ClientError::Timeout)??;

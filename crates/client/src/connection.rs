@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use prost::Message;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tls::{Stream, TlsConnector, TlsError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use wire::frame::{self, HEADER_LEN};
@@ -32,6 +33,63 @@ const IN_FLIGHT: usize = 4096;
 const MAX_FRAME: usize = 64 * 1024 * 1024;
 
 type Reply = oneshot::Sender<Result<pb::Response, ClientError>>;
+
+/// TLS settings of a client: whom it trusts, and the name the server must prove.
+#[derive(Clone)]
+pub struct ClientTls {
+    connector: TlsConnector,
+    server_name: Option<String>,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientTls {
+    /// Trusts the CA certificates in the PEM file `ca`, or the system's CAs if `None`. The
+    /// server's certificate must name the host of each address the client connects to.
+    pub fn new(ca: Option<&std::path::Path>) -> Result<ClientTls, TlsError> {
+        let config = tls::client_config(tls::roots(ca)?, None)?;
+        Ok(ClientTls {
+            connector: TlsConnector::from(config),
+            server_name: None,
+        })
+    }
+
+    /// Requires the certificate to name `name` instead of each address's host (for nodes
+    /// reached by an address their certificate does not hold).
+    pub fn with_server_name(mut self, name: impl Into<String>) -> ClientTls {
+        self.server_name = Some(name.into());
+        self
+    }
+}
+
+/// Opens a TCP connection to `addr`, then TLS over it if `tls` is given.
+pub(crate) async fn dial(addr: &str, tls: Option<&ClientTls>) -> Result<Stream, ClientError> {
+    let tcp = TcpStream::connect(addr)
+        .await
+        .map_err(|source| ClientError::Connect {
+            addr: addr.to_string(),
+            source,
+        })?;
+    let _ = tcp.set_nodelay(true);
+    let Some(t) = tls else {
+        return Ok(Stream::Tcp(tcp));
+    };
+    let failed = |reason: String| ClientError::Tls {
+        addr: addr.to_string(),
+        reason,
+    };
+    let name = tls::server_name(t.server_name.as_deref().unwrap_or(addr))
+        .map_err(|e| failed(e.to_string()))?;
+    Stream::connect(&t.connector, name, tcp)
+        .await
+        .map_err(|e| failed(e.to_string()))
+}
 
 /// A user and password, sent as an `Auth` request on every connection the client opens (a
 /// node with users refuses everything else before it). Its `Debug` hides the password.
@@ -81,14 +139,15 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects to `addr`, starts the connection's tasks and, with `credentials`,
-    /// authenticates (an `Auth` request answered before the connection is returned; a
-    /// refusal is the server's `UNAUTHENTICATED` error).
+    /// Connects to `addr` (with TLS if `tls` is given), starts the connection's tasks and,
+    /// with `credentials`, authenticates (an `Auth` request answered before the connection
+    /// is returned; a refusal is the server's `UNAUTHENTICATED` error).
     pub async fn open_with(
         addr: &str,
+        tls: Option<&ClientTls>,
         credentials: Option<&Credentials>,
     ) -> Result<Connection, ClientError> {
-        let conn = Connection::open(addr).await?;
+        let conn = Connection::open(addr, tls).await?;
         if let Some(c) = credentials {
             let req = pb::Request {
                 id: 0,
@@ -118,16 +177,10 @@ impl Connection {
         Ok(conn)
     }
 
-    /// Connects to `addr` and starts the connection's tasks.
-    pub async fn open(addr: &str) -> Result<Connection, ClientError> {
-        let stream = TcpStream::connect(addr)
-            .await
-            .map_err(|source| ClientError::Connect {
-                addr: addr.to_string(),
-                source,
-            })?;
-        let _ = stream.set_nodelay(true);
-        let (read, write) = stream.into_split();
+    /// Connects to `addr` (with TLS if `tls` is given) and starts the connection's tasks.
+    pub async fn open(addr: &str, tls: Option<&ClientTls>) -> Result<Connection, ClientError> {
+        let stream = dial(addr, tls).await?;
+        let (read, write) = tokio::io::split(stream);
         let (calls, calls_rx) = mpsc::channel(QUEUE);
         let (order_tx, order_rx) = mpsc::channel(IN_FLIGHT);
         let broken = Arc::new(AtomicBool::new(false));
@@ -180,7 +233,7 @@ impl Connection {
 }
 
 async fn writer(
-    mut stream: tokio::net::tcp::OwnedWriteHalf,
+    mut stream: WriteHalf<Stream>,
     mut calls: mpsc::Receiver<(pb::Request, Reply)>,
     order: mpsc::Sender<(u64, Reply)>,
     broken: Arc<AtomicBool>,
@@ -209,7 +262,7 @@ async fn writer(
                 }));
             }
         }
-        if stream.write_all(&out).await.is_err() {
+        if stream.write_all(&out).await.is_err() || stream.flush().await.is_err() {
             // Callers waiting on this connection get an error from the reader when the
             // connection closes, or time out.
             broken.store(true, Ordering::Relaxed);
@@ -219,7 +272,7 @@ async fn writer(
 }
 
 async fn reader(
-    mut stream: tokio::net::tcp::OwnedReadHalf,
+    mut stream: ReadHalf<Stream>,
     mut order: mpsc::Receiver<(u64, Reply)>,
     broken: Arc<AtomicBool>,
     addr: String,

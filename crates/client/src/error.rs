@@ -13,6 +13,15 @@ pub enum ClientError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The TLS handshake failed: the server's certificate is not trusted or does not name
+    /// the address, or the server does not speak TLS.
+    #[error("TLS with {addr} failed: {reason}")]
+    Tls {
+        /// The address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
     /// The connection failed or closed while the request was in flight.
     #[error("connection to {addr} lost: {reason}")]
     ConnectionLost {

@@ -24,7 +24,10 @@
 //!   (`docs/consistency.md`).
 //! - [`Subscription`]: a stream of new versions of keys ([`Client::subscribe`]).
 //!
-//! Depends on `lattice`, `placement`, `wire` only.
+//! Connections use TLS when [`ClientOptions::tls`] is set ([`ClientTls`]: the CA that
+//! signed the node's certificate, or the system's).
+//!
+//! Depends on `lattice`, `placement`, `tls`, `wire` only.
 #![warn(missing_docs)]
 
 mod api;
@@ -35,8 +38,9 @@ pub mod session;
 mod subscribe;
 
 pub use api::{Client, ClientOptions, Condition, Delta};
-pub use connection::Credentials;
+pub use connection::{ClientTls, Credentials};
 pub use error::ClientError;
 pub use lattice::{LatticeType, Value};
 pub use session::{Level, Session, SessionOptions, Transaction};
 pub use subscribe::{Notification, Subscription};
+pub use tls::TlsError;

@@ -20,9 +20,9 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use lattice::{Blob, Value};
 use prost::Message;
+use tls::Stream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
+use tokio::io::{ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use wire::convert::value_from_pb;
@@ -198,7 +198,7 @@ enum Event {
 /// One dedicated connection to a replica address.
 struct SubConn {
     addr: String,
-    write: OwnedWriteHalf,
+    write: WriteHalf<Stream>,
     reader: tokio::task::AbortHandle,
 }
 
@@ -332,15 +332,11 @@ impl Task {
         if let Some((&id, _)) = self.conns.iter().find(|(_, c)| c.addr == addr) {
             return Ok(id);
         }
-        let stream = tokio::time::timeout(self.client.timeout(), TcpStream::connect(addr))
+        let dial = crate::connection::dial(addr, self.client.tls());
+        let stream = tokio::time::timeout(self.client.timeout(), dial)
             .await
-            .map_err(|_| ClientError::Timeout)?
-            .map_err(|source| ClientError::Connect {
-                addr: addr.to_string(),
-                source,
-            })?;
-        let _ = stream.set_nodelay(true);
-        let (read, write) = stream.into_split();
+            .map_err(|_| ClientError::Timeout)??;
+        let (read, write) = tokio::io::split(stream);
         self.next_conn += 1;
         let id = self.next_conn;
         let reader = tokio::spawn(read_frames(read, id, self.events_tx.clone())).abort_handle();
@@ -379,7 +375,11 @@ impl Task {
             });
         };
         let addr = c.addr.clone();
-        let written = tokio::time::timeout(timeout, c.write.write_all(&out)).await;
+        let write = async {
+            c.write.write_all(&out).await?;
+            c.write.flush().await
+        };
+        let written = tokio::time::timeout(timeout, write).await;
         if !matches!(written, Ok(Ok(()))) {
             self.drop_conn(conn);
             return Err(ClientError::ConnectionLost {
@@ -522,7 +522,7 @@ impl Task {
 
 /// Reads frames from one connection and reports them to the subscription's task, until
 /// the connection fails, closes or sends something undecodable.
-async fn read_frames(mut stream: OwnedReadHalf, conn: u64, events: mpsc::Sender<Event>) {
+async fn read_frames(mut stream: ReadHalf<Stream>, conn: u64, events: mpsc::Sender<Event>) {
     let mut buf = BytesMut::with_capacity(16 * 1024);
     loop {
         loop {

@@ -94,6 +94,9 @@ pub struct NodeConfig {
     /// configured (anyone who reaches the port may read, write and stop the node).
     /// Default: false (such a node refuses to start).
     pub insecure_no_auth: bool,
+    /// TLS on every port (`[tls]`: `cert`, `key`, `ca`, `reload_secs`; see
+    /// `docs/security.md`). Default: off.
+    pub tls: crate::tls::TlsConfig,
 }
 
 /// Testing only: faults a node can be started with (`LATTICEKV_FAULT`), so integration
@@ -262,6 +265,7 @@ impl Default for NodeConfig {
             clock_skew_ms: 0,
             users: Vec::new(),
             insecure_no_auth: false,
+            tls: crate::tls::TlsConfig::default(),
         }
     }
 }
@@ -321,28 +325,48 @@ impl NodeConfig {
 }
 
 impl NodeConfig {
-    /// Refuses a node whose client ports (`listen`, `resp`, `worker_listen`) bind a
-    /// non-loopback address while no user is configured, unless `insecure_no_auth`.
+    /// Refuses, unless `insecure_no_auth`, a node whose client ports (`listen`, `resp`,
+    /// `worker_listen`) bind a non-loopback address while no user is configured, or whose
+    /// peer port does while peers are not authenticated (no cluster secret, no mutual TLS).
     pub fn check_exposure(&self) -> Result<(), ExposureError> {
-        if !self.users.is_empty() || self.insecure_no_auth {
+        if self.insecure_no_auth {
             return Ok(());
         }
-        let ports = [Some(self.listen), Some(self.resp), self.worker_listen];
-        match ports.into_iter().flatten().find(|a| !a.ip().is_loopback()) {
-            Some(addr) => Err(ExposureError(addr)),
-            None => Ok(()),
+        let exposed = |a: &SocketAddr| !a.ip().is_loopback();
+        if self.users.is_empty() {
+            let ports = [Some(self.listen), Some(self.resp), self.worker_listen];
+            if let Some(addr) = ports.into_iter().flatten().find(exposed) {
+                return Err(ExposureError::Clients(addr));
+            }
         }
+        let mutual_tls = self.tls.enabled() && self.tls.ca.is_some();
+        let peer = self.peer_addr();
+        if self.cluster_secret.is_none() && !mutual_tls && exposed(&peer) {
+            return Err(ExposureError::Peers(peer));
+        }
+        Ok(())
     }
 }
 
-/// A client port binds a non-loopback address and no password or user is configured.
+/// A port is reachable from other hosts without authentication.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "client port {0} is reachable from other hosts but no password is set: add --password \
-     PASS (or LATTICEKV_PASSWORD, or [[users]] in the config file), bind 127.0.0.1, or \
-     start with --insecure-no-auth to serve without authentication"
-)]
-pub struct ExposureError(pub SocketAddr);
+pub enum ExposureError {
+    /// A client port, and no password or user is configured.
+    #[error(
+        "client port {0} is reachable from other hosts but no password is set: add \
+         --password PASS (or LATTICEKV_PASSWORD, or [[users]] in the config file), bind \
+         127.0.0.1, or start with --insecure-no-auth to serve without authentication"
+    )]
+    Clients(SocketAddr),
+    /// The peer port, and peers are not authenticated.
+    #[error(
+        "peer port {0} is reachable from other hosts but peers are not authenticated: add \
+         --cluster-secret SECRET (or LATTICEKV_CLUSTER_SECRET) on every node, or mutual TLS \
+         (--tls-cert, --tls-key and --tls-ca), bind the peer port to 127.0.0.1 \
+         (--peer-listen), or start with --insecure-no-auth to accept any node"
+    )]
+    Peers(SocketAddr),
+}
 
 /// Why an advertised host was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -545,6 +569,35 @@ mod tests {
             ..NodeConfig::default()
         };
         assert!(c.check_exposure().is_err());
+    }
+
+    #[test]
+    fn a_non_loopback_peer_port_needs_a_cluster_secret_or_mutual_tls() {
+        let mut c = NodeConfig {
+            users: vec![crate::auth::UserConfig::default_with_password("x")],
+            listen: "0.0.0.0:7700".parse().unwrap(),
+            ..NodeConfig::default()
+        };
+        let e = c.check_exposure().unwrap_err();
+        assert_eq!(e, ExposureError::Peers("0.0.0.0:17700".parse().unwrap()));
+        assert!(e.to_string().contains("--cluster-secret"), "{e}");
+        // The peer port alone decides: bound to loopback, nothing to authenticate.
+        c.peer_listen = Some("127.0.0.1:17700".parse().unwrap());
+        assert!(c.check_exposure().is_ok());
+        c.peer_listen = Some("10.0.0.1:17700".parse().unwrap());
+        assert!(c.check_exposure().is_err());
+        c.cluster_secret = Some("s".into());
+        assert!(c.check_exposure().is_ok());
+        c.cluster_secret = None;
+        // TLS without a CA encrypts but authenticates no peer.
+        c.tls.cert = Some("node.pem".into());
+        c.tls.key = Some("node-key.pem".into());
+        assert!(c.check_exposure().is_err());
+        c.tls.ca = Some("ca.pem".into());
+        assert!(c.check_exposure().is_ok());
+        c.tls = crate::tls::TlsConfig::default();
+        c.insecure_no_auth = true;
+        assert!(c.check_exposure().is_ok());
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //!   injected time;
 //! - [`view`]: what workers route by ([`view::ViewState`]);
 //! - [`config`]: node configuration and limits, with documented defaults;
+//! - [`tls`]: certificates and TLS handshakes of every port;
 //! - [`auth`]: users, permissions and password checks of the client ports;
 //! - [`codec`]: records, journal entries and forwarded ops in protobuf form;
 //! - [`subscribe`]: subscription tables;
@@ -27,7 +28,7 @@
 //! - [`server`]: starting a node ([`Node::start`](server::Node::start)) and stopping it;
 //! - [`routing`]: a routing node: a member without data answering "where is key k".
 //!
-//! Depends on `lattice`, `placement`, `store`, `wire`; used by the `latticekv` binary.
+//! Depends on `lattice`, `placement`, `store`, `tls`, `wire`; used by the `latticekv` binary.
 #![warn(missing_docs)]
 
 pub mod ack;
@@ -47,6 +48,7 @@ pub mod routing;
 pub mod server;
 pub mod shard;
 pub mod subscribe;
+pub mod tls;
 pub mod view;
 
 pub use config::{ClusterConfig, DiskConfig, Limits, NodeConfig, NodeTier};

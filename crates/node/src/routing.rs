@@ -5,7 +5,8 @@
 //! and one native-protocol port answering `GetTopology`, `Locate`, `GetStatus` (members and
 //! ring ownership) and `Ping`. Data requests get a `REDIRECT` to the workers holding the
 //! key, which placement-aware clients follow. With users configured, a connection must
-//! send `Auth` first, as on a storage node.
+//! send `Auth` first, as on a storage node. With TLS configured, both ports are TLS-only, as
+//! on a storage node.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use prost::Message;
+use tls::{Stream, TlsAcceptor};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -29,6 +31,7 @@ use crate::server::StartError;
 /// A running routing node.
 pub struct RoutingNode {
     addr: SocketAddr,
+    tls: Option<Arc<crate::tls::NodeTls>>,
     published: String,
     stop: watch::Sender<bool>,
     thread: std::thread::JoinHandle<()>,
@@ -39,6 +42,8 @@ impl RoutingNode {
     /// Binds `config.listen` and starts the agent and the server.
     pub fn start(config: NodeConfig) -> Result<RoutingNode, StartError> {
         let users = crate::auth::Users::from_config(&config.users)
+            .map_err(|e| StartError::Config(e.to_string()))?;
+        let tls = crate::tls::NodeTls::from_config(&config.tls)
             .map_err(|e| StartError::Config(e.to_string()))?;
         let listener =
             std::net::TcpListener::bind(config.listen).map_err(|source| StartError::Bind {
@@ -77,6 +82,7 @@ impl RoutingNode {
             AgentConfig {
                 node_id: config.node_id.clone(),
                 cluster_secret: config.cluster_secret.clone(),
+                tls: tls.as_ref().map(|t| t.peers_out.clone()),
                 desc: Description {
                     role: Role::Routing,
                     front: published.clone(),
@@ -105,7 +111,15 @@ impl RoutingNode {
             started: Instant::now(),
             max_frame: config.limits.max_frame_size,
             users,
+            tls: tls.as_ref().map(|t| t.clients.clone()),
+            handshake_timeout: config
+                .limits
+                .partial_request_timeout()
+                .unwrap_or(listen::HELLO_TIMEOUT),
         });
+        let peer_tls = tls.as_ref().map(|t| t.peers_in.clone());
+        let reload = tls.clone().filter(|_| config.tls.reload_secs > 0);
+        let reload_every = Duration::from_secs(config.tls.reload_secs);
         let secret = config.cluster_secret.clone();
         let thread = std::thread::Builder::new()
             .name("lkv-routing".into())
@@ -123,7 +137,11 @@ impl RoutingNode {
                 });
                 rt.block_on(async move {
                     if let Ok(peer) = TcpListener::from_std(peer_listener) {
-                        tokio::spawn(listen::accept(peer, routes, shutdown.clone()));
+                        tokio::spawn(listen::accept(peer, routes, shutdown.clone(), peer_tls));
+                    }
+                    if let Some(tls) = reload {
+                        let watch = crate::tls::watch_files(tls, reload_every, shutdown.clone());
+                        tokio::spawn(watch);
                     }
                     accept(listener, state, shutdown).await
                 });
@@ -131,6 +149,7 @@ impl RoutingNode {
             .map_err(StartError::Thread)?;
         Ok(RoutingNode {
             addr,
+            tls,
             published,
             stop,
             thread,
@@ -147,6 +166,14 @@ impl RoutingNode {
     /// is configured, with the bound port).
     pub fn published(&self) -> &str {
         &self.published
+    }
+
+    /// Reads the TLS certificate and key again, for new connections (`Ok` without TLS).
+    pub fn reload_tls(&self) -> Result<(), tls::TlsError> {
+        match &self.tls {
+            Some(t) => t.reload(),
+            None => Ok(()),
+        }
     }
 
     /// Stops it and waits.
@@ -177,9 +204,9 @@ impl Routes for AgentRoutes {
         self.secret.as_deref()
     }
 
-    fn to_worker(&self, _worker: u32, _stream: std::net::TcpStream, _from: placement::Replica) {}
+    fn to_worker(&self, _worker: u32, _stream: tls::Detached, _from: placement::Replica) {}
 
-    fn to_agent(&self, stream: std::net::TcpStream) {
+    fn to_agent(&self, stream: tls::Detached) {
         self.agent.serve(stream);
     }
 }
@@ -191,6 +218,10 @@ struct State {
     started: Instant,
     max_frame: usize,
     users: crate::auth::Users,
+    /// TLS handshakes of client connections, if configured.
+    tls: Option<TlsAcceptor>,
+    /// Time a client has to finish its TLS handshake.
+    handshake_timeout: Duration,
 }
 
 async fn accept(
@@ -217,8 +248,12 @@ async fn accept(
     }
 }
 
-async fn serve(mut stream: TcpStream, state: Arc<State>) {
-    let _ = stream.set_nodelay(true);
+async fn serve(tcp: TcpStream, state: Arc<State>) {
+    let _ = tcp.set_nodelay(true);
+    let handshake = Stream::accept_maybe(state.tls.as_ref(), tcp);
+    let Ok(Ok(mut stream)) = tokio::time::timeout(state.handshake_timeout, handshake).await else {
+        return;
+    };
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut out = Vec::new();
     let mut user = state.users.initial();
@@ -237,7 +272,9 @@ async fn serve(mut stream: TcpStream, state: Arc<State>) {
                 Err(e) => {
                     let resp = error(0, &NodeError::BadRequest(e.to_string()));
                     frame::encode(&resp, &mut out);
-                    let _ = stream.write_all(&out).await;
+                    if stream.write_all(&out).await.is_ok() {
+                        let _ = stream.flush().await;
+                    }
                     return;
                 }
             };
@@ -251,7 +288,7 @@ async fn serve(mut stream: TcpStream, state: Arc<State>) {
             };
             frame::encode(&resp, &mut out);
         }
-        if stream.write_all(&out).await.is_err() {
+        if stream.write_all(&out).await.is_err() || stream.flush().await.is_err() {
             return;
         }
         out.clear();

@@ -34,6 +34,7 @@ use crate::driver::worker::{self, Service, Worker, WorkerMsg, WorkerSetup};
 use crate::front::{self, Protocol};
 use crate::peer::listen::{self, Routes};
 use crate::shard::{Shard, ShardConfig};
+use crate::tls::NodeTls;
 
 pub use crate::driver::shared::PublishedAddresses;
 
@@ -191,7 +192,7 @@ impl Routes for NodeRoutes {
         self.secret.as_deref()
     }
 
-    fn to_worker(&self, worker: u32, stream: std::net::TcpStream, from: Replica) {
+    fn to_worker(&self, worker: u32, stream: tls::Detached, from: Replica) {
         let serve = WorkerMsg::Run(Box::new(move |w: &Rc<Worker>| {
             tokio::task::spawn_local(crate::driver::peer_conn::serve(w.clone(), stream, from));
         }));
@@ -200,7 +201,7 @@ impl Routes for NodeRoutes {
         }
     }
 
-    fn to_agent(&self, stream: std::net::TcpStream) {
+    fn to_agent(&self, stream: tls::Detached) {
         self.agent.serve(stream);
     }
 }
@@ -221,6 +222,8 @@ impl Node {
         }
         let users = crate::auth::Users::from_config(&config.users)
             .map_err(|e| StartError::Config(e.to_string()))?;
+        let tls =
+            NodeTls::from_config(&config.tls).map_err(|e| StartError::Config(e.to_string()))?;
         let faults = Faults::from_env();
         let data_lock = config.data_dir.as_ref().map(lock_data_dir).transpose()?;
         let disk = match (config.tier, &config.data_dir) {
@@ -283,6 +286,7 @@ impl Node {
             AgentConfig {
                 node_id: config.node_id.clone(),
                 cluster_secret: config.cluster_secret.clone(),
+                tls: tls.as_ref().map(|t| t.peers_out.clone()),
                 desc: agent::storage_description(
                     config.tier.tier(),
                     published.front.clone(),
@@ -311,6 +315,7 @@ impl Node {
         let shared = Arc::new(Shared {
             config: config.clone(),
             users: Arc::new(users),
+            tls: tls.clone(),
             mesh: mesh.clone(),
             published: published.clone(),
             resp_port: resp_addr.port(),
@@ -409,8 +414,20 @@ impl Node {
                             Protocol::Resp,
                         ));
                     }
+                    let tls = w.shared.tls.clone();
                     if let Ok(l) = tokio::net::TcpListener::from_std(peer_l) {
-                        tokio::task::spawn_local(listen::accept(l, routes, shutdown));
+                        let acceptor = tls.as_ref().map(|t| t.peers_in.clone());
+                        tokio::task::spawn_local(listen::accept(
+                            l,
+                            routes,
+                            shutdown.clone(),
+                            acceptor,
+                        ));
+                    }
+                    let every = w.shared.config.tls.reload_secs;
+                    if let (Some(tls), true) = (tls, every > 0) {
+                        let every = Duration::from_secs(every);
+                        tokio::task::spawn_local(crate::tls::watch_files(tls, every, shutdown));
                     }
                 }));
             }
@@ -449,6 +466,14 @@ impl Node {
             fsync_thread,
             _data_lock: data_lock,
         })
+    }
+
+    /// Reads the TLS certificate and key again, for new connections (`Ok` without TLS).
+    pub fn reload_tls(&self) -> Result<(), tls::TlsError> {
+        match &self.shared.tls {
+            Some(t) => t.reload(),
+            None => Ok(()),
+        }
     }
 
     /// Where the node listens.

@@ -7,8 +7,8 @@ use std::rc::Rc;
 use bytes::BytesMut;
 use placement::Replica;
 use prost::Message;
+use tls::Detached;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::spawn_local;
 use wire::frame::{self, HEADER_LEN};
@@ -25,11 +25,11 @@ const MAX_IN_FLIGHT: usize = 1024;
 
 /// Serves `stream` (a connection from worker `from`, its hello accepted) until it closes or
 /// the node stops.
-pub async fn serve(w: Rc<Worker>, stream: std::net::TcpStream, from: Replica) {
-    let Ok(stream) = TcpStream::from_std(stream) else {
+pub async fn serve(w: Rc<Worker>, stream: Detached, from: Replica) {
+    let Ok(stream) = stream.attach() else {
         return;
     };
-    let (mut read, mut write) = stream.into_split();
+    let (mut read, mut write) = tokio::io::split(stream);
     let (tx, mut rx) = mpsc::channel::<pb::PeerResponse>(MAX_IN_FLIGHT);
     let outstanding = Rc::new(Cell::new(0usize));
     let room = Rc::new(Notify::new());
@@ -48,7 +48,7 @@ pub async fn serve(w: Rc<Worker>, stream: std::net::TcpStream, from: Replica) {
                 }
                 outstanding.set(outstanding.get().saturating_sub(n));
                 room.notify_one();
-                if write.write_all(&out).await.is_err() {
+                if write.write_all(&out).await.is_err() || write.flush().await.is_err() {
                     return;
                 }
             }

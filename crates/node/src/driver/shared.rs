@@ -35,6 +35,8 @@ pub struct Shared {
     pub config: NodeConfig,
     /// The users of the client ports (from `config.users`).
     pub users: Arc<crate::auth::Users>,
+    /// TLS of every port, if configured.
+    pub tls: Option<Arc<crate::tls::NodeTls>>,
     /// Inboxes of all workers.
     pub mesh: Mesh<WorkerMsg>,
     /// The addresses published to peers and clients.

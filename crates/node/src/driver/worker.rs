@@ -419,7 +419,8 @@ impl Worker {
         let secret = self.shared.config.cluster_secret.as_deref();
         let now_ms = self.core.borrow().shard().clock().wall_ms();
         crate::peer::secret::sign(&mut hello, secret, now_ms);
-        let conn = PeerConn::open(addr, hello, CONNECT_TIMEOUT).await?;
+        let tls = self.shared.tls.as_ref().map(|t| &t.peers_out);
+        let conn = PeerConn::open(addr, hello, CONNECT_TIMEOUT, tls).await?;
         let mut peers = self.peers.borrow_mut();
         if peers.len() >= MAX_PEER_CONNECTIONS {
             peers.retain(|_, c| !c.is_broken());

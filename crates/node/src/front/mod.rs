@@ -19,6 +19,7 @@ pub mod resp;
 use std::rc::Rc;
 use std::time::Duration;
 
+use tls::Stream;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::spawn_local;
 
@@ -36,13 +37,36 @@ pub enum Protocol {
     Resp,
 }
 
-/// Serves one connection on `w` with `protocol`.
+/// Serves one connection on `w` with `protocol`, after its TLS handshake if the node has
+/// TLS (a handshake must finish within the partial-request timeout).
 async fn serve(
     w: Rc<Worker>,
-    stream: TcpStream,
+    tcp: TcpStream,
     protocol: Protocol,
     permit: Option<ConnectionPermit>,
 ) {
+    let stream = match &w.shared.tls {
+        None => Stream::Tcp(tcp),
+        Some(tls) => {
+            let limit = w.shared.config.limits.partial_request_timeout();
+            let handshake = Stream::accept(&tls.clients, tcp);
+            let done = match limit {
+                Some(t) => tokio::time::timeout(t, handshake).await.ok(),
+                None => Some(handshake.await),
+            };
+            match done {
+                Some(Ok(s)) => s,
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "TLS handshake failed");
+                    return;
+                }
+                None => {
+                    tracing::debug!("TLS handshake timed out");
+                    return;
+                }
+            }
+        }
+    };
     match protocol {
         Protocol::NativeFront => {
             let codec = native::Native::new(&w, true);

@@ -24,8 +24,8 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use tls::Stream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::spawn_local;
 
@@ -219,18 +219,24 @@ async fn until(deadline: Option<Instant>) {
     }
 }
 
+/// Writes `bytes` and flushes them (a TLS stream holds written bytes until flushed).
+async fn write_out(stream: &mut Stream, bytes: &[u8]) -> std::io::Result<()> {
+    stream.write_all(bytes).await?;
+    stream.flush().await
+}
+
 /// Serves one connection with `codec` until the client closes it, quits or breaks the
 /// protocol, or the node stops.
 pub async fn serve<C: Codec>(
     w: Rc<Worker>,
-    mut stream: TcpStream,
+    mut stream: Stream,
     permit: Option<ConnectionPermit>,
     mut codec: C,
 ) {
     let _alive = LocalConnection::new(&w.conns);
     let _ = stream.set_nodelay(true);
     if permit.is_none() {
-        let _ = stream.write_all(&codec.too_many()).await;
+        let _ = write_out(&mut stream, &codec.too_many()).await;
         return;
     }
     let mut inbuf = BytesMut::with_capacity(16 * 1024);
@@ -278,7 +284,7 @@ pub async fn serve<C: Codec>(
                 None => {
                     clock.pushed(Instant::now());
                     codec.drain_pushes(&mut replies.out);
-                    if stream.write_all(&replies.out).await.is_err() {
+                    if write_out(&mut stream, &replies.out).await.is_err() {
                         return;
                     }
                     replies.out.clear();
@@ -309,7 +315,7 @@ pub async fn serve<C: Codec>(
         // Pushes waiting go out behind the replies (a Subscribe's answer comes before its
         // first push).
         codec.drain_pushes(&mut replies.out);
-        if !replies.out.is_empty() && stream.write_all(&replies.out).await.is_err() {
+        if !replies.out.is_empty() && write_out(&mut stream, &replies.out).await.is_err() {
             return;
         }
         if close || codec.quit() {

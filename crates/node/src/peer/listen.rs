@@ -4,15 +4,17 @@
 //! of this node's workers the connection is for — or its cluster agent. The acceptor checks
 //! it, answers with a `PeerWelcome` (or an error, and closes), and hands the connection to
 //! that worker's thread or to the agent, which serve it from then on. A hello must arrive
-//! within [`HELLO_TIMEOUT`]; anything else on this port is refused. Client ports never see
+//! within [`HELLO_TIMEOUT`] (after the TLS handshake, when the node has TLS: with a CA,
+//! the peer's certificate must be signed by it); anything else on this port is refused. Client ports never see
 //! peer messages, and this port never sees client requests.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use placement::{node_key, Replica};
+use tls::{Detached, Stream, TlsAcceptor};
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use wire::pb;
 
@@ -34,16 +36,17 @@ pub trait Routes: Send + Sync {
     /// The cluster secret hellos must prove, if any.
     fn cluster_secret(&self) -> Option<&str>;
     /// Hands over a connection from worker `from` for worker `worker`.
-    fn to_worker(&self, worker: u32, stream: std::net::TcpStream, from: Replica);
+    fn to_worker(&self, worker: u32, stream: Detached, from: Replica);
     /// Hands over a connection for the cluster agent.
-    fn to_agent(&self, stream: std::net::TcpStream);
+    fn to_agent(&self, stream: Detached);
 }
 
-/// Accepts peer connections until the node stops.
+/// Accepts peer connections until the node stops (TLS handshakes by `tls`, if given).
 pub async fn accept(
     listener: TcpListener,
     routes: Arc<dyn Routes>,
     mut shutdown: watch::Receiver<bool>,
+    tls: Option<TlsAcceptor>,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -52,7 +55,17 @@ pub async fn accept(
         };
         match accepted {
             Ok((stream, _)) => {
-                tokio::spawn(welcome(stream, routes.clone()));
+                let _ = stream.set_nodelay(true);
+                let routes = routes.clone();
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    let handshake = Stream::accept_maybe(tls.as_ref(), stream);
+                    match tokio::time::timeout(HELLO_TIMEOUT, handshake).await {
+                        Ok(Ok(stream)) => welcome(stream, routes).await,
+                        Ok(Err(e)) => tracing::debug!(error = %e, "peer TLS handshake failed"),
+                        Err(_) => tracing::debug!("peer TLS handshake timed out"),
+                    }
+                });
             }
             Err(e) => {
                 tracing::warn!(error = %e, "accept on the peer port failed");
@@ -63,8 +76,7 @@ pub async fn accept(
 }
 
 /// Reads a connection's hello and hands it over, or refuses it.
-async fn welcome(mut stream: TcpStream, routes: Arc<dyn Routes>) {
-    let _ = stream.set_nodelay(true);
+async fn welcome(mut stream: Stream, routes: Arc<dyn Routes>) {
     let hello = match tokio::time::timeout(
         HELLO_TIMEOUT,
         read_frame::<pb::PeerHello>(&mut stream, MAX_HELLO),
@@ -112,10 +124,10 @@ async fn welcome(mut stream: TcpStream, routes: Arc<dyn Routes>) {
     };
     let mut out = Vec::new();
     wire::frame::encode(&ok, &mut out);
-    if stream.write_all(&out).await.is_err() {
+    if stream.write_all(&out).await.is_err() || stream.flush().await.is_err() {
         return;
     }
-    let Ok(stream) = stream.into_std() else {
+    let Ok(stream) = stream.detach() else {
         return;
     };
     match target {
@@ -130,7 +142,7 @@ async fn welcome(mut stream: TcpStream, routes: Arc<dyn Routes>) {
     }
 }
 
-async fn refuse(mut stream: TcpStream, node_id: &str, why: &str) {
+async fn refuse(mut stream: Stream, node_id: &str, why: &str) {
     tracing::debug!(why, "peer connection refused");
     let resp = pb::PeerWelcome {
         node_id: node_id.to_string(),
@@ -138,5 +150,7 @@ async fn refuse(mut stream: TcpStream, node_id: &str, why: &str) {
     };
     let mut out = Vec::new();
     wire::frame::encode(&resp, &mut out);
-    let _ = stream.write_all(&out).await;
+    if stream.write_all(&out).await.is_ok() {
+        let _ = stream.flush().await;
+    }
 }

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use prost::Message;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tls::{Stream, TlsConnector};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use wire::frame::{self, HEADER_LEN};
@@ -64,16 +65,20 @@ pub struct PeerConn {
     tasks: Arc<[tokio::task::AbortHandle; 2]>,
 }
 
-/// Writes `msg` as one frame.
-async fn write_frame<M: Message>(stream: &mut TcpStream, msg: &M) -> std::io::Result<()> {
+/// Writes `msg` as one frame (and flushes it).
+pub(crate) async fn write_frame<M: Message>(
+    stream: &mut (impl AsyncWrite + Unpin),
+    msg: &M,
+) -> std::io::Result<()> {
     let mut out = Vec::new();
     frame::encode(msg, &mut out);
-    stream.write_all(&out).await
+    stream.write_all(&out).await?;
+    stream.flush().await
 }
 
 /// Reads one frame and decodes it as `M`.
 pub(crate) async fn read_frame<M: Message + Default>(
-    stream: &mut TcpStream,
+    stream: &mut (impl AsyncRead + Unpin),
     max: usize,
 ) -> Result<M, String> {
     let mut header = [0u8; HEADER_LEN];
@@ -94,22 +99,27 @@ pub(crate) async fn read_frame<M: Message + Default>(
 }
 
 impl PeerConn {
-    /// Connects to the peer port at `addr` and introduces this connection with `hello`;
-    /// gives up after `timeout`.
+    /// Connects to the peer port at `addr` (with TLS if `tls` is given: the peer must prove
+    /// it is `addr`'s host) and introduces this connection with `hello`; gives up after
+    /// `timeout`.
     pub async fn open(
         addr: &str,
         hello: pb::PeerHello,
         timeout: Duration,
+        tls: Option<&TlsConnector>,
     ) -> Result<PeerConn, PeerError> {
         let unreachable = |reason: String| PeerError::Unreachable {
             addr: addr.to_string(),
             reason,
         };
         let handshake = async {
-            let mut stream = TcpStream::connect(addr)
+            let tcp = TcpStream::connect(addr)
                 .await
                 .map_err(|e| unreachable(e.to_string()))?;
-            let _ = stream.set_nodelay(true);
+            let _ = tcp.set_nodelay(true);
+            let mut stream = Stream::connect_maybe(tls, addr, tcp)
+                .await
+                .map_err(|e| unreachable(format!("TLS: {e}")))?;
             write_frame(&mut stream, &hello)
                 .await
                 .map_err(|e| unreachable(e.to_string()))?;
@@ -124,7 +134,7 @@ impl PeerConn {
         let stream = tokio::time::timeout(timeout, handshake)
             .await
             .map_err(|_| unreachable("no answer".into()))??;
-        let (read, write) = stream.into_split();
+        let (read, write) = tokio::io::split(stream);
         let (calls, calls_rx) = mpsc::channel(QUEUE);
         let (waiters, waiters_rx) = mpsc::channel(QUEUE);
         let broken = Arc::new(AtomicBool::new(false));
@@ -171,7 +181,7 @@ impl PeerConn {
 }
 
 async fn writer(
-    mut stream: tokio::net::tcp::OwnedWriteHalf,
+    mut stream: tokio::io::WriteHalf<Stream>,
     mut calls: mpsc::Receiver<(pb::PeerRequest, Reply)>,
     waiters: mpsc::Sender<(u64, Reply)>,
     broken: Arc<AtomicBool>,
@@ -197,7 +207,7 @@ async fn writer(
                 }));
             }
         }
-        if stream.write_all(&out).await.is_err() {
+        if stream.write_all(&out).await.is_err() || stream.flush().await.is_err() {
             broken.store(true, Ordering::Relaxed);
             return;
         }
@@ -205,7 +215,7 @@ async fn writer(
 }
 
 async fn reader(
-    mut stream: tokio::net::tcp::OwnedReadHalf,
+    mut stream: tokio::io::ReadHalf<Stream>,
     mut waiters: mpsc::Receiver<(u64, Reply)>,
     broken: Arc<AtomicBool>,
     addr: Arc<str>,

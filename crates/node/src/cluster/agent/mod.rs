@@ -39,10 +39,12 @@ use logic::{AgentState, Target};
 const MAILBOX: usize = 1024;
 
 /// Settings of a node's agent.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct AgentConfig {
     /// The cluster secret its hellos prove (see `peer::secret`).
     pub cluster_secret: Option<String>,
+    /// TLS of its connections to peers and seeds, if the node has TLS.
+    pub tls: Option<tls::TlsConnector>,
     /// This node's id.
     pub node_id: String,
     /// Role and addresses.
@@ -89,7 +91,7 @@ pub(crate) enum AgentMsg {
         reply: oneshot::Sender<Result<(), NodeError>>,
     },
     /// A peer connection for the agent (its hello accepted).
-    Connection(std::net::TcpStream),
+    Connection(tls::Detached),
 }
 
 /// A handle to the agent: send it requests. Cheap to clone.
@@ -133,7 +135,7 @@ impl Agent {
     }
 
     /// Hands the agent a peer connection whose hello asked for it.
-    pub fn serve(&self, stream: std::net::TcpStream) {
+    pub fn serve(&self, stream: tls::Detached) {
         if self.tx.try_send(AgentMsg::Connection(stream)).is_err() {
             tracing::debug!("agent mailbox full: a peer connection is dropped");
         }
@@ -245,7 +247,7 @@ impl Runner {
             AgentMsg::Forget { id, reply } => {
                 let _ = reply.send(self.agent.forget(&id));
             }
-            AgentMsg::Connection(stream) => match tokio::net::TcpStream::from_std(stream) {
+            AgentMsg::Connection(stream) => match stream.attach() {
                 Ok(stream) => {
                     tokio::spawn(net::serve(stream, self.mailbox.clone()));
                 }
@@ -266,10 +268,11 @@ impl Runner {
             let done = self.done.clone();
             let node_id = self.agent.config.node_id.clone();
             let secret = self.agent.config.cluster_secret.clone();
+            let tls = self.agent.config.tls.clone();
             match target.clone() {
                 Target::Seed(addr) => {
                     tokio::spawn(async move {
-                        let members = net::fetch_members(&addr).await;
+                        let members = net::fetch_members(&addr, tls.as_ref()).await;
                         let _ = done
                             .send(Done {
                                 target,
@@ -286,7 +289,9 @@ impl Runner {
                     tokio::spawn(async move {
                         let conn = match cached {
                             Some(c) => Some(c),
-                            None => net::connect(&addr, &node_id, secret.as_deref()).await,
+                            None => {
+                                net::connect(&addr, &node_id, secret.as_deref(), tls.as_ref()).await
+                            }
                         };
                         let state = match &conn {
                             Some(c) => net::exchange(c, request).await,

@@ -4,22 +4,25 @@
 
 use std::time::Duration;
 
-use prost::Message;
-use tokio::io::AsyncWriteExt;
+use tls::{Stream, TlsConnector};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
-use wire::frame;
 use wire::pb;
 
 use super::AgentMsg;
 use crate::peer::convert::{incoming_from_pb, Incoming};
-use crate::peer::transport::{read_frame, PeerConn, MAX_PEER_FRAME, PEER_VERSION};
+use crate::peer::transport::{read_frame, write_frame, PeerConn, MAX_PEER_FRAME, PEER_VERSION};
 
 /// Time allowed for one exchange.
 pub(super) const SYNC_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Opens a connection to the agent of the node whose peer port is `addr`.
-pub(super) async fn connect(addr: &str, node_id: &str, secret: Option<&str>) -> Option<PeerConn> {
+pub(super) async fn connect(
+    addr: &str,
+    node_id: &str,
+    secret: Option<&str>,
+    tls: Option<&TlsConnector>,
+) -> Option<PeerConn> {
     let mut hello = pb::PeerHello {
         version: PEER_VERSION,
         node_id: node_id.to_string(),
@@ -29,7 +32,7 @@ pub(super) async fn connect(addr: &str, node_id: &str, secret: Option<&str>) -> 
     };
     let now_ms = crate::clock::Clock::wall_ms(&crate::clock::SystemClock::default());
     crate::peer::secret::sign(&mut hello, secret, now_ms);
-    PeerConn::open(addr, hello, SYNC_TIMEOUT).await.ok()
+    PeerConn::open(addr, hello, SYNC_TIMEOUT, tls).await.ok()
 }
 
 /// One push-pull exchange over `conn`: sends `state`, returns the peer's. A silent peer
@@ -56,18 +59,20 @@ pub(super) async fn exchange(conn: &PeerConn, state: pb::ClusterState) -> Option
 }
 
 /// Asks the node at front address `seed` for the cluster's members (its topology), with
-/// one native-protocol request.
-pub(super) async fn fetch_members(seed: &str) -> Option<Vec<pb::Member>> {
+/// one native-protocol request (over TLS if `tls` is given).
+pub(super) async fn fetch_members(
+    seed: &str,
+    tls: Option<&TlsConnector>,
+) -> Option<Vec<pb::Member>> {
     let ask = async {
-        let mut stream = TcpStream::connect(seed).await.ok()?;
+        let tcp = TcpStream::connect(seed).await.ok()?;
+        let mut stream = Stream::connect_maybe(tls, seed, tcp).await.ok()?;
         let req = pb::Request {
             id: 1,
             op: Some(pb::request::Op::Topology(pb::GetTopology {})),
             ..Default::default()
         };
-        let mut out = Vec::new();
-        frame::encode(&req, &mut out);
-        stream.write_all(&out).await.ok()?;
+        write_frame(&mut stream, &req).await.ok()?;
         let resp: pb::Response = read_frame(&mut stream, MAX_PEER_FRAME).await.ok()?;
         match resp.result {
             Some(pb::response::Result::Topology(t)) => Some(t.members),
@@ -79,7 +84,7 @@ pub(super) async fn fetch_members(seed: &str) -> Option<Vec<pb::Member>> {
 
 /// Answers the exchanges another agent sends on `stream` (after its hello was accepted),
 /// one at a time, until it closes.
-pub(super) async fn serve(mut stream: TcpStream, mailbox: mpsc::Sender<AgentMsg>) {
+pub(super) async fn serve(mut stream: Stream, mailbox: mpsc::Sender<AgentMsg>) {
     loop {
         let req: pb::PeerRequest = match read_frame(&mut stream, MAX_PEER_FRAME).await {
             Ok(r) => r,
@@ -110,9 +115,7 @@ pub(super) async fn serve(mut stream: TcpStream, mailbox: mpsc::Sender<AgentMsg>
             id,
             result: Some(result),
         };
-        let mut out = Vec::with_capacity(resp.encoded_len() + 4);
-        frame::encode(&resp, &mut out);
-        if stream.write_all(&out).await.is_err() {
+        if write_frame(&mut stream, &resp).await.is_err() {
             return;
         }
     }
