@@ -24,7 +24,7 @@ fn host(addr: &str) -> &str {
 
 fn topology(addr: SocketAddr) -> pb::Topology {
     match Native::connect(addr)
-        .call(Op::Topology(pb::GetTopology {}))
+        .call(Op::Topology(pb::GetTopology::default()))
         .result
     {
         Some(R::Topology(t)) => t,

@@ -405,3 +405,66 @@ fn nodes_with_a_password_form_a_cluster_and_clients_follow_it() {
         }
     });
 }
+
+#[test]
+fn with_a_cluster_secret_the_membership_is_shown_only_to_nodes_and_users() {
+    let flags = [
+        "--password",
+        "pw",
+        "--cluster-secret",
+        "s3",
+        "--workers",
+        "1",
+    ];
+    let a = NodeProc::server("a", None, &flags);
+    // b joins through a's front port: its topology request proves the secret.
+    let b = NodeProc::server("b", Some(a.native), &flags);
+    let options = ClientOptions {
+        credentials: Some(Credentials::new("default", "pw")),
+        ..Default::default()
+    };
+    let joined = rt().block_on(async {
+        let c = Client::connect_with(&a.native.to_string(), options)
+            .await
+            .unwrap();
+        for _ in 0..500 {
+            if c.status().await.unwrap().members.len() == 2 {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        false
+    });
+    assert!(joined, "b did not join a");
+
+    // Anyone else must authenticate first: no proof, or a proof of another secret.
+    let topology = |secret: Option<&str>| {
+        let mut t = pb::GetTopology::default();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        node::peer::secret::sign_topology(&mut t, secret, now);
+        Op::Topology(t)
+    };
+    let mut c = Native::connect(b.native);
+    assert_eq!(code(&c.call(topology(None))), ErrorCode::Unauthenticated);
+    assert_eq!(
+        code(&c.call(topology(Some("guess")))),
+        ErrorCode::Unauthenticated
+    );
+    match c.call(topology(Some("s3"))).result {
+        Some(R::Topology(t)) => assert_eq!(t.members.len(), 2),
+        other => panic!("{other:?}"),
+    }
+    // And once authenticated, any client sees it.
+    let mut c = Native::connect(b.native);
+    assert!(matches!(
+        c.call(auth("default", "pw")).result,
+        Some(R::Ack(_))
+    ));
+    assert!(matches!(
+        c.call(Op::Topology(pb::GetTopology::default())).result,
+        Some(R::Topology(_))
+    ));
+}

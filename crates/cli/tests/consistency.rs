@@ -88,7 +88,7 @@ impl Cluster {
 
 fn alive_members(node: &NodeProc) -> usize {
     let mut c = Native::connect(node.native);
-    match c.call(ReqOp::Topology(pb::GetTopology {})).result {
+    match c.call(ReqOp::Topology(pb::GetTopology::default())).result {
         Some(R::Topology(t)) => t
             .members
             .iter()

@@ -170,7 +170,9 @@ fn writes_to_a_memory_node_reach_the_disk_tier() {
 /// Worker addresses of the members of `role` in a node's topology.
 fn workers_of(front: std::net::SocketAddr, role: &str) -> Vec<std::net::SocketAddr> {
     let mut n = common::Native::connect(front);
-    let resp = n.call(wire::pb::request::Op::Topology(wire::pb::GetTopology {}));
+    let resp = n.call(wire::pb::request::Op::Topology(
+        wire::pb::GetTopology::default(),
+    ));
     let Some(wire::pb::response::Result::Topology(t)) = resp.result else {
         panic!("{resp:?}")
     };

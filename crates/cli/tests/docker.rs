@@ -328,7 +328,7 @@ fn native_call(addr: SocketAddr, op: Op) -> Result<pb::Response, String> {
 }
 
 fn topology(addr: SocketAddr) -> Result<pb::Topology, String> {
-    match native_call(addr, Op::Topology(pb::GetTopology {}))?.result {
+    match native_call(addr, Op::Topology(pb::GetTopology::default()))?.result {
         Some(R::Topology(t)) => Ok(t),
         other => Err(format!("{addr}: topology answered {other:?}")),
     }

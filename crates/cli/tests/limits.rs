@@ -268,3 +268,54 @@ fn idle_clients_at_the_connection_limit_do_not_lock_out_peers() {
     assert_eq!(alive_members(a), 2);
     assert_eq!(alive_members(b), 2);
 }
+
+#[test]
+fn slots_beyond_the_limit_are_kept_for_administrators() {
+    let toml = format!(
+        "[limits]\nmax_connections = 2\nadmin_connections = 1\n\n\
+         [[users]]\nname = \"ops\"\npassword_sha256 = \"{}\"\n\
+         permissions = [\"read\", \"write\", \"admin\"]\n\n\
+         [[users]]\nname = \"app\"\npassword_sha256 = \"{}\"\npermissions = [\"read\", \"write\"]\n",
+        node::auth::sha256_hex(b"ops-pw"),
+        node::auth::sha256_hex(b"app-pw"),
+    );
+    let config = Config::new(&toml);
+    let path = config.path();
+    let node = NodeProc::start(&["--config", &path, "--disk-nodes", "0", "--workers", "1"]);
+    const FULL: &[u8] = b"-ERR max number of clients reached\r\n";
+
+    // Two application connections take every regular slot.
+    let mut apps = Vec::new();
+    while apps.len() < 2 {
+        let mut r = Resp::connect(node.resp);
+        r.send(&[b"AUTH", b"app", b"app-pw"]);
+        match r.line().as_str() {
+            "+OK\r\n" => apps.push(r),
+            // A slot still held by a connection of the start-up check that just closed.
+            "-ERR max number of clients reached\r\n" => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    // A third application connection gets the administrators' slot only to be turned away:
+    // before authenticating, and after authenticating as a user without `admin`.
+    let mut r = Resp::connect(node.resp);
+    r.roundtrip(&[b"PING"], FULL);
+    assert!(closed_by_peer(&mut r.stream));
+    let mut r = Resp::connect(node.resp);
+    r.roundtrip(&[b"AUTH", b"app", b"app-pw"], FULL);
+    assert!(closed_by_peer(&mut r.stream));
+
+    // An operator gets in, and can work.
+    let mut ops = Resp::connect(node.resp);
+    ops.roundtrip(&[b"AUTH", b"ops", b"ops-pw"], b"+OK\r\n");
+    ops.roundtrip(&[b"SET", b"k", b"v"], b"+OK\r\n");
+    ops.roundtrip(&[b"ACL", b"WHOAMI"], b"$3\r\nops\r\n");
+    // With that slot taken too, the next connection is refused at once.
+    let mut r = Resp::connect(node.resp);
+    assert_eq!(r.line().as_bytes(), FULL);
+
+    // The application connections were served throughout.
+    for a in &mut apps {
+        a.roundtrip(&[b"GET", b"k"], b"$1\r\nv\r\n");
+    }
+}

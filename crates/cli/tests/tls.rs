@@ -41,6 +41,14 @@ fn options(ca: &Path) -> ClientOptions {
     }
 }
 
+/// Client options with TLS and the password of the cluster test's nodes.
+fn with_password(ca: &Path) -> ClientOptions {
+    ClientOptions {
+        credentials: Some(client::Credentials::new("default", "pw")),
+        ..options(ca)
+    }
+}
+
 fn redis_cli(resp: SocketAddr, ca: &Path, args: &[&str]) -> String {
     let out = Command::new("redis-cli")
         .args(["--tls", "--cacert"])
@@ -56,7 +64,7 @@ fn redis_cli(resp: SocketAddr, ca: &Path, args: &[&str]) -> String {
 /// Storage members the node at `front` lists as alive, asked over TLS.
 fn alive(front: SocketAddr, ca: &Path) -> Vec<String> {
     rt().block_on(async {
-        let c = Client::connect_with(&front.to_string(), options(ca))
+        let c = Client::connect_with(&front.to_string(), with_password(ca))
             .await
             .unwrap();
         let t = c.refresh_topology().await.unwrap();
@@ -182,7 +190,16 @@ fn a_node_without_a_certificate_from_the_cluster_ca_cannot_join() {
     // The rogue trusts the cluster's CA (it can verify the cluster) but its own
     // certificate is signed by another.
     let rogue_leaf = rogue_pki.leaf("rogue", &["127.0.0.1"]);
-    let fast = ["--cluster-gossip-ms", "100", "--workers", "1"];
+    // With a password: a joining node asks its seed for the members before it could
+    // authenticate, which only its node certificate allows.
+    let fast = [
+        "--cluster-gossip-ms",
+        "100",
+        "--workers",
+        "1",
+        "--password",
+        "pw",
+    ];
 
     let a_flags = [tls_flags(&a_leaf, &pki.ca), fast.map(String::from).to_vec()].concat();
     let a = NodeProc::server("a", None, &strs(&a_flags));

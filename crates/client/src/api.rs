@@ -141,7 +141,7 @@ impl Client {
     pub async fn refresh_topology(&self) -> Result<pb::Topology, ClientError> {
         let front = self.inner.front.clone();
         let topology = match self
-            .call_at(&front, ReqOp::Topology(pb::GetTopology {}))
+            .call_at(&front, ReqOp::Topology(pb::GetTopology::default()))
             .await?
         {
             RespResult::Topology(t) => t,

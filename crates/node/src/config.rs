@@ -325,6 +325,11 @@ impl NodeConfig {
 }
 
 impl NodeConfig {
+    /// True if peers must prove they belong to the cluster: a cluster secret, or mutual TLS.
+    pub fn peers_authenticated(&self) -> bool {
+        self.cluster_secret.is_some() || (self.tls.enabled() && self.tls.ca.is_some())
+    }
+
     /// Refuses, unless `insecure_no_auth`, a node whose client ports (`listen`, `resp`,
     /// `worker_listen`) bind a non-loopback address while no user is configured, or whose
     /// peer port does while peers are not authenticated (no cluster secret, no mutual TLS).
@@ -339,9 +344,8 @@ impl NodeConfig {
                 return Err(ExposureError::Clients(addr));
             }
         }
-        let mutual_tls = self.tls.enabled() && self.tls.ca.is_some();
         let peer = self.peer_addr();
-        if self.cluster_secret.is_none() && !mutual_tls && exposed(&peer) {
+        if !self.peers_authenticated() && exposed(&peer) {
             return Err(ExposureError::Peers(peer));
         }
         Ok(())
@@ -465,6 +469,10 @@ pub struct Limits {
     pub max_request_items: usize,
     /// Most simultaneous client connections for the whole node. Default: 10,000.
     pub max_connections: usize,
+    /// Client connections allowed beyond `max_connections` for administrators: such a
+    /// connection must first authenticate as a user with the `admin` permission, or it is
+    /// closed (on a node without users they are not used). Default: 16.
+    pub admin_connections: usize,
     /// Memory budget for stored data in bytes, split evenly across workers; 0 means half of
     /// the machine's RAM. Writes that add data beyond it get an out-of-memory error;
     /// reads and deletes keep working. Default: 0.
@@ -489,6 +497,7 @@ impl Default for Limits {
             partial_request_timeout_secs: 30,
             max_request_items: 1024 * 1024,
             max_connections: 10_000,
+            admin_connections: 16,
             memory_budget: 0,
             max_replication_entries: 100_000,
             max_clock_ahead_ms: 60_000,

@@ -116,6 +116,8 @@ impl RoutingNode {
                 .limits
                 .partial_request_timeout()
                 .unwrap_or(listen::HELLO_TIMEOUT),
+            open_membership: !config.peers_authenticated(),
+            secret: config.cluster_secret.clone(),
         });
         let peer_tls = tls.as_ref().map(|t| t.peers_in.clone());
         let reload = tls.clone().filter(|_| config.tls.reload_secs > 0);
@@ -222,6 +224,10 @@ struct State {
     tls: Option<TlsAcceptor>,
     /// Time a client has to finish its TLS handshake.
     handshake_timeout: Duration,
+    /// Peers are not authenticated (anyone may learn the members).
+    open_membership: bool,
+    /// The cluster secret a topology request before authentication may prove.
+    secret: Option<String>,
 }
 
 async fn accept(
@@ -254,6 +260,7 @@ async fn serve(tcp: TcpStream, state: Arc<State>) {
     let Ok(Ok(mut stream)) = tokio::time::timeout(state.handshake_timeout, handshake).await else {
         return;
     };
+    let node_certificate = stream.peer_verified();
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut out = Vec::new();
     let mut user = state.users.initial();
@@ -280,7 +287,7 @@ async fn serve(tcp: TcpStream, state: Arc<State>) {
             };
             let body = buf.split_to(HEADER_LEN + len).freeze().slice(HEADER_LEN..);
             let resp = match pb::Request::decode(body) {
-                Ok(req) => authenticated(&state, &mut user, req),
+                Ok(req) => authenticated(&state, &mut user, node_certificate, req),
                 Err(e) => error(
                     0,
                     &NodeError::BadRequest(format!("undecodable request: {e}")),
@@ -317,6 +324,7 @@ fn redirect(state: &State, key: &[u8]) -> NodeError {
 fn authenticated(
     state: &State,
     user: &mut Option<Arc<crate::auth::User>>,
+    node_certificate: bool,
     req: pb::Request,
 ) -> pb::Response {
     if let Some(ReqOp::Auth(a)) = &req.op {
@@ -331,10 +339,15 @@ fn authenticated(
             Err(e) => error(req.id, &NodeError::from_auth(e)),
         };
     }
+    let pre = crate::front::native::access::PreAuth {
+        open_membership: state.open_membership,
+        secret: state.secret.as_deref(),
+        node_certificate,
+    };
     let exempt = req
         .op
         .as_ref()
-        .is_some_and(crate::front::native::access::before_auth);
+        .is_some_and(|op| crate::front::native::access::before_auth(op, &pre));
     if user.is_none() && !exempt {
         let e = NodeError::from_auth(crate::auth::AuthError::Required);
         return error(req.id, &e);

@@ -320,9 +320,10 @@ impl Node {
             published: published.clone(),
             resp_port: resp_addr.port(),
             started: Instant::now(),
-            connections: ConnectionLimit::new(crate::driver::conns::fit_client_limit(
-                config.limits.max_connections,
-            )),
+            connections: ConnectionLimit::new(
+                crate::driver::conns::fit_client_limit(config.limits.max_connections),
+                config.limits.admin_connections,
+            ),
             shutdown: shutdown.clone(),
             stop,
             leaving,

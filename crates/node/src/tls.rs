@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::Deserialize;
-use tls::{Identity, TlsAcceptor, TlsConnector, TlsError};
+use tls::{ClientAuth, Identity, TlsAcceptor, TlsConnector, TlsError};
 
 /// TLS settings of a node (`[tls]` in the config file; `--tls-cert`, `--tls-key`,
 /// `--tls-ca`).
@@ -102,10 +102,17 @@ impl NodeTls {
         };
         let identity = Identity::load(cert, key)?;
         let ca = config.ca.as_deref();
-        let clients = tls::server_config(identity.clone(), None)?;
-        let peers_in = match ca {
-            Some(_) => tls::server_config(identity.clone(), Some(tls::roots(ca)?))?,
-            None => clients.clone(),
+        // With a CA, client ports accept (but do not require) a node certificate: it lets a
+        // joining node ask for the members before it could authenticate.
+        let (clients, peers_in) = match ca {
+            Some(_) => (
+                tls::server_config(identity.clone(), ClientAuth::Optional(tls::roots(ca)?))?,
+                tls::server_config(identity.clone(), ClientAuth::Required(tls::roots(ca)?))?,
+            ),
+            None => {
+                let c = tls::server_config(identity.clone(), ClientAuth::None)?;
+                (c.clone(), c)
+            }
         };
         let peers_out = tls::client_config(tls::roots(ca)?, Some(identity.clone()))?;
         Ok(Some(Arc::new(NodeTls {

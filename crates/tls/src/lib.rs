@@ -136,22 +136,38 @@ pub fn roots(ca: Option<&Path>) -> Result<RootCertStore, TlsError> {
     Ok(store)
 }
 
-/// A server configuration presenting `identity`; with `client_ca`, clients must present a
-/// certificate it signed (mutual TLS, for the peer port).
+/// Whether a server asks clients for certificates.
+#[derive(Debug)]
+pub enum ClientAuth {
+    /// No client certificates.
+    None,
+    /// Clients must present a certificate one of these CAs signed (mutual TLS).
+    Required(RootCertStore),
+    /// Clients may present one (then it must be signed by one of these CAs), or none.
+    Optional(RootCertStore),
+}
+
+/// A server configuration presenting `identity`, asking clients for certificates as
+/// `client_auth` says.
 pub fn server_config(
     identity: Arc<Identity>,
-    client_ca: Option<RootCertStore>,
+    client_auth: ClientAuth,
 ) -> Result<Arc<ServerConfig>, TlsError> {
     let builder =
         ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
-    let builder = match client_ca {
-        Some(ca) => {
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(ca), provider())
-                .build()
-                .map_err(|e| rustls::Error::General(e.to_string()))?;
-            builder.with_client_cert_verifier(verifier)
-        }
-        None => builder.with_no_client_auth(),
+    let verifier = |ca: RootCertStore, optional: bool| {
+        let b = WebPkiClientVerifier::builder_with_provider(Arc::new(ca), provider());
+        let b = if optional {
+            b.allow_unauthenticated()
+        } else {
+            b
+        };
+        b.build().map_err(|e| rustls::Error::General(e.to_string()))
+    };
+    let builder = match client_auth {
+        ClientAuth::Required(ca) => builder.with_client_cert_verifier(verifier(ca, false)?),
+        ClientAuth::Optional(ca) => builder.with_client_cert_verifier(verifier(ca, true)?),
+        ClientAuth::None => builder.with_no_client_auth(),
     };
     let mut config = builder.with_cert_resolver(identity);
     config.alpn_protocols.clear();

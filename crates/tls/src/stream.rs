@@ -156,6 +156,16 @@ impl Stream {
         }
     }
 
+    /// True if the other side presented a certificate the configuration verified (a
+    /// server asking for client certificates; always true of a client's server).
+    pub fn peer_verified(&self) -> bool {
+        match self {
+            Stream::Tcp(_) => false,
+            Stream::Server(s) => s.get_ref().1.peer_certificates().is_some(),
+            Stream::Client(s) => s.get_ref().1.peer_certificates().is_some(),
+        }
+    }
+
     /// True if the connection is encrypted.
     pub fn is_tls(&self) -> bool {
         !matches!(self, Stream::Tcp(_))

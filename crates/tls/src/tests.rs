@@ -60,7 +60,7 @@ fn a_client_trusting_the_ca_talks_to_the_server_and_one_trusting_another_ca_cann
     let leaf = pki.leaf("node", &["127.0.0.1", "localhost"]);
     let id = Identity::load(&leaf.cert, &leaf.key).unwrap();
     rt().block_on(async {
-        let addr = echo_server(server_config(id, None).unwrap()).await;
+        let addr = echo_server(server_config(id, ClientAuth::None).unwrap()).await;
         let good = TlsConnector::from(client_config(roots(Some(&pki.ca)).unwrap(), None).unwrap());
         let tcp = TcpStream::connect(addr).await.unwrap();
         let mut s = Stream::connect_maybe(Some(&good), &addr.to_string(), tcp)
@@ -97,7 +97,8 @@ fn with_a_client_ca_the_server_refuses_clients_without_a_certificate_it_signed()
     let stranger = stranger_pki.leaf("stranger", &["127.0.0.1"]);
     let id = Identity::load(&server.cert, &server.key).unwrap();
     rt().block_on(async {
-        let config = server_config(id, Some(roots(Some(&pki.ca)).unwrap())).unwrap();
+        let config =
+            server_config(id, ClientAuth::Required(roots(Some(&pki.ca)).unwrap())).unwrap();
         let addr = echo_server(config).await;
         let roundtrip = |identity: Option<Arc<Identity>>| {
             let ca = pki.ca.clone();
@@ -131,7 +132,7 @@ fn a_reload_changes_the_certificate_of_new_handshakes_and_a_broken_file_keeps_th
     let id = Identity::load(&leaf.cert, &leaf.key).unwrap();
     assert!(!id.reload_if_changed().unwrap(), "nothing changed");
     rt().block_on(async {
-        let addr = echo_server(server_config(id.clone(), None).unwrap()).await;
+        let addr = echo_server(server_config(id.clone(), ClientAuth::None).unwrap()).await;
         let first = presented(addr, &pki.ca).await;
         // A new certificate under the same file names.
         let again = pki.leaf("node", &["127.0.0.1"]);
@@ -151,7 +152,7 @@ fn a_tls_connection_moves_to_another_thread_with_what_it_buffered() {
     let pki = Pki::new("test CA");
     let leaf = pki.leaf("node", &["127.0.0.1"]);
     let id = Identity::load(&leaf.cert, &leaf.key).unwrap();
-    let acceptor = TlsAcceptor::from(server_config(id, None).unwrap());
+    let acceptor = TlsAcceptor::from(server_config(id, ClientAuth::None).unwrap());
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let addr = listener.local_addr().unwrap();

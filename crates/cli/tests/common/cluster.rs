@@ -65,7 +65,7 @@ pub fn rt() -> tokio::runtime::Runtime {
 
 pub fn topology(addr: SocketAddr) -> pb::Topology {
     let mut c = Native::connect(addr);
-    match c.call(Op::Topology(pb::GetTopology {})).result {
+    match c.call(Op::Topology(pb::GetTopology::default())).result {
         Some(R::Topology(t)) => t,
         other => panic!("{other:?}"),
     }

@@ -4,7 +4,10 @@
 //! Only client connections (native and RESP ports) count against `max_connections`: peer
 //! connections (the peer port, and connections to other nodes) never take a client slot,
 //! and [`fit_client_limit`] keeps file descriptors for them, so clients at their limit —
-//! idle or not — cannot lock peers out.
+//! idle or not — cannot lock peers out. Beyond the limit a few slots are kept for
+//! administrators: a connection in one must authenticate as a user with the admin
+//! permission before anything else, or it is closed (so an operator can still connect to a
+//! node whose clients took every slot).
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -77,14 +80,17 @@ pub fn fit_client_limit(clients: usize) -> usize {
 pub struct ConnectionLimit {
     open: AtomicUsize,
     max: usize,
+    /// Slots beyond `max` for connections that authenticate as administrators.
+    admin: usize,
 }
 
 impl ConnectionLimit {
-    /// A limit of `max` connections.
-    pub fn new(max: usize) -> Arc<ConnectionLimit> {
+    /// A limit of `max` connections, and `admin` more for administrators.
+    pub fn new(max: usize, admin: usize) -> Arc<ConnectionLimit> {
         Arc::new(ConnectionLimit {
             open: AtomicUsize::new(0),
             max,
+            admin,
         })
     }
 
@@ -98,18 +104,22 @@ impl ConnectionLimit {
 #[derive(Debug)]
 pub struct ConnectionPermit {
     limit: Arc<ConnectionLimit>,
+    /// A slot kept for administrators: the connection must authenticate as one.
+    pub admin_only: bool,
 }
 
 impl ConnectionPermit {
-    /// Takes a slot, or `None` if the node is at its limit.
+    /// Takes a slot — one of the administrators' once the others are taken — or `None` if
+    /// every slot is taken.
     pub fn acquire(limit: &Arc<ConnectionLimit>) -> Option<Self> {
         let prev = limit.open.fetch_add(1, Ordering::Relaxed);
-        if prev >= limit.max {
+        if prev >= limit.max.saturating_add(limit.admin) {
             limit.open.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
         Some(ConnectionPermit {
             limit: limit.clone(),
+            admin_only: prev >= limit.max,
         })
     }
 }
@@ -185,12 +195,29 @@ mod tests {
 
     #[test]
     fn permits_stop_at_the_limit_and_come_back() {
-        let limit = ConnectionLimit::new(2);
+        let limit = ConnectionLimit::new(2, 0);
         let a = ConnectionPermit::acquire(&limit).unwrap();
         let _b = ConnectionPermit::acquire(&limit).unwrap();
         assert!(ConnectionPermit::acquire(&limit).is_none());
         assert_eq!(limit.open(), 2);
         drop(a);
         assert!(ConnectionPermit::acquire(&limit).is_some());
+    }
+
+    #[test]
+    fn beyond_the_limit_slots_are_for_administrators_only() {
+        let limit = ConnectionLimit::new(1, 2);
+        let a = ConnectionPermit::acquire(&limit).unwrap();
+        assert!(!a.admin_only);
+        let b = ConnectionPermit::acquire(&limit).unwrap();
+        let c = ConnectionPermit::acquire(&limit).unwrap();
+        assert!(b.admin_only && c.admin_only);
+        assert!(ConnectionPermit::acquire(&limit).is_none());
+        // Slots are counted, not named: while two are open, a new one is an admin's.
+        drop(a);
+        assert!(ConnectionPermit::acquire(&limit).unwrap().admin_only);
+        drop(b);
+        drop(c);
+        assert!(!ConnectionPermit::acquire(&limit).unwrap().admin_only);
     }
 }

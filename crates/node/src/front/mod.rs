@@ -67,13 +67,14 @@ async fn serve(
             }
         }
     };
+    let node_certificate = stream.peer_verified();
     match protocol {
         Protocol::NativeFront => {
-            let codec = native::Native::new(&w, true);
+            let codec = native::Native::new(&w, true, node_certificate);
             pipeline::serve(w, stream, permit, codec).await
         }
         Protocol::NativeOwn => {
-            let codec = native::Native::new(&w, false);
+            let codec = native::Native::new(&w, false, node_certificate);
             pipeline::serve(w, stream, permit, codec).await
         }
         Protocol::Resp => {

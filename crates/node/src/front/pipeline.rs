@@ -132,6 +132,12 @@ pub trait Codec {
     /// The reply to a connection over the node's connection limit.
     fn too_many(&self) -> Vec<u8>;
 
+    /// Serves the connection (in a slot kept for administrators) only once it
+    /// authenticates as a user with the admin permission; anything else before is answered
+    /// with [`too_many`](Self::too_many) and closes it. False if that cannot happen (a node
+    /// without users): the connection is then refused at once.
+    fn admins_only(&mut self) -> bool;
+
     /// The reply when a request was dropped (its worker stopped).
     fn dropped(out: &mut Vec<u8>);
 
@@ -235,7 +241,11 @@ pub async fn serve<C: Codec>(
 ) {
     let _alive = LocalConnection::new(&w.conns);
     let _ = stream.set_nodelay(true);
-    if permit.is_none() {
+    let refused = match &permit {
+        None => true,
+        Some(p) => p.admin_only && !codec.admins_only(),
+    };
+    if refused {
         let _ = write_out(&mut stream, &codec.too_many()).await;
         return;
     }

@@ -272,7 +272,8 @@ impl Runner {
             match target.clone() {
                 Target::Seed(addr) => {
                     tokio::spawn(async move {
-                        let members = net::fetch_members(&addr, tls.as_ref()).await;
+                        let members =
+                            net::fetch_members(&addr, tls.as_ref(), secret.as_deref()).await;
                         let _ = done
                             .send(Done {
                                 target,

@@ -60,16 +60,22 @@ pub(super) async fn exchange(conn: &PeerConn, state: pb::ClusterState) -> Option
 
 /// Asks the node at front address `seed` for the cluster's members (its topology), with
 /// one native-protocol request (over TLS if `tls` is given).
+/// The request proves the cluster secret, if there is one (the seed may require it before
+/// authentication), and a TLS connection presents this node's certificate.
 pub(super) async fn fetch_members(
     seed: &str,
     tls: Option<&TlsConnector>,
+    secret: Option<&str>,
 ) -> Option<Vec<pb::Member>> {
+    let mut topology = pb::GetTopology::default();
+    let now_ms = crate::clock::Clock::wall_ms(&crate::clock::SystemClock::default());
+    crate::peer::secret::sign_topology(&mut topology, secret, now_ms);
     let ask = async {
         let tcp = TcpStream::connect(seed).await.ok()?;
         let mut stream = Stream::connect_maybe(tls, seed, tcp).await.ok()?;
         let req = pb::Request {
             id: 1,
-            op: Some(pb::request::Op::Topology(pb::GetTopology {})),
+            op: Some(pb::request::Op::Topology(topology)),
             ..Default::default()
         };
         write_frame(&mut stream, &req).await.ok()?;

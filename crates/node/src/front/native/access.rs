@@ -5,13 +5,35 @@ use wire::pb::request::Op as ReqOp;
 
 use crate::auth::{AuthError, Permission, User};
 
-/// True for the requests answered before authentication: `GetTopology` only. A node
-/// joining a cluster asks a seed's front port for the membership with it (nodes hold no
-/// client password to authenticate with); it tells member addresses and ids, never data.
-/// Once peers authenticate each other (a cluster secret), joining can move to the peer port
-/// and this exemption go.
-pub(crate) fn before_auth(op: &ReqOp) -> bool {
-    matches!(op, ReqOp::Topology(_))
+/// What may let a connection ask for the topology before it authenticates.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PreAuth<'a> {
+    /// Peers are not authenticated (no cluster secret, no mutual TLS): anyone who reaches
+    /// the peer port learns the members anyway, so the client ports need not hide them.
+    pub open_membership: bool,
+    /// The cluster secret a topology request may prove.
+    pub secret: Option<&'a str>,
+    /// The connection presented a certificate the cluster's CA signed (a node).
+    pub node_certificate: bool,
+}
+
+/// True for the requests answered before authentication: a `GetTopology` from another
+/// node — a node joining a cluster asks a seed's front port for the members (it holds no
+/// client password) — proven by the cluster secret or a node certificate, or from anyone
+/// while peers are not authenticated at all. It tells member addresses and ids, never
+/// data.
+pub(crate) fn before_auth(op: &ReqOp, pre: &PreAuth<'_>) -> bool {
+    let ReqOp::Topology(t) = op else {
+        return false;
+    };
+    if pre.open_membership || pre.node_certificate {
+        return true;
+    }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    pre.secret
+        .is_some_and(|s| crate::peer::secret::verify_topology(t, s, now_ms).is_ok())
 }
 
 /// Checks that `user` may run `op`: reads (and subscriptions) need `read` and writes

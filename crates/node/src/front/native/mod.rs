@@ -71,11 +71,21 @@ pub struct Native {
     user: Option<Arc<User>>,
     /// The node's users.
     users: Arc<Users>,
+    /// In a slot kept for administrators: nothing but `Auth` until an admin logs in.
+    admins_only: bool,
+    /// Peers are not authenticated on this node (anyone may learn the members).
+    open_membership: bool,
+    /// The cluster secret, which a topology request before authentication may prove.
+    secret: Option<Arc<str>>,
+    /// The connection presented a certificate the cluster's CA signed.
+    node_certificate: bool,
 }
 
 impl Native {
-    /// A connection on `w`: `front` for the shared front port.
-    pub fn new(w: &Rc<Worker>, front: bool) -> Native {
+    /// A connection on `w`: `front` for the shared front port; `node_certificate` if it
+    /// presented a certificate the cluster's CA signed.
+    pub fn new(w: &Rc<Worker>, front: bool, node_certificate: bool) -> Native {
+        let config = &w.shared.config;
         Native {
             routing: if front {
                 Routing::Forward
@@ -86,6 +96,10 @@ impl Native {
             subs: ConnectionSubscriptions::new(w),
             user: w.shared.users.initial(),
             users: w.shared.users.clone(),
+            admins_only: false,
+            open_membership: !config.peers_authenticated(),
+            secret: config.cluster_secret.as_deref().map(Arc::from),
+            node_certificate,
         }
     }
 }
@@ -197,6 +211,7 @@ impl Codec for Native {
         };
         let body = buf.split_to(HEADER_LEN + len).freeze().slice(HEADER_LEN..);
         match pb::Request::decode(body) {
+            Ok(req) if self.admins_only => return self.admin_gate(req, replies),
             Ok(req) => self.handle(w, req, replies),
             Err(e) => {
                 let resp = raw_error(
@@ -221,6 +236,11 @@ impl Codec for Native {
         out
     }
 
+    fn admins_only(&mut self) -> bool {
+        self.admins_only = self.user.is_none();
+        self.admins_only
+    }
+
     fn dropped(out: &mut Vec<u8>) {
         let e = NodeError::Unavailable("the request was dropped".into());
         encode(&error_response(0, &e), out);
@@ -240,6 +260,36 @@ impl Codec for Native {
 }
 
 impl Native {
+    fn pre_auth(&self) -> access::PreAuth<'_> {
+        access::PreAuth {
+            open_membership: self.open_membership,
+            secret: self.secret.as_deref(),
+            node_certificate: self.node_certificate,
+        }
+    }
+
+    /// A request on a connection in an administrators' slot: an `Auth` as an admin lets it
+    /// stay; anything else closes it.
+    fn admin_gate(&mut self, req: pb::Request, replies: &mut Replies) -> Step {
+        if let Some(ReqOp::Auth(a)) = &req.op {
+            if let Ok(u) = self.users.authenticate(&a.user, a.password.as_bytes()) {
+                if u.has(crate::auth::Permission::Admin) {
+                    self.user = Some(u);
+                    self.admins_only = false;
+                    respond(replies, req.id, RespResult::Ack(pb::Ack { count: 1 }));
+                    return Step::Ran;
+                }
+            }
+        }
+        let resp = raw_error(
+            req.id,
+            pb::ErrorCode::TooManyConnections,
+            "too many connections (the remaining slots are for administrators)".into(),
+        );
+        replies.emit(|o| encode(&resp, o));
+        Step::Close
+    }
+
     fn handle(&mut self, w: &Rc<Worker>, req: pb::Request, replies: &mut Replies) {
         let id = req.id;
         let ack = crate::ack::Ack {
@@ -261,7 +311,7 @@ impl Native {
         }
         let allowed = match &self.user {
             Some(user) => access::permit(user, &op),
-            None if access::before_auth(&op) => Ok(()),
+            None if access::before_auth(&op, &self.pre_auth()) => Ok(()),
             None => Err(crate::auth::AuthError::Required),
         };
         if let Err(e) = allowed {

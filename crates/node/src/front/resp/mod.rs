@@ -28,7 +28,7 @@ use bytes::{Buf, BytesMut};
 use wire::resp::{self, Args, CommandParser, Version};
 
 use super::pipeline::{Codec, Replies, Step};
-use crate::auth::{User, Users};
+use crate::auth::{Permission, User, Users};
 use crate::driver::worker::Worker;
 
 pub use server::REDIS_COMPAT_VERSION;
@@ -48,6 +48,8 @@ pub struct ConnState {
     pub user: Option<Arc<User>>,
     /// The node's users.
     pub users: Arc<Users>,
+    /// In a slot kept for administrators: nothing but AUTH / HELLO until an admin logs in.
+    pub admins_only: bool,
 }
 
 /// One RESP connection.
@@ -71,6 +73,7 @@ impl Resp {
                 id: fastrand::u64(1..u64::MAX >> 1),
                 user: w.shared.users.initial(),
                 users: w.shared.users.clone(),
+                admins_only: false,
             },
             limits: resp::Limits {
                 max_bulk_len: limits.max_frame_size,
@@ -84,20 +87,55 @@ impl Resp {
     }
 }
 
+/// The reply of a connection over the limit.
+const TOO_MANY: &[u8] = b"-ERR max number of clients reached\r\n";
+
+/// A command on a connection in an administrators' slot: AUTH or HELLO run, and the
+/// connection stays (with their answer) if they made it an admin's; anything else gets the
+/// max-clients error and closes it.
+fn admin_gate(
+    w: &Rc<Worker>,
+    state: &mut ConnState,
+    cmd: &commands::Cmd<'_>,
+    replies: &mut Replies,
+) -> Step {
+    let name = cmd.name_lower();
+    if name == "auth" || name == "hello" {
+        let mut answer = Replies::default();
+        commands::run(w, state, cmd, &mut answer);
+        let admin = state
+            .user
+            .as_ref()
+            .is_some_and(|u| u.has(Permission::Admin));
+        if admin && answer.direct() {
+            state.admins_only = false;
+            replies.emit(|o| o.extend_from_slice(&answer.out));
+            return Step::Ran;
+        }
+    }
+    replies.emit(|o| o.extend_from_slice(TOO_MANY));
+    Step::Close
+}
+
 impl Codec for Resp {
     fn next(&mut self, w: &Rc<Worker>, buf: &mut BytesMut, replies: &mut Replies) -> Step {
         match self.parser.parse(buf, &self.limits, &mut self.args) {
             Ok(None) => Step::Need,
             Ok(Some(consumed)) => {
+                let mut step = Step::Ran;
                 if !self.args.is_empty() {
                     let cmd = commands::Cmd {
                         buf,
                         args: &self.args,
                     };
-                    commands::run(w, &mut self.state, &cmd, replies);
+                    if self.state.admins_only {
+                        step = admin_gate(w, &mut self.state, &cmd, replies);
+                    } else {
+                        commands::run(w, &mut self.state, &cmd, replies);
+                    }
                 }
                 buf.advance(consumed);
-                Step::Ran
+                step
             }
             Err(e) => {
                 let msg = match e {
@@ -110,7 +148,12 @@ impl Codec for Resp {
     }
 
     fn too_many(&self) -> Vec<u8> {
-        b"-ERR max number of clients reached\r\n".to_vec()
+        TOO_MANY.to_vec()
+    }
+
+    fn admins_only(&mut self) -> bool {
+        self.state.admins_only = self.state.user.is_none();
+        self.state.admins_only
     }
 
     fn dropped(out: &mut Vec<u8>) {
