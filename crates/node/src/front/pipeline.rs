@@ -219,6 +219,53 @@ async fn until(deadline: Option<Instant>) {
     }
 }
 
+/// What [`run_batch`] did.
+#[derive(Clone, Copy, Debug)]
+pub struct Batch {
+    /// Requests run.
+    pub requests: usize,
+    /// A protocol error: close the connection once the replies are written.
+    pub close: bool,
+    /// Stopped at [`MAX_PIPELINE`] requests or `max_batch_reply` bytes of replies: complete
+    /// requests may remain in the buffer.
+    pub full: bool,
+}
+
+/// Runs the complete requests at the front of `inbuf` (at most [`MAX_PIPELINE`], and none
+/// once the replies reach `max_batch_reply` bytes), waits for their replies and appends
+/// them to `replies.out` in request order, followed by the pushes waiting (a Subscribe's
+/// answer comes before its first push).
+pub async fn run_batch<C: Codec>(
+    w: &Rc<Worker>,
+    codec: &mut C,
+    inbuf: &mut BytesMut,
+    replies: &mut Replies,
+    max_batch_reply: usize,
+) -> Batch {
+    let mut batch = Batch {
+        requests: 0,
+        close: false,
+        full: false,
+    };
+    while !codec.quit() {
+        if batch.requests >= MAX_PIPELINE || replies.out.len() >= max_batch_reply {
+            batch.full = true;
+            break;
+        }
+        match codec.next(w, inbuf, replies) {
+            Step::Need => break,
+            Step::Ran => batch.requests += 1,
+            Step::Close => {
+                batch.close = true;
+                break;
+            }
+        }
+    }
+    replies.settle(C::dropped).await;
+    codec.drain_pushes(&mut replies.out);
+    batch
+}
+
 /// Serves one connection with `codec` until the client closes it, quits or breaks the
 /// protocol, or the node stops.
 pub async fn serve<C: Codec>(
@@ -288,36 +335,16 @@ pub async fn serve<C: Codec>(
         }
         // Writers wait while the log is far behind rather than queue without bound.
         w.journal.wait_room().await;
-        let mut close = false;
-        let mut requests = 0;
-        let mut full = false;
-        while !codec.quit() {
-            if requests >= MAX_PIPELINE || replies.out.len() >= max_batch_reply {
-                full = true;
-                break;
-            }
-            match codec.next(&w, &mut inbuf, &mut replies) {
-                Step::Need => break,
-                Step::Ran => requests += 1,
-                Step::Close => {
-                    close = true;
-                    break;
-                }
-            }
-        }
-        replies.settle(C::dropped).await;
-        // Pushes waiting go out behind the replies (a Subscribe's answer comes before its
-        // first push).
-        codec.drain_pushes(&mut replies.out);
+        let batch = run_batch(&w, &mut codec, &mut inbuf, &mut replies, max_batch_reply).await;
         if !replies.out.is_empty() && stream.write_all(&replies.out).await.is_err() {
             return;
         }
-        if close || codec.quit() {
+        if batch.close || codec.quit() {
             return;
         }
-        need_read = !full;
+        need_read = !batch.full;
         if need_read {
-            clock.read(read_at, requests > 0, !inbuf.is_empty());
+            clock.read(read_at, batch.requests > 0, !inbuf.is_empty());
         }
         replies.out.clear();
         // Don't let one large request pin a large buffer for the connection's lifetime.
