@@ -335,6 +335,40 @@ impl NodeConfig {
     }
 }
 
+impl NodeConfig {
+    /// Checks what a storage node checks before it binds a port: the worker count, the
+    /// default local replication, the users (returned, loaded), that a disk-tier node has a
+    /// data directory, and the write-ahead log's options (also when no log is kept: a
+    /// mistake in the file is reported, not ignored).
+    pub fn validate(&self) -> Result<crate::auth::Users, ConfigError> {
+        let workers = self.worker_count();
+        if workers > 1024 {
+            return Err(ConfigError(format!(
+                "{workers} workers is more than the 1024 supported"
+            )));
+        }
+        if self.default_local_replication == 0 {
+            return Err(ConfigError(
+                "default_local_replication must be at least 1".into(),
+            ));
+        }
+        if self.tier == NodeTier::Disk && self.data_dir.is_none() {
+            return Err(ConfigError(
+                "a disk-tier node needs a data directory (data_dir / --data-dir)".into(),
+            ));
+        }
+        self.wal
+            .validate()
+            .map_err(|e| ConfigError(format!("[wal]: {e}")))?;
+        crate::auth::Users::from_config(&self.users).map_err(|e| ConfigError(e.to_string()))
+    }
+}
+
+/// A configuration a node refuses to start with.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
 /// A client port binds a non-loopback address and no password or user is configured.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
