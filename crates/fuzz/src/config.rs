@@ -8,7 +8,8 @@
 //! - for an accepted file, everything a node derives from it before binding its ports
 //!   (worker count, replication vector, peer address, published addresses, core settings,
 //!   connection timeouts and their deadlines, users and their ACL rules) works without
-//!   panicking.
+//!   panicking, and so do its workers' cores and its agent, started on a manual clock with
+//!   those settings and run for a while.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -50,6 +51,7 @@ fn derived(config: &NodeConfig) {
     let _ = config.gossip_period();
     let _ = config.cluster.anti_entropy_period();
     let _ = node::fuzzing::core_config(config);
+    node::fuzzing::run_config(config);
     let limits = &config.limits;
     let _ = limits.max_native_request();
     let _ = limits.memory_budget_bytes();

@@ -390,3 +390,91 @@ pub fn cores(workers: usize, view: Arc<ViewState>, clock: Arc<ManualClock>) -> V
         })
         .collect()
 }
+
+/// Starts what a node derives from an accepted `config` without binding ports: the cores
+/// of (at most four of) its workers and its agent, on a manual clock, and runs them for a
+/// while — a write, a read, ticks at each deadline, gossip rounds.
+pub fn run_config(config: &NodeConfig) {
+    let workers = config.worker_count().min(4);
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let view = Arc::new(ViewState::single_node(
+        &config.node_id,
+        workers,
+        config.vnodes,
+        config.default_vector(),
+    ));
+    let core_config = crate::server::core_config(config);
+    let budget = (config.limits.memory_budget_bytes() / config.worker_count() as u64) as usize;
+    let mut cores: Vec<Core> = (0..workers)
+        .map(|i| {
+            let shard = shard(config, i as u32, budget, view.clone(), clock.clone());
+            Core::new(shard, core_config.clone(), i as u64)
+        })
+        .collect();
+    for core in &mut cores {
+        let key = bytes::Bytes::from_static(b"k");
+        let write = crate::op::Op::Assign {
+            key: key.clone(),
+            value: bytes::Bytes::from_static(b"v"),
+            condition: crate::op::Condition::Always,
+        };
+        let _ = core.submit(
+            vec![write],
+            crate::ack::Ack::MERGED,
+            crate::core::Routing::Forward,
+        );
+        let _ = core.submit(
+            vec![crate::op::Op::Get { key }],
+            crate::ack::Ack::MERGED,
+            crate::core::Routing::Forward,
+        );
+    }
+    const DAY_MS: u64 = 24 * 3600 * 1000;
+    for _ in 0..8 {
+        let next = cores
+            .iter()
+            .map(Core::next_deadline)
+            .min()
+            .unwrap_or(u64::MAX);
+        let now = clock.mono_ms();
+        clock.advance(next.saturating_sub(now).clamp(1, DAY_MS));
+        for core in &mut cores {
+            core.tick();
+            let _ = core.take_effects();
+        }
+    }
+    let cluster = &config.cluster;
+    let published = |a: std::net::SocketAddr| config.published(a).unwrap_or_default();
+    let mut agent = OfflineAgent::new(
+        AgentConfig {
+            node_id: config.node_id.clone(),
+            cluster_secret: config.cluster_secret.clone(),
+            desc: agent::storage_description(
+                config.tier.tier(),
+                published(config.listen),
+                published(config.resp),
+                view.view
+                    .nodes()
+                    .flat_map(|(_, n)| n.workers.clone())
+                    .collect(),
+                config.vnodes,
+                published(config.peer_addr()),
+            ),
+            seeds: cluster.seeds.clone(),
+            gossip_interval: std::time::Duration::from_millis(cluster.gossip_interval_ms.max(10)),
+            detector: DetectorConfig {
+                suspect_after_ms: cluster.suspect_after_ms,
+                dead_after_ms: cluster.failure_timeout_ms.max(cluster.suspect_after_ms),
+            },
+            fanout: cluster.fanout.max(1),
+            default: config.default_vector(),
+            max_replication_entries: config.limits.max_replication_entries,
+        },
+        clock.clone(),
+        1,
+    );
+    for _ in 0..4 {
+        clock.advance(cluster.gossip_interval_ms.clamp(10, DAY_MS));
+        agent.round();
+    }
+}
