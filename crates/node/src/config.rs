@@ -347,6 +347,15 @@ impl NodeConfig {
                 "{workers} workers is more than the 1024 supported"
             )));
         }
+        // Peers refuse a member claiming more (`cluster::state::MAX_VNODES`): such a node
+        // could never join, and its own rings would take that many points per worker.
+        let max_vnodes = crate::cluster::state::MAX_VNODES;
+        if self.vnodes > max_vnodes {
+            return Err(ConfigError(format!(
+                "vnodes = {} is more than the {max_vnodes} other nodes accept",
+                self.vnodes
+            )));
+        }
         if self.default_local_replication == 0 {
             return Err(ConfigError(
                 "default_local_replication must be at least 1".into(),
@@ -560,6 +569,31 @@ mod tests {
         assert!(c.worker_count() >= 1);
         assert!(c.limits.memory_budget_bytes() > 0);
         assert!(c.limits.max_frame_size > c.limits.max_value_size);
+    }
+
+    #[test]
+    fn validate_refuses_what_a_node_cannot_run_with() {
+        let c = NodeConfig::default();
+        assert!(c.validate().is_ok());
+        let refused = |c: NodeConfig| c.validate().map(|_| ()).unwrap_err().0;
+        assert!(refused(NodeConfig {
+            vnodes: crate::cluster::state::MAX_VNODES + 1,
+            ..NodeConfig::default()
+        })
+        .contains("vnodes"));
+        assert!(refused(NodeConfig {
+            default_local_replication: 0,
+            ..NodeConfig::default()
+        })
+        .contains("default_local_replication"));
+        let mut c = NodeConfig::default();
+        c.wal.segment_bytes = 1;
+        assert!(refused(c).contains("[wal]"));
+        assert!(refused(NodeConfig {
+            tier: NodeTier::Disk,
+            ..NodeConfig::default()
+        })
+        .contains("data directory"));
     }
 
     #[test]

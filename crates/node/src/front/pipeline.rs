@@ -201,12 +201,13 @@ impl ReadClock {
     }
 
     /// The instant by which bytes must arrive, if any: `waits_for_pushes` exempts an idle
-    /// connection from the idle timeout.
+    /// connection from the idle timeout. A timeout too long to add to an `Instant` (a
+    /// configured `u64` of seconds) is no deadline, never a panic.
     pub fn deadline(&self, waits_for_pushes: bool) -> Option<Instant> {
         match self.partial_since {
-            Some(since) => self.partial.map(|t| since + t),
+            Some(since) => self.partial.and_then(|t| since.checked_add(t)),
             None if waits_for_pushes => None,
-            None => self.idle.map(|t| self.last_activity + t),
+            None => self.idle.and_then(|t| self.last_activity.checked_add(t)),
         }
     }
 }
@@ -362,6 +363,19 @@ mod tests {
     use super::*;
 
     const S: Duration = Duration::from_secs(1);
+
+    /// Found by the config fuzz target: `idle_timeout_secs` or
+    /// `partial_request_timeout_secs` near `i64::MAX` made every connection's deadline
+    /// overflow `Instant` and panic its task.
+    #[test]
+    fn a_timeout_too_long_for_an_instant_is_no_deadline() {
+        let t0 = Instant::now();
+        let forever = Duration::from_secs(i64::MAX as u64);
+        let mut c = ReadClock::new(Some(forever), Some(forever), t0);
+        assert_eq!(c.deadline(false), None);
+        c.read(t0 + S, false, true);
+        assert_eq!(c.deadline(false), None);
+    }
 
     #[test]
     fn no_deadline_without_timeouts() {
