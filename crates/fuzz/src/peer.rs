@@ -20,6 +20,7 @@
 //! - every request and answer that decodes re-encodes to the same message, and what the
 //!   cores send to other nodes decodes back to what they sent;
 //! - the cores' journal entries encode and decode back to themselves;
+//! - the replication table peers gossip stays within `max_replication_entries`;
 //! - nothing panics: decoding, the cores' handling of requests and answers, the agent's
 //!   merge of memberships and replication tables, the views built from them and the
 //!   cores' switch to them.
@@ -118,6 +119,11 @@ impl Harness {
     /// Switches the cores to the agent's view if it changed.
     fn follow_agent(&mut self) {
         let view = self.agent.view();
+        assert!(
+            view.replication.len() <= fuzzing::AGENT_MAX_REPLICATION_ENTRIES,
+            "peers grew the replication table to {} vectors, over the limit",
+            view.replication.len()
+        );
         if !Arc::ptr_eq(&view, &self.view) {
             self.view = view.clone();
             for c in &mut self.cores {

@@ -543,10 +543,37 @@ pub fn peer() -> Vec<Seed> {
     h.chunk(&hello.encode_to_vec());
     h.0.extend_from_slice(&[3, 0x55]);
     let hellos = h.0;
+    // More replication vectors than the agent keeps (`max_replication_entries`), as a peer
+    // could gossip them: before the limit applied to gossip, the table grew with each.
+    let mut flood = Script(Vec::new());
+    let entries = (0..40u32)
+        .map(|k| pb::ReplicationEntry {
+            key: Bytes::copy_from_slice(&k.to_be_bytes()),
+            ts: ts(5),
+            memory_global: 1,
+            memory_local: 1,
+            disk_global: 0,
+            disk_local: 0,
+        })
+        .collect();
+    flood.request(
+        &peer_request(
+            1,
+            M::SyncCluster(pb::SyncCluster {
+                state: Some(pb::ClusterState {
+                    replication: entries,
+                    has_replication: true,
+                    ..Default::default()
+                }),
+            }),
+        ),
+        0,
+    );
     vec![
         ("worker-requests", data),
         ("cluster-sync", cluster),
         ("hello", hellos),
+        ("replication-flood", flood.0),
     ]
 }
 

@@ -300,6 +300,9 @@ async fn yield_a_while() {
     }
 }
 
+/// The [`Agent`]'s `max_replication_entries`: small, so short inputs reach it.
+pub const AGENT_MAX_REPLICATION_ENTRIES: usize = 16;
+
 /// A node's cluster agent without its thread: what the `SyncCluster` exchanges arriving on
 /// its peer port do to its membership, replication table and views.
 pub struct Agent {
@@ -332,7 +335,7 @@ impl Agent {
                 },
                 fanout: 3,
                 default: config.default_vector(),
-                max_replication_entries: config.limits.max_replication_entries,
+                max_replication_entries: AGENT_MAX_REPLICATION_ENTRIES,
             },
             clock.clone(),
             7,
