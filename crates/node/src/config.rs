@@ -352,6 +352,49 @@ impl NodeConfig {
     }
 }
 
+impl NodeConfig {
+    /// Checks what a storage node checks before it binds a port: the worker count, the
+    /// default local replication, the users (returned, loaded), that a disk-tier node has a
+    /// data directory, and the write-ahead log's options (also when no log is kept: a
+    /// mistake in the file is reported, not ignored).
+    pub fn validate(&self) -> Result<crate::auth::Users, ConfigError> {
+        let workers = self.worker_count();
+        if workers > 1024 {
+            return Err(ConfigError(format!(
+                "{workers} workers is more than the 1024 supported"
+            )));
+        }
+        // Peers refuse a member claiming more (`cluster::state::MAX_VNODES`): such a node
+        // could never join, and its own rings would take that many points per worker.
+        let max_vnodes = crate::cluster::state::MAX_VNODES;
+        if self.vnodes > max_vnodes {
+            return Err(ConfigError(format!(
+                "vnodes = {} is more than the {max_vnodes} other nodes accept",
+                self.vnodes
+            )));
+        }
+        if self.default_local_replication == 0 {
+            return Err(ConfigError(
+                "default_local_replication must be at least 1".into(),
+            ));
+        }
+        if self.tier == NodeTier::Disk && self.data_dir.is_none() {
+            return Err(ConfigError(
+                "a disk-tier node needs a data directory (data_dir / --data-dir)".into(),
+            ));
+        }
+        self.wal
+            .validate()
+            .map_err(|e| ConfigError(format!("[wal]: {e}")))?;
+        crate::auth::Users::from_config(&self.users).map_err(|e| ConfigError(e.to_string()))
+    }
+}
+
+/// A configuration a node refuses to start with.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
 /// A port is reachable from other hosts without authentication.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ExposureError {
@@ -559,6 +602,31 @@ mod tests {
         assert!(c.worker_count() >= 1);
         assert!(c.limits.memory_budget_bytes() > 0);
         assert!(c.limits.max_frame_size > c.limits.max_value_size);
+    }
+
+    #[test]
+    fn validate_refuses_what_a_node_cannot_run_with() {
+        let c = NodeConfig::default();
+        assert!(c.validate().is_ok());
+        let refused = |c: NodeConfig| c.validate().map(|_| ()).unwrap_err().0;
+        assert!(refused(NodeConfig {
+            vnodes: crate::cluster::state::MAX_VNODES + 1,
+            ..NodeConfig::default()
+        })
+        .contains("vnodes"));
+        assert!(refused(NodeConfig {
+            default_local_replication: 0,
+            ..NodeConfig::default()
+        })
+        .contains("default_local_replication"));
+        let mut c = NodeConfig::default();
+        c.wal.segment_bytes = 1;
+        assert!(refused(c).contains("[wal]"));
+        assert!(refused(NodeConfig {
+            tier: NodeTier::Disk,
+            ..NodeConfig::default()
+        })
+        .contains("data directory"));
     }
 
     #[test]

@@ -26,7 +26,8 @@
 //! - [`leave`]: leaving the cluster;
 //! - [`front`]: client ports — the connection pipeline, the native and Redis protocols;
 //! - [`server`]: starting a node ([`Node::start`](server::Node::start)) and stopping it;
-//! - [`routing`]: a routing node: a member without data answering "where is key k".
+//! - [`routing`]: a routing node: a member without data answering "where is key k";
+//! - `fuzzing` (hidden): entry points for the fuzz targets (`crates/fuzz`).
 //!
 //! Depends on `lattice`, `placement`, `store`, `tls`, `wire`; used by the `latticekv` binary.
 #![warn(missing_docs)]
@@ -41,6 +42,8 @@ pub mod core;
 pub mod driver;
 pub mod error;
 pub mod front;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod leave;
 pub mod op;
 pub mod peer;

@@ -39,7 +39,7 @@ use crate::tls::NodeTls;
 pub use crate::driver::shared::PublishedAddresses;
 
 /// Most changeset keys before a worker gossips early.
-const MAX_CHANGESET_KEYS: usize = 65_536;
+pub(crate) const MAX_CHANGESET_KEYS: usize = 65_536;
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -157,7 +157,7 @@ fn pin_to_cpu(cpu: usize) {
 }
 
 /// The replica core's settings from a node's configuration.
-fn core_config(config: &NodeConfig) -> CoreConfig {
+pub(crate) fn core_config(config: &NodeConfig) -> CoreConfig {
     CoreConfig {
         gossip_period_ms: config.gossip_period_ms.max(1),
         anti_entropy_period_ms: config.cluster.anti_entropy_period().as_millis() as u64,
@@ -209,21 +209,12 @@ impl Routes for NodeRoutes {
 impl Node {
     /// Binds the node's ports and starts its workers.
     pub fn start(config: NodeConfig) -> Result<Node, StartError> {
-        let workers = config.worker_count();
-        if workers > 1024 {
-            return Err(StartError::Config(format!(
-                "{workers} workers is more than the 1024 supported"
-            )));
-        }
-        if config.default_local_replication == 0 {
-            return Err(StartError::Config(
-                "default_local_replication must be at least 1".into(),
-            ));
-        }
-        let users = crate::auth::Users::from_config(&config.users)
+        let users = config
+            .validate()
             .map_err(|e| StartError::Config(e.to_string()))?;
         let tls =
             NodeTls::from_config(&config.tls).map_err(|e| StartError::Config(e.to_string()))?;
+        let workers = config.worker_count();
         let faults = Faults::from_env();
         let data_lock = config.data_dir.as_ref().map(lock_data_dir).transpose()?;
         let disk = match (config.tier, &config.data_dir) {

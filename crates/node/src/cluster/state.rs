@@ -203,16 +203,25 @@ pub fn replication_to_pb(table: &ReplicationTable) -> Vec<pb::ReplicationEntry> 
         .collect()
 }
 
-/// Merges protobuf replication entries into a table. Returns true if it changed.
+/// Merges protobuf replication entries into a table. Returns true if it changed. Keys the
+/// table does not hold are taken only while it has fewer than `max_entries` (the node's
+/// `max_replication_entries`; the rest are skipped and logged): a peer cannot grow it
+/// without bound.
 pub fn merge_replication_pb(
     table: &mut ReplicationTable,
     entries: &[pb::ReplicationEntry],
+    max_entries: usize,
 ) -> bool {
     let mut changed = false;
+    let mut skipped = 0usize;
     for e in entries {
         let Some(ts) = e.ts.as_ref().map(timestamp_from_pb) else {
             continue;
         };
+        if table.len() >= max_entries && !table.contains_key(&e.key[..]) {
+            skipped += 1;
+            continue;
+        }
         let vector = ReplicationVector {
             memory: Replication {
                 global: e.memory_global,
@@ -224,6 +233,13 @@ pub fn merge_replication_pb(
             },
         };
         changed |= merge_replication(table, Box::from(&e.key[..]), ts, vector);
+    }
+    if skipped > 0 {
+        tracing::warn!(
+            skipped,
+            max_entries,
+            "replication vectors from a peer ignored: the table is full"
+        );
     }
     changed
 }
@@ -297,6 +313,25 @@ mod tests {
     use placement::Tier;
 
     #[test]
+    fn replication_from_peers_stops_at_the_table_limit() {
+        let v = crate::view::default_vector(2, 1);
+        let mut source = ReplicationTable::new();
+        for k in 0..10u8 {
+            merge_replication(&mut source, Box::from(&[k][..]), Timestamp::new(5, 1), v);
+        }
+        let mut t = ReplicationTable::new();
+        assert!(merge_replication_pb(&mut t, &replication_to_pb(&source), 4));
+        assert_eq!(t.len(), 4, "new keys beyond the limit are skipped");
+        // Keys it holds still take newer settings.
+        let key = t.keys().next().cloned().unwrap();
+        let newer = crate::view::default_vector(3, 1);
+        let mut update = ReplicationTable::new();
+        merge_replication(&mut update, key.clone(), Timestamp::new(6, 1), newer);
+        assert!(merge_replication_pb(&mut t, &replication_to_pb(&update), 4));
+        assert_eq!(t[&key].1, newer);
+    }
+
+    #[test]
     fn members_and_replication_round_trip() {
         let mut m = Membership::new();
         m.insert_merge(
@@ -328,7 +363,7 @@ mod tests {
         let v = crate::view::default_vector(2, 3);
         merge_replication(&mut t, Box::from(&b"k"[..]), Timestamp::new(5, 1), v);
         let mut t2 = ReplicationTable::new();
-        assert!(merge_replication_pb(&mut t2, &replication_to_pb(&t)));
+        assert!(merge_replication_pb(&mut t2, &replication_to_pb(&t), 10));
         assert_eq!(t, t2);
         assert_eq!(replication_digest(&t), replication_digest(&t2));
         // An older setting loses.

@@ -89,7 +89,11 @@ impl Core {
             return;
         }
         // Hand-offs a view change started have had the grace period to complete.
-        let stable_at = self.view_since + self.config.tombstone_grace_ms;
+        // Saturating: a grace too long to add (tombstone_grace_secs near u64::MAX) means
+        // never, not a wrapped sum in the past (reclamation at once).
+        let stable_at = self
+            .view_since
+            .saturating_add(self.config.tombstone_grace_ms);
         if now < stable_at || self.shard.view().dead > 0 {
             self.reclaim.next_sweep = stable_at.max(now + SWEEP_EVERY_MS);
             return;

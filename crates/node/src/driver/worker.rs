@@ -535,6 +535,41 @@ pub fn spawn_on_worker(fut: impl Future<Output = ()> + 'static) {
     spawn_local(fut);
 }
 
+impl Worker {
+    fn new(shared: Arc<Shared>, index: u32, core: Core, journal: Journal) -> Rc<Worker> {
+        Rc::new(Worker {
+            shared,
+            index,
+            me: core.me(),
+            core: RefCell::new(core),
+            tickets: RefCell::new(HashMap::new()),
+            tokens: RefCell::new(HashMap::new()),
+            next_token: Cell::new(0),
+            peers: RefCell::new(HashMap::new()),
+            journal,
+            wake: Notify::new(),
+            sleeping_until: Cell::new(u64::MAX),
+            conns: Rc::new(LocalConnections::default()),
+            subscriptions: RefCell::new(Subscriptions::default()),
+            subscribed: Notify::new(),
+        })
+    }
+
+    /// A worker without a log whose only task is its inbox, spawned on the current
+    /// `LocalSet`; whoever holds it ticks its core (the fuzz targets, `crate::fuzzing`,
+    /// with a manual clock).
+    pub(crate) fn in_memory(
+        shared: Arc<Shared>,
+        index: u32,
+        core: Core,
+        inbox: mpsc::Receiver<WorkerMsg>,
+    ) -> Rc<Worker> {
+        let w = Worker::new(shared, index, core, Journal::None);
+        spawn_local(w.clone().inbox(inbox));
+        w
+    }
+}
+
 /// Runs a worker until the node stops. Call on the worker's own thread.
 pub fn run(setup: WorkerSetup) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -550,24 +585,7 @@ pub fn run(setup: WorkerSetup) -> std::io::Result<()> {
             journal,
             services,
         } = setup;
-        let me = core.me();
-        let journal = journal.build();
-        let w = Rc::new(Worker {
-            shared: shared.clone(),
-            index,
-            me,
-            core: RefCell::new(core),
-            tickets: RefCell::new(HashMap::new()),
-            tokens: RefCell::new(HashMap::new()),
-            next_token: Cell::new(0),
-            peers: RefCell::new(HashMap::new()),
-            journal,
-            wake: Notify::new(),
-            sleeping_until: Cell::new(u64::MAX),
-            conns: Rc::new(LocalConnections::default()),
-            subscriptions: RefCell::new(Subscriptions::default()),
-            subscribed: Notify::new(),
-        });
+        let w = Worker::new(shared.clone(), index, core, journal.build());
         spawn_local(w.clone().inbox(inbox));
         spawn_local(w.clone().views());
         spawn_local(w.clone().timer());

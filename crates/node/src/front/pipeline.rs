@@ -207,12 +207,13 @@ impl ReadClock {
     }
 
     /// The instant by which bytes must arrive, if any: `waits_for_pushes` exempts an idle
-    /// connection from the idle timeout.
+    /// connection from the idle timeout. A timeout too long to add to an `Instant` (a
+    /// configured `u64` of seconds) is no deadline, never a panic.
     pub fn deadline(&self, waits_for_pushes: bool) -> Option<Instant> {
         match self.partial_since {
-            Some(since) => self.partial.map(|t| since + t),
+            Some(since) => self.partial.and_then(|t| since.checked_add(t)),
             None if waits_for_pushes => None,
-            None => self.idle.map(|t| self.last_activity + t),
+            None => self.idle.and_then(|t| self.last_activity.checked_add(t)),
         }
     }
 }
@@ -229,6 +230,53 @@ async fn until(deadline: Option<Instant>) {
 async fn write_out(stream: &mut Stream, bytes: &[u8]) -> std::io::Result<()> {
     stream.write_all(bytes).await?;
     stream.flush().await
+}
+
+/// What [`run_batch`] did.
+#[derive(Clone, Copy, Debug)]
+pub struct Batch {
+    /// Requests run.
+    pub requests: usize,
+    /// A protocol error: close the connection once the replies are written.
+    pub close: bool,
+    /// Stopped at [`MAX_PIPELINE`] requests or `max_batch_reply` bytes of replies: complete
+    /// requests may remain in the buffer.
+    pub full: bool,
+}
+
+/// Runs the complete requests at the front of `inbuf` (at most [`MAX_PIPELINE`], and none
+/// once the replies reach `max_batch_reply` bytes), waits for their replies and appends
+/// them to `replies.out` in request order, followed by the pushes waiting (a Subscribe's
+/// answer comes before its first push).
+pub async fn run_batch<C: Codec>(
+    w: &Rc<Worker>,
+    codec: &mut C,
+    inbuf: &mut BytesMut,
+    replies: &mut Replies,
+    max_batch_reply: usize,
+) -> Batch {
+    let mut batch = Batch {
+        requests: 0,
+        close: false,
+        full: false,
+    };
+    while !codec.quit() {
+        if batch.requests >= MAX_PIPELINE || replies.out.len() >= max_batch_reply {
+            batch.full = true;
+            break;
+        }
+        match codec.next(w, inbuf, replies) {
+            Step::Need => break,
+            Step::Ran => batch.requests += 1,
+            Step::Close => {
+                batch.close = true;
+                break;
+            }
+        }
+    }
+    replies.settle(C::dropped).await;
+    codec.drain_pushes(&mut replies.out);
+    batch
 }
 
 /// Serves one connection with `codec` until the client closes it, quits or breaks the
@@ -304,36 +352,16 @@ pub async fn serve<C: Codec>(
         }
         // Writers wait while the log is far behind rather than queue without bound.
         w.journal.wait_room().await;
-        let mut close = false;
-        let mut requests = 0;
-        let mut full = false;
-        while !codec.quit() {
-            if requests >= MAX_PIPELINE || replies.out.len() >= max_batch_reply {
-                full = true;
-                break;
-            }
-            match codec.next(&w, &mut inbuf, &mut replies) {
-                Step::Need => break,
-                Step::Ran => requests += 1,
-                Step::Close => {
-                    close = true;
-                    break;
-                }
-            }
-        }
-        replies.settle(C::dropped).await;
-        // Pushes waiting go out behind the replies (a Subscribe's answer comes before its
-        // first push).
-        codec.drain_pushes(&mut replies.out);
+        let batch = run_batch(&w, &mut codec, &mut inbuf, &mut replies, max_batch_reply).await;
         if !replies.out.is_empty() && write_out(&mut stream, &replies.out).await.is_err() {
             return;
         }
-        if close || codec.quit() {
+        if batch.close || codec.quit() {
             return;
         }
-        need_read = !full;
+        need_read = !batch.full;
         if need_read {
-            clock.read(read_at, requests > 0, !inbuf.is_empty());
+            clock.read(read_at, batch.requests > 0, !inbuf.is_empty());
         }
         replies.out.clear();
         // Don't let one large request pin a large buffer for the connection's lifetime.
@@ -351,6 +379,19 @@ mod tests {
     use super::*;
 
     const S: Duration = Duration::from_secs(1);
+
+    /// Found by the config fuzz target: `idle_timeout_secs` or
+    /// `partial_request_timeout_secs` near `i64::MAX` made every connection's deadline
+    /// overflow `Instant` and panic its task.
+    #[test]
+    fn a_timeout_too_long_for_an_instant_is_no_deadline() {
+        let t0 = Instant::now();
+        let forever = Duration::from_secs(i64::MAX as u64);
+        let mut c = ReadClock::new(Some(forever), Some(forever), t0);
+        assert_eq!(c.deadline(false), None);
+        c.read(t0 + S, false, true);
+        assert_eq!(c.deadline(false), None);
+    }
 
     #[test]
     fn no_deadline_without_timeouts() {

@@ -143,7 +143,11 @@ impl AgentState {
         }
         if state.has_replication {
             let mut table = (*self.replication).clone();
-            if merge_replication_pb(&mut table, &state.replication) {
+            if merge_replication_pb(
+                &mut table,
+                &state.replication,
+                self.config.max_replication_entries,
+            ) {
                 self.replication_digest = replication_digest(&table);
                 self.replication = Arc::new(table);
                 changed = true;

@@ -343,6 +343,51 @@ impl Runner {
     }
 }
 
+impl Agent {
+    /// A handle whose agent is gone: every request fails as on a stopping node (the
+    /// in-memory nodes of the fuzz targets, `crate::fuzzing`).
+    pub(crate) fn detached() -> Agent {
+        let (tx, _) = mpsc::channel(1);
+        Agent { tx }
+    }
+}
+
+/// An agent's decisions without its thread or sockets, driven by the caller: what the peer
+/// port's `SyncCluster` exchanges do to a node's membership, replication table and views
+/// (the fuzz targets, `crate::fuzzing`).
+pub(crate) struct OfflineAgent {
+    state: AgentState,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+}
+
+impl OfflineAgent {
+    /// A node alone, as at start.
+    pub(crate) fn new(
+        config: AgentConfig,
+        clock: Arc<dyn crate::clock::Clock + Send + Sync>,
+        seed: u64,
+    ) -> OfflineAgent {
+        let (state, snapshots) = AgentState::new(config, clock, seed);
+        OfflineAgent { state, snapshots }
+    }
+
+    /// A peer's `SyncCluster` push, as the agent thread answers it.
+    pub(crate) fn on_sync(&mut self, state: &pb::ClusterState) -> pb::ClusterState {
+        self.state.on_sync(state)
+    }
+
+    /// One gossip round (heartbeat, failure detection); returns how many exchanges it
+    /// would start.
+    pub(crate) fn round(&mut self) -> usize {
+        self.state.round().len()
+    }
+
+    /// The latest snapshot published.
+    pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshots.borrow().clone()
+    }
+}
+
 /// A storage node's description for its agent.
 pub fn storage_description(
     tier: Tier,
