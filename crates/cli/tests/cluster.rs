@@ -30,9 +30,12 @@ const CLUSTER_FLAGS: &[&str] = &[
 ];
 
 /// Replication 3, with data gossip and anti-entropy pushed out of a test's time frame:
-/// replicas share only what the requests themselves carry to them. Failure detection is
-/// slow too: a node suspected on a loaded machine changes the ring, and the anti-entropy
-/// that follows every ring change would spread keys these tests expect on one replica.
+/// replicas share only what the requests themselves carry to them. A worker's first round
+/// of each comes at a random time within its period (so workers don't gossip in step): with
+/// six workers and a period of ten minutes, one in several runs of a few seconds saw a first
+/// round, so the periods are a day. Failure detection is slow too: a node suspected on a
+/// loaded machine changes the ring, and the anti-entropy that follows every ring change
+/// would spread keys these tests expect on one replica.
 const WITHOUT_GOSSIP: &[&str] = &[
     "--workers",
     "2",
@@ -43,9 +46,9 @@ const WITHOUT_GOSSIP: &[&str] = &[
     "--replication",
     "3",
     "--gossip-period-ms",
-    "600000",
+    "86400000",
     "--anti-entropy-ms",
-    "600000",
+    "86400000",
 ];
 
 fn flags(replication: &str) -> Vec<&str> {
@@ -319,6 +322,12 @@ fn synchronous_fan_out_acknowledges_after_n_replicas() {
     // Only the synchronous fan-out can put a key on more than one node.
     let nodes = cluster_with(3, WITHOUT_GOSSIP);
     let all: Vec<&NodeProc> = nodes.iter().collect();
+    // Every ring change starts an anti-entropy pass 500 ms later (paced, so it can run on
+    // for a while on a loaded machine); one still running when the default writes below
+    // land would repair them to the other replicas. The pass over an empty store is short:
+    // let it finish before anything is written (nothing observable says it has; a status
+    // counter of anti-entropy sessions would make this an await).
+    std::thread::sleep(Duration::from_secs(2));
     let acked_keys = keys(200);
     let front = nodes[0].native.to_string();
     rt().block_on(async {
@@ -359,7 +368,7 @@ fn synchronous_fan_out_acknowledges_after_n_replicas() {
     let batch: Vec<String> = (0..50).map(|i| format!("batch:{i}")).collect();
     assert!(replica_counts(&all, &batch).values().all(|&c| c == 3));
 
-    // The default acknowledges after the local merge: gossip (10 minutes away) has not
+    // The default acknowledges after the local merge: gossip (a day away) has not
     // spread these yet.
     let lazy_keys: Vec<String> = (0..200).map(|i| format!("lazy:{i}")).collect();
     write_all(nodes[0].native, &lazy_keys);
