@@ -454,11 +454,9 @@ pub fn run_config(config: &NodeConfig) {
     let cluster = &config.cluster;
     let published = |a: std::net::SocketAddr| config.published(a).unwrap_or_default();
     let mut agent = OfflineAgent::new(
-        AgentConfig {
-            node_id: config.node_id.clone(),
-            cluster_secret: config.cluster_secret.clone(),
-            tls: None,
-            desc: agent::storage_description(
+        AgentConfig::new(
+            config,
+            agent::storage_description(
                 config.tier.tier(),
                 published(config.listen),
                 published(config.resp),
@@ -469,16 +467,8 @@ pub fn run_config(config: &NodeConfig) {
                 config.vnodes,
                 published(config.peer_addr()),
             ),
-            seeds: cluster.seeds.clone(),
-            gossip_interval: std::time::Duration::from_millis(cluster.gossip_interval_ms.max(10)),
-            detector: DetectorConfig {
-                suspect_after_ms: cluster.suspect_after_ms,
-                dead_after_ms: cluster.failure_timeout_ms.max(cluster.suspect_after_ms),
-            },
-            fanout: cluster.fanout.max(1),
-            default: config.default_vector(),
-            max_replication_entries: config.limits.max_replication_entries,
-        },
+            None,
+        ),
         clock.clone(),
         1,
     );

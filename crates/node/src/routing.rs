@@ -22,7 +22,7 @@ use wire::frame::{self, HEADER_LEN};
 use wire::pb::{self, request::Op as ReqOp, response::Result as RespResult};
 
 use crate::cluster::agent::{self, Agent, AgentConfig, Snapshot};
-use crate::cluster::membership::{Description, DetectorConfig, Role};
+use crate::cluster::membership::{Description, Role};
 use crate::config::NodeConfig;
 use crate::error::NodeError;
 use crate::peer::listen::{self, Routes};
@@ -77,13 +77,10 @@ impl RoutingNode {
             })?;
         let published_peer = config.published(peer_addr)?;
         let (stop, shutdown) = watch::channel(false);
-        let cluster = &config.cluster;
         let (agent, snapshots, agent_thread) = agent::spawn(
-            AgentConfig {
-                node_id: config.node_id.clone(),
-                cluster_secret: config.cluster_secret.clone(),
-                tls: tls.as_ref().map(|t| t.peers_out.clone()),
-                desc: Description {
+            AgentConfig::new(
+                &config,
+                Description {
                     role: Role::Routing,
                     front: published.clone(),
                     resp: String::new(),
@@ -91,16 +88,8 @@ impl RoutingNode {
                     vnodes: config.vnodes,
                     peer: published_peer,
                 },
-                seeds: cluster.seeds.clone(),
-                gossip_interval: Duration::from_millis(cluster.gossip_interval_ms.max(10)),
-                detector: DetectorConfig {
-                    suspect_after_ms: cluster.suspect_after_ms,
-                    dead_after_ms: cluster.failure_timeout_ms.max(cluster.suspect_after_ms),
-                },
-                fanout: cluster.fanout.max(1),
-                default: config.default_vector(),
-                max_replication_entries: config.limits.max_replication_entries,
-            },
+                tls.as_ref().map(|t| t.peers_out.clone()),
+            ),
             shutdown.clone(),
         )
         .map_err(StartError::Thread)?;
@@ -112,10 +101,7 @@ impl RoutingNode {
             max_frame: config.limits.max_frame_size,
             users,
             tls: tls.as_ref().map(|t| t.clients.clone()),
-            handshake_timeout: config
-                .limits
-                .partial_request_timeout()
-                .unwrap_or(listen::HELLO_TIMEOUT),
+            handshake_timeout: config.limits.handshake_timeout(),
             open_membership: !config.peers_authenticated(),
             secret: config.cluster_secret.clone(),
         });

@@ -23,7 +23,6 @@ use tokio::sync::watch;
 
 use crate::clock::SystemClock;
 use crate::cluster::agent::{self, Agent, AgentConfig};
-use crate::cluster::membership::DetectorConfig;
 use crate::config::{Faults, NodeConfig, NodeTier};
 use crate::core::{Core, CoreConfig};
 use crate::driver::conns::ConnectionLimit;
@@ -272,13 +271,10 @@ impl Node {
 
         let me = node_key(&config.node_id);
         let (stop, shutdown) = watch::channel(false);
-        let cluster = &config.cluster;
         let (agent, snapshots, agent_thread) = agent::spawn(
-            AgentConfig {
-                node_id: config.node_id.clone(),
-                cluster_secret: config.cluster_secret.clone(),
-                tls: tls.as_ref().map(|t| t.peers_out.clone()),
-                desc: agent::storage_description(
+            AgentConfig::new(
+                &config,
+                agent::storage_description(
                     config.tier.tier(),
                     published.front.clone(),
                     published.resp.clone(),
@@ -286,16 +282,8 @@ impl Node {
                     config.vnodes,
                     published.peer.clone(),
                 ),
-                seeds: cluster.seeds.clone(),
-                gossip_interval: Duration::from_millis(cluster.gossip_interval_ms.max(10)),
-                detector: DetectorConfig {
-                    suspect_after_ms: cluster.suspect_after_ms,
-                    dead_after_ms: cluster.failure_timeout_ms.max(cluster.suspect_after_ms),
-                },
-                fanout: cluster.fanout.max(1),
-                default: config.default_vector(),
-                max_replication_entries: config.limits.max_replication_entries,
-            },
+                tls.as_ref().map(|t| t.peers_out.clone()),
+            ),
             shutdown.clone(),
         )
         .map_err(StartError::Thread)?;

@@ -63,6 +63,33 @@ pub struct AgentConfig {
     pub max_replication_entries: usize,
 }
 
+impl AgentConfig {
+    /// The agent settings of a node configured by `config`, described by `desc`, opening
+    /// its peer connections with `tls` if given.
+    pub fn new(
+        config: &crate::config::NodeConfig,
+        desc: Description,
+        tls: Option<tls::TlsConnector>,
+    ) -> AgentConfig {
+        let cluster = &config.cluster;
+        AgentConfig {
+            cluster_secret: config.cluster_secret.clone(),
+            tls,
+            node_id: config.node_id.clone(),
+            desc,
+            seeds: cluster.seeds.clone(),
+            gossip_interval: Duration::from_millis(cluster.gossip_interval_ms.max(10)),
+            detector: DetectorConfig {
+                suspect_after_ms: cluster.suspect_after_ms,
+                dead_after_ms: cluster.failure_timeout_ms.max(cluster.suspect_after_ms),
+            },
+            fanout: cluster.fanout.max(1),
+            default: config.default_vector(),
+            max_replication_entries: config.limits.max_replication_entries,
+        }
+    }
+}
+
 /// What the agent publishes: the view to route by and the members, for status and topology.
 #[derive(Debug)]
 pub struct Snapshot {
