@@ -566,6 +566,13 @@ impl Limits {
             .then(|| Duration::from_secs(self.partial_request_timeout_secs))
     }
 
+    /// Time a new client connection has to finish its TLS handshake: the partial-request
+    /// timeout, or 10 s when that is off (a handshake never stays open-ended).
+    pub fn handshake_timeout(&self) -> Duration {
+        self.partial_request_timeout()
+            .unwrap_or(Duration::from_secs(10))
+    }
+
     /// The memory budget in bytes, resolving 0 to half of physical RAM.
     pub fn memory_budget_bytes(&self) -> u64 {
         if self.memory_budget > 0 {

@@ -38,33 +38,24 @@ pub enum Protocol {
 }
 
 /// Serves one connection on `w` with `protocol`, after its TLS handshake if the node has
-/// TLS (a handshake must finish within the partial-request timeout).
+/// TLS (a handshake must finish within `Limits::handshake_timeout`).
 async fn serve(
     w: Rc<Worker>,
     tcp: TcpStream,
     protocol: Protocol,
     permit: Option<ConnectionPermit>,
 ) {
-    let stream = match &w.shared.tls {
-        None => Stream::Tcp(tcp),
-        Some(tls) => {
-            let limit = w.shared.config.limits.partial_request_timeout();
-            let handshake = Stream::accept(&tls.clients, tcp);
-            let done = match limit {
-                Some(t) => tokio::time::timeout(t, handshake).await.ok(),
-                None => Some(handshake.await),
-            };
-            match done {
-                Some(Ok(s)) => s,
-                Some(Err(e)) => {
-                    tracing::debug!(error = %e, "TLS handshake failed");
-                    return;
-                }
-                None => {
-                    tracing::debug!("TLS handshake timed out");
-                    return;
-                }
-            }
+    let acceptor = w.shared.tls.as_ref().map(|t| &t.clients);
+    let limit = w.shared.config.limits.handshake_timeout();
+    let stream = match tokio::time::timeout(limit, Stream::accept_maybe(acceptor, tcp)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("TLS handshake timed out");
+            return;
         }
     };
     let node_certificate = stream.peer_verified();
