@@ -64,8 +64,6 @@ pub struct NodeTls {
     pub peers_in: TlsAcceptor,
     /// Handshakes of connections this node opens to peers (and to seeds).
     pub peers_out: TlsConnector,
-    /// True if peers must present a certificate the CA signed.
-    pub mutual: bool,
 }
 
 /// Why TLS could not be set up.
@@ -86,7 +84,6 @@ impl std::fmt::Debug for NodeTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NodeTls")
             .field("identity", &self.identity)
-            .field("mutual", &self.mutual)
             .finish_non_exhaustive()
     }
 }
@@ -120,7 +117,6 @@ impl NodeTls {
             clients: TlsAcceptor::from(clients),
             peers_in: TlsAcceptor::from(peers_in),
             peers_out: TlsConnector::from(peers_out),
-            mutual: ca.is_some(),
         })))
     }
 

@@ -166,11 +166,6 @@ impl Stream {
         }
     }
 
-    /// True if the connection is encrypted.
-    pub fn is_tls(&self) -> bool {
-        !matches!(self, Stream::Tcp(_))
-    }
-
     /// Sets `TCP_NODELAY` on the socket.
     pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
         match self.tcp() {
@@ -203,11 +198,6 @@ impl Stream {
 }
 
 impl Detached {
-    /// A plain connection accepted by a std listener.
-    pub fn plain(tcp: std::net::TcpStream) -> Detached {
-        Detached { tcp, tls: None }
-    }
-
     /// Registers the connection with the current thread's runtime (call within one).
     pub fn attach(self) -> io::Result<Stream> {
         let tcp = TcpStream::from_std(self.tcp)?;

@@ -73,10 +73,6 @@ pub struct Native {
     users: Arc<Users>,
     /// In a slot kept for administrators: nothing but `Auth` until an admin logs in.
     admins_only: bool,
-    /// Peers are not authenticated on this node (anyone may learn the members).
-    open_membership: bool,
-    /// The cluster secret, which a topology request before authentication may prove.
-    secret: Option<Arc<str>>,
     /// The connection presented a certificate the cluster's CA signed.
     node_certificate: bool,
 }
@@ -85,7 +81,6 @@ impl Native {
     /// A connection on `w`: `front` for the shared front port; `node_certificate` if it
     /// presented a certificate the cluster's CA signed.
     pub fn new(w: &Rc<Worker>, front: bool, node_certificate: bool) -> Native {
-        let config = &w.shared.config;
         Native {
             routing: if front {
                 Routing::Forward
@@ -97,8 +92,6 @@ impl Native {
             user: w.shared.users.initial(),
             users: w.shared.users.clone(),
             admins_only: false,
-            open_membership: !config.peers_authenticated(),
-            secret: config.cluster_secret.as_deref().map(Arc::from),
             node_certificate,
         }
     }
@@ -260,10 +253,10 @@ impl Codec for Native {
 }
 
 impl Native {
-    fn pre_auth(&self) -> access::PreAuth<'_> {
+    fn pre_auth<'a>(&self, config: &'a crate::config::NodeConfig) -> access::PreAuth<'a> {
         access::PreAuth {
-            open_membership: self.open_membership,
-            secret: self.secret.as_deref(),
+            open_membership: !config.peers_authenticated(),
+            secret: config.cluster_secret.as_deref(),
             node_certificate: self.node_certificate,
         }
     }
@@ -311,7 +304,7 @@ impl Native {
         }
         let allowed = match &self.user {
             Some(user) => access::permit(user, &op),
-            None if access::before_auth(&op, &self.pre_auth()) => Ok(()),
+            None if access::before_auth(&op, &self.pre_auth(&w.shared.config)) => Ok(()),
             None => Err(crate::auth::AuthError::Required),
         };
         if let Err(e) = allowed {
