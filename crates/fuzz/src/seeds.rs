@@ -1,5 +1,5 @@
 //! Hand-made valid inputs for every target: the seed corpus (`corpus/<target>/`, written
-//! by `cargo test -p fuzz-targets -- --ignored write_seeds`) that both the short runs and
+//! by `cargo run -p fuzz-targets --example write_seeds`) that both the short runs and
 //! libFuzzer start from.
 
 use bytes::Bytes;

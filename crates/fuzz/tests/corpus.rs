@@ -95,19 +95,6 @@ fn config() {
     short_run("config");
 }
 
-/// Rewrites the hand-made seeds of `corpus/` from `seeds.rs` (regression inputs stay).
-#[test]
-#[ignore]
-fn write_seeds() {
-    for (target, seeds) in seeds::all() {
-        let dir = corpus_dir(target);
-        std::fs::create_dir_all(&dir).unwrap();
-        for (name, bytes) in seeds {
-            std::fs::write(dir.join(format!("seed-{name}")), bytes).unwrap();
-        }
-    }
-}
-
 /// The seeds in `corpus/` are those `seeds.rs` makes (so they stay valid as formats move).
 #[test]
 fn seeds_are_current() {
@@ -117,7 +104,7 @@ fn seeds_are_current() {
             let on_disk = std::fs::read(&path).unwrap_or_default();
             assert!(
                 on_disk == bytes,
-                "{} is stale: run `cargo test -p fuzz-targets -- --ignored write_seeds`",
+                "{} is stale: run `cargo run -p fuzz-targets --example write_seeds`",
                 path.display()
             );
         }
