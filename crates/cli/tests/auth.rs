@@ -303,18 +303,25 @@ fn rust_client_and_cli_with_a_password() {
     );
 }
 
-#[test]
-fn a_non_loopback_port_without_a_password_is_refused_unless_insecure_is_explicit() {
+/// What `latticekv local --disk-nodes 0 ARGS` says when it refuses to start (none of the
+/// environment variables that would let it start are passed on).
+fn start_error(args: &[&str]) -> String {
     let out = Command::new(common::bin())
-        .args(["local", "--disk-nodes", "0", "--listen", "127.0.0.1:0"])
-        .args(["--resp", "0.0.0.0:0"])
+        .args(["local", "--disk-nodes", "0"])
+        .args(args)
         .env_remove("LATTICEKV_PASSWORD")
+        .env_remove("LATTICEKV_CLUSTER_SECRET")
         .env_remove("LATTICEKV_INSECURE_NO_AUTH")
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "it started: {args:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_non_loopback_port_without_a_password_is_refused_unless_insecure_is_explicit() {
+    let err = start_error(&["--listen", "127.0.0.1:0", "--resp", "0.0.0.0:0"]);
     assert!(
         err.contains("--password") && err.contains("--insecure-no-auth"),
         "{err}"
@@ -338,16 +345,14 @@ fn a_non_loopback_port_without_a_password_is_refused_unless_insecure_is_explicit
 #[test]
 fn a_non_loopback_peer_port_without_peer_authentication_is_refused() {
     // Clients are authenticated, peers are not: anyone could join and read everything.
-    let out = Command::new(common::bin())
-        .args(["local", "--disk-nodes", "0", "--listen", "0.0.0.0:0"])
-        .args(["--resp", "127.0.0.1:0", "--password", "pw"])
-        .env_remove("LATTICEKV_CLUSTER_SECRET")
-        .env_remove("LATTICEKV_INSECURE_NO_AUTH")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = start_error(&[
+        "--listen",
+        "0.0.0.0:0",
+        "--resp",
+        "127.0.0.1:0",
+        "--password",
+        "pw",
+    ]);
     assert!(
         err.contains("peer port") && err.contains("--cluster-secret"),
         "{err}"
