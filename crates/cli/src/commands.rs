@@ -158,6 +158,9 @@ pub struct ReplicateArgs {
     /// Disk-tier nodes holding the key (0: none). Default: unchanged.
     #[arg(long)]
     disk: Option<u32>,
+    /// Return the key to the cluster's default placement (drop its own vector).
+    #[arg(long, conflicts_with_all = ["local", "global", "disk"])]
+    reset: bool,
 }
 
 /// `latticekv status`
@@ -358,9 +361,14 @@ pub async fn del(args: DelArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// `replicate`: sets a key's local replication.
+/// `replicate`: sets a key's replication vector, or returns it to the default.
 pub async fn replicate(args: ReplicateArgs) -> Result<i32> {
     let c = connect(&args.target).await?;
+    if args.reset {
+        c.reset_vector(&args.key).await?;
+        println!("OK");
+        return Ok(0);
+    }
     let mut vector = c.layout().vector(args.key.as_bytes());
     if let Some(l) = args.local {
         vector.memory.local = l;

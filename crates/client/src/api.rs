@@ -647,6 +647,21 @@ impl Client {
                 local: vector.memory.local,
                 disk_global: Some(vector.disk.global),
                 disk_local: Some(vector.disk.local),
+                reset: false,
+            })),
+        });
+        let front = self.inner.front.clone();
+        self.call_at(&front, op).await?;
+        self.refresh_topology().await.map(|_| ())
+    }
+
+    /// Returns `key` to the cluster's default placement (drops its explicit vector).
+    pub async fn reset_vector(&self, key: impl AsRef<[u8]>) -> Result<(), ClientError> {
+        let op = ReqOp::Admin(pb::Admin {
+            op: Some(pb::admin::Op::SetReplication(pb::SetReplication {
+                key: bytes_of(key),
+                reset: true,
+                ..Default::default()
             })),
         });
         let front = self.inner.front.clone();

@@ -120,9 +120,9 @@ impl Harness {
     fn follow_agent(&mut self) {
         let view = self.agent.view();
         assert!(
-            view.replication.len() <= fuzzing::AGENT_MAX_REPLICATION_ENTRIES,
-            "peers grew the replication table to {} vectors, over the limit",
-            view.replication.len()
+            view.replication.stored() <= fuzzing::AGENT_MAX_REPLICATION_ENTRIES,
+            "peers grew the replication table to {} entries, over the limit",
+            view.replication.stored()
         );
         if !Arc::ptr_eq(&view, &self.view) {
             self.view = view.clone();

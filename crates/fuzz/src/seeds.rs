@@ -511,9 +511,11 @@ pub fn peer() -> Vec<Seed> {
                         memory_local: 2,
                         disk_global: 0,
                         disk_local: 0,
+                        removed: false,
                     }],
                     has_replication: true,
                     replication_digest: 9,
+                    replication_buckets: Vec::new(),
                 }),
             }),
         ),
@@ -554,6 +556,7 @@ pub fn peer() -> Vec<Seed> {
             memory_local: 1,
             disk_global: 0,
             disk_local: 0,
+            removed: false,
         })
         .collect();
     flood.request(

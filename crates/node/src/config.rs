@@ -520,7 +520,10 @@ pub struct Limits {
     /// the machine's RAM. Writes that add data beyond it get an out-of-memory error;
     /// reads and deletes keep working. Default: 0.
     pub memory_budget: u64,
-    /// Most explicit replication vectors a node keeps. Default: 100,000.
+    /// Most explicit replication vectors (and recent returns to the default) a node keeps:
+    /// the exceptions to the default placement, so hot keys and keys placed by hand, not
+    /// one per key. A bound on what peers can make a node hold (each costs ~100 bytes plus
+    /// its key). Default: 10,000,000.
     pub max_replication_entries: usize,
     /// How far ahead of the node's clock a client-supplied LWW timestamp may be, in ms;
     /// one further ahead is refused (it would win every later write of the key, and move
@@ -542,7 +545,7 @@ impl Default for Limits {
             max_connections: 10_000,
             admin_connections: 16,
             memory_budget: 0,
-            max_replication_entries: 100_000,
+            max_replication_entries: 10_000_000,
             max_clock_ahead_ms: 60_000,
         }
     }

@@ -52,6 +52,7 @@ pub mod server;
 pub mod shard;
 pub mod subscribe;
 pub mod tls;
+pub mod vectors;
 pub mod view;
 
 pub use config::{ClusterConfig, DiskConfig, Limits, NodeConfig, NodeTier};

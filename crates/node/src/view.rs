@@ -2,14 +2,9 @@
 //! explicit replication vectors and the defaults — immutable and shared by every worker of
 //! a node; a membership or replication change produces a new one.
 
-use std::sync::Arc;
-
-use hashbrown::HashMap;
-use lattice::{Blob, Timestamp};
 use placement::{ClusterView, NodeKey, Replica, Replication, ReplicationVector};
 
-/// Explicit replication vectors: key → (when set, vector). The newest setting wins.
-pub type ReplicationTable = HashMap<Blob, (Timestamp, ReplicationVector)>;
+pub use crate::vectors::ReplicationTable;
 
 /// Everything a worker needs to place keys, immutable and shared (`Arc`) by all workers; a
 /// membership or replication change produces a new one.
@@ -22,8 +17,8 @@ pub struct ViewState {
     pub rings: u64,
     /// The rings.
     pub view: ClusterView,
-    /// Explicit vectors.
-    pub replication: Arc<ReplicationTable>,
+    /// Explicit vectors (a persistent map: cloning it is O(1)).
+    pub replication: ReplicationTable,
     /// The vector of keys without an explicit one.
     pub default: ReplicationVector,
     /// Storage members declared dead (not those that left): they may come back with old
@@ -42,7 +37,7 @@ impl ViewState {
             version: 0,
             rings: 0,
             view: ClusterView::single(node),
-            replication: Arc::new(ReplicationTable::new()),
+            replication: ReplicationTable::new(),
             default: default_vector(default_global, default_local),
             dead: 0,
         }
@@ -52,8 +47,8 @@ impl ViewState {
     #[inline]
     pub fn vector(&self, key: &[u8]) -> ReplicationVector {
         if !self.replication.is_empty() {
-            if let Some((_, v)) = self.replication.get(key) {
-                return *v;
+            if let Some(v) = self.replication.get(key) {
+                return v;
             }
         }
         self.default
@@ -74,14 +69,15 @@ impl ViewState {
     /// The explicit vectors as they appear in a `Topology` (at most `max`).
     pub fn topology_vectors(&self, max: usize) -> Vec<wire::pb::SetReplication> {
         self.replication
-            .iter()
+            .vectors()
             .take(max)
-            .map(|(key, (_, v))| wire::pb::SetReplication {
+            .map(|(key, v)| wire::pb::SetReplication {
                 key: bytes::Bytes::copy_from_slice(key),
                 global: v.memory.global,
                 local: v.memory.local,
                 disk_global: Some(v.disk.global),
                 disk_local: Some(v.disk.local),
+                reset: false,
             })
             .collect()
     }
@@ -115,7 +111,7 @@ impl ViewState {
             version: 0,
             rings,
             view: ClusterView::new(nodes),
-            replication: Arc::new(replication),
+            replication,
             default,
             dead: 0,
         }

@@ -2,8 +2,10 @@
 //!
 //! # Layout
 //! - [`membership`]: the membership lattice and the failure detector (pure).
-//! - [`state`]: cluster metadata as gossiped — membership plus the replication table — and
-//!   its protobuf form.
+//! - [`replication`]: the explicit replication vectors between nodes — bucket digests and
+//!   the entries of the buckets that differ.
+//! - [`state`]: cluster metadata as gossiped — the membership and its protobuf form — and
+//!   the views built from it.
 //! - [`agent`]: the per-node task that gossips cluster metadata with peers, detects failures
 //!   and hands every worker a fresh [`ViewState`] when the rings change.
 //!
@@ -11,4 +13,5 @@
 
 pub mod agent;
 pub mod membership;
+pub mod replication;
 pub mod state;

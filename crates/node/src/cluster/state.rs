@@ -1,12 +1,8 @@
-//! Cluster metadata as gossiped between nodes: the membership lattice and the replication
-//! table, with their protobuf forms, and the view they produce.
+//! Cluster metadata as gossiped between nodes: the membership lattice with its protobuf
+//! form, and the view it produces with the replication table (whose exchange is in
+//! [`super::replication`]).
 
-use std::sync::Arc;
-
-use bytes::Bytes;
-use lattice::{Blob, Timestamp};
-use placement::{NodeInfo, Replication, ReplicationVector};
-use wire::convert::{timestamp_from_pb, timestamp_to_pb};
+use placement::{NodeInfo, ReplicationVector};
 use wire::pb;
 
 use super::membership::{ring_members, Description, Member, Membership, Role, Status};
@@ -163,100 +159,6 @@ pub fn merge_members(
     changed
 }
 
-/// Merges one replication entry: the newer setting wins (ties: the larger vector, so
-/// every node resolves them alike). Returns true if the table changed.
-pub fn merge_replication(
-    table: &mut ReplicationTable,
-    key: Blob,
-    ts: Timestamp,
-    vector: ReplicationVector,
-) -> bool {
-    match table.get_mut(&key) {
-        Some(current) if (ts, vector_key(&vector)) <= (current.0, vector_key(&current.1)) => false,
-        Some(current) => {
-            *current = (ts, vector);
-            true
-        }
-        None => {
-            table.insert(key, (ts, vector));
-            true
-        }
-    }
-}
-
-fn vector_key(v: &ReplicationVector) -> [u32; 4] {
-    [v.memory.global, v.memory.local, v.disk.global, v.disk.local]
-}
-
-/// Encodes a replication table.
-pub fn replication_to_pb(table: &ReplicationTable) -> Vec<pb::ReplicationEntry> {
-    table
-        .iter()
-        .map(|(key, (ts, v))| pb::ReplicationEntry {
-            key: Bytes::copy_from_slice(key),
-            ts: Some(timestamp_to_pb(*ts)),
-            memory_global: v.memory.global,
-            memory_local: v.memory.local,
-            disk_global: v.disk.global,
-            disk_local: v.disk.local,
-        })
-        .collect()
-}
-
-/// Merges protobuf replication entries into a table. Returns true if it changed. Keys the
-/// table does not hold are taken only while it has fewer than `max_entries` (the node's
-/// `max_replication_entries`; the rest are skipped and logged): a peer cannot grow it
-/// without bound.
-pub fn merge_replication_pb(
-    table: &mut ReplicationTable,
-    entries: &[pb::ReplicationEntry],
-    max_entries: usize,
-) -> bool {
-    let mut changed = false;
-    let mut skipped = 0usize;
-    for e in entries {
-        let Some(ts) = e.ts.as_ref().map(timestamp_from_pb) else {
-            continue;
-        };
-        if table.len() >= max_entries && !table.contains_key(&e.key[..]) {
-            skipped += 1;
-            continue;
-        }
-        let vector = ReplicationVector {
-            memory: Replication {
-                global: e.memory_global,
-                local: e.memory_local,
-            },
-            disk: Replication {
-                global: e.disk_global,
-                local: e.disk_local,
-            },
-        };
-        changed |= merge_replication(table, Box::from(&e.key[..]), ts, vector);
-    }
-    if skipped > 0 {
-        tracing::warn!(
-            skipped,
-            max_entries,
-            "replication vectors from a peer ignored: the table is full"
-        );
-    }
-    changed
-}
-
-/// Order-free digest of a replication table (to tell whether two nodes' tables differ).
-pub fn replication_digest(table: &ReplicationTable) -> u64 {
-    table.iter().fold(0u64, |acc, (key, (ts, v))| {
-        let mut bytes = key.to_vec();
-        bytes.extend_from_slice(&ts.time.to_le_bytes());
-        bytes.extend_from_slice(&ts.writer.to_le_bytes());
-        for n in vector_key(v) {
-            bytes.extend_from_slice(&n.to_le_bytes());
-        }
-        acc ^ xxhash_rust::xxh3::xxh3_64(&bytes)
-    })
-}
-
 /// The storage nodes in the rings, as placement describes them.
 pub fn ring_nodes(membership: &Membership) -> Vec<NodeInfo> {
     ring_members(membership)
@@ -288,7 +190,7 @@ fn dead_storage_nodes(membership: &Membership) -> usize {
 pub fn build_view(
     version: u64,
     membership: &Membership,
-    replication: &Arc<ReplicationTable>,
+    replication: &ReplicationTable,
     default: ReplicationVector,
 ) -> ViewState {
     let nodes = ring_nodes(membership);
@@ -313,26 +215,7 @@ mod tests {
     use placement::Tier;
 
     #[test]
-    fn replication_from_peers_stops_at_the_table_limit() {
-        let v = crate::view::default_vector(2, 1);
-        let mut source = ReplicationTable::new();
-        for k in 0..10u8 {
-            merge_replication(&mut source, Box::from(&[k][..]), Timestamp::new(5, 1), v);
-        }
-        let mut t = ReplicationTable::new();
-        assert!(merge_replication_pb(&mut t, &replication_to_pb(&source), 4));
-        assert_eq!(t.len(), 4, "new keys beyond the limit are skipped");
-        // Keys it holds still take newer settings.
-        let key = t.keys().next().cloned().unwrap();
-        let newer = crate::view::default_vector(3, 1);
-        let mut update = ReplicationTable::new();
-        merge_replication(&mut update, key.clone(), Timestamp::new(6, 1), newer);
-        assert!(merge_replication_pb(&mut t, &replication_to_pb(&update), 4));
-        assert_eq!(t[&key].1, newer);
-    }
-
-    #[test]
-    fn members_and_replication_round_trip() {
+    fn members_round_trip() {
         let mut m = Membership::new();
         m.insert_merge(
             "n1".into(),
@@ -357,26 +240,6 @@ mod tests {
         assert!(
             !merge_members(&mut back, &membership_to_pb(&m), &none, 10),
             "idempotent"
-        );
-
-        let mut t = ReplicationTable::new();
-        let v = crate::view::default_vector(2, 3);
-        merge_replication(&mut t, Box::from(&b"k"[..]), Timestamp::new(5, 1), v);
-        let mut t2 = ReplicationTable::new();
-        assert!(merge_replication_pb(&mut t2, &replication_to_pb(&t), 10));
-        assert_eq!(t, t2);
-        assert_eq!(replication_digest(&t), replication_digest(&t2));
-        // An older setting loses.
-        let older = crate::view::default_vector(1, 1);
-        assert!(!merge_replication(
-            &mut t2,
-            Box::from(&b"k"[..]),
-            Timestamp::new(4, 1),
-            older
-        ));
-        assert_ne!(
-            replication_digest(&t),
-            replication_digest(&ReplicationTable::new())
         );
     }
 

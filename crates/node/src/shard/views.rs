@@ -30,23 +30,21 @@ impl Shard {
 
         // Explicit vectors that changed: store their metadata records (on the metadata
         // key's replicas), and they are the only keys to check if the rings did not change.
-        let mut changed_keys: Vec<Blob> = Vec::new();
-        for (key, (ts, vector)) in new.replication.iter() {
-            if old.replication.get(key) != Some(&(*ts, *vector)) {
-                changed_keys.push(key.clone());
-                let meta = replication::replication_key(key);
-                if new.is_replica(&meta, me) {
-                    let encoded = encode_vector(vector);
-                    let record = Record::new(*ts, Some(Value::Lww(Lww::new(*ts, encoded))));
-                    // A disk error here loses nothing: the agent's table is the source,
-                    // and anti-entropy repairs the record.
-                    let _ = self.merge_into_store(&meta, record);
-                }
-            }
-        }
-        for key in old.replication.keys() {
-            if !new.replication.contains_key(key) {
-                changed_keys.push(key.clone());
+        // Only the parts of the two tables that are not shared are walked.
+        let changed_keys: Vec<Blob> = new.replication.changed_keys(&old.replication);
+        for key in &changed_keys {
+            let Some(entry) = new.replication.entry(key) else {
+                continue;
+            };
+            let meta = replication::replication_key(key);
+            if new.is_replica(&meta, me) {
+                // A return to the default is stored as an empty vector.
+                let encoded = entry.vector.as_ref().map(encode_vector).unwrap_or_default();
+                let ts = entry.ts;
+                let record = Record::new(ts, Some(Value::Lww(Lww::new(ts, encoded))));
+                // A disk error here loses nothing: the agent's table is the source, and
+                // anti-entropy repairs the record.
+                let _ = self.merge_into_store(&meta, record);
             }
         }
 
@@ -182,7 +180,8 @@ fn compare(
 }
 
 /// Encodes a replication vector as stored in metadata records: four little-endian u32s
-/// (memory global, memory local, disk global, disk local).
+/// (memory global, memory local, disk global, disk local); a key returned to the default
+/// placement has an empty record value.
 pub fn encode_vector(v: &placement::ReplicationVector) -> Blob {
     let mut out = Vec::with_capacity(16);
     for n in [v.memory.global, v.memory.local, v.disk.global, v.disk.local] {

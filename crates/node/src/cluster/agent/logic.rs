@@ -2,6 +2,7 @@
 //! detector, whom to exchange with, and the views it publishes. No I/O: the agent's thread
 //! (`super`) carries out the exchanges this asks for and feeds back what peers said.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -11,15 +12,18 @@ use tokio::sync::watch;
 use wire::pb;
 
 use super::super::membership::{self, Member, Membership, Status};
-use super::super::state::{self, merge_members, merge_replication_pb, replication_digest};
+use super::super::replication as sync;
+use super::super::state::{self, merge_members};
 use super::{AgentConfig, Snapshot};
 use crate::clock::Clock;
 use crate::error::NodeError;
-use crate::view::ReplicationTable;
+use crate::vectors::{Entry, ReplicationTable};
 
 /// Every this many rounds, one member believed dead is contacted too (see
 /// [`AgentState::targets`]).
 const DEAD_PROBE_ROUNDS: u64 = 5;
+/// Every this many rounds, expired removals are dropped from the replication table.
+const PURGE_ROUNDS: u64 = 64;
 
 /// Someone to exchange cluster metadata with.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,8 +39,10 @@ pub(super) struct AgentState {
     pub(super) config: AgentConfig,
     membership: Membership,
     detector: membership::Detector,
-    replication: Arc<ReplicationTable>,
-    replication_digest: u64,
+    replication: ReplicationTable,
+    /// The bucket digests of each peer's table, from its last answer (by peer address):
+    /// the next push to it carries the entries of the buckets that differ.
+    peer_digests: HashMap<String, Vec<u64>>,
     leaving: bool,
     rounds: u64,
     /// Fingerprint of what the last published view was built from.
@@ -67,7 +73,7 @@ impl AgentState {
                 desc: config.desc.clone(),
             },
         );
-        let replication = Arc::new(ReplicationTable::new());
+        let replication = ReplicationTable::new();
         let view = Arc::new(state::build_view(
             0,
             &membership,
@@ -87,7 +93,7 @@ impl AgentState {
             membership,
             detector: membership::Detector::new(),
             replication,
-            replication_digest: 0,
+            peer_digests: HashMap::new(),
             leaving: false,
             rounds: 0,
             version: 0,
@@ -103,17 +109,39 @@ impl AgentState {
         &self.config.node_id
     }
 
-    /// This node's metadata as sent to a peer.
-    pub(super) fn state(&self, with_replication: bool) -> pb::ClusterState {
+    /// This node's metadata as sent to a peer, with the given replication entries.
+    fn state(&self, replication: Vec<pb::ReplicationEntry>) -> pb::ClusterState {
         pb::ClusterState {
             members: state::membership_to_pb(&self.membership),
-            replication_digest: self.replication_digest,
-            replication: if with_replication {
-                state::replication_to_pb(&self.replication)
-            } else {
-                Vec::new()
-            },
-            has_replication: with_replication,
+            replication_digest: self.replication.digest(),
+            has_replication: !replication.is_empty(),
+            replication,
+            replication_buckets: sync::buckets_to_pb(&self.replication),
+        }
+    }
+
+    /// What this node pushes to the peer at `addr`: its metadata, with the replication
+    /// entries of the buckets that differed in that peer's last answer.
+    pub(super) fn push_state(&self, addr: &str) -> pb::ClusterState {
+        let entries = match self.peer_digests.get(addr) {
+            Some(theirs) => sync::entries_of(
+                &self.replication,
+                &sync::differing(&self.replication, theirs),
+            ),
+            None => Vec::new(),
+        };
+        self.state(entries)
+    }
+
+    /// A peer's answer to this node's push: merged, and its bucket digests kept for the
+    /// next push to it.
+    pub(super) fn absorb_answer(&mut self, addr: &str, state: &pb::ClusterState) {
+        self.absorb(state);
+        self.peer_digests
+            .insert(addr.to_string(), state.replication_buckets.clone());
+        if self.peer_digests.len() > self.membership.len() {
+            let known = self.peer_addrs();
+            self.peer_digests.retain(|a, _| known.contains(a));
         }
     }
 
@@ -141,39 +169,36 @@ impl AgentState {
             membership::beat(&mut self.membership, &me, self.clock.wall_ms(), false);
             changed = true;
         }
-        if state.has_replication {
-            let mut table = (*self.replication).clone();
-            if merge_replication_pb(
-                &mut table,
+        if !state.replication.is_empty() {
+            changed |= sync::merge_pb(
+                &mut self.replication,
                 &state.replication,
                 self.config.max_replication_entries,
-            ) {
-                self.replication_digest = replication_digest(&table);
-                self.replication = Arc::new(table);
-                changed = true;
-            }
+                self.clock.wall_ms(),
+            );
         }
         changed
     }
 
     /// A peer's push (the serving half of push-pull): merge it, answer with this node's
-    /// metadata (its replication table if the digests differ).
+    /// metadata and its replication entries of the buckets that still differ.
     pub(super) fn on_sync(&mut self, state: &pb::ClusterState) -> pb::ClusterState {
-        let differs = state.replication_digest != self.replication_digest;
         self.absorb(state);
-        let answer = self.state(differs);
+        let differ = sync::differing(&self.replication, &state.replication_buckets);
+        let answer = self.state(sync::entries_of(&self.replication, &differ));
         self.publish();
         answer
     }
 
-    /// Sets a key's replication vector (published at once).
+    /// Sets a key's replication vector, or returns it to the default (`None`); published
+    /// at once.
     pub(super) fn set_replication(
         &mut self,
         key: Bytes,
-        vector: ReplicationVector,
+        vector: Option<ReplicationVector>,
     ) -> Result<(), NodeError> {
-        if self.replication.len() >= self.config.max_replication_entries
-            && !self.replication.contains_key(&key[..])
+        if self.replication.stored() >= self.config.max_replication_entries
+            && self.replication.entry(&key).is_none()
         {
             return Err(NodeError::InvalidArgument(format!(
                 "too many explicit replication vectors (limit {})",
@@ -181,10 +206,7 @@ impl AgentState {
             )));
         }
         let ts: Timestamp = self.hlc.tick(self.clock.wall_ms());
-        let mut table = (*self.replication).clone();
-        state::merge_replication(&mut table, Box::from(&key[..]), ts, vector);
-        self.replication_digest = replication_digest(&table);
-        self.replication = Arc::new(table);
+        self.replication.merge(&key, Entry { ts, vector });
         self.publish();
         Ok(())
     }
@@ -237,6 +259,9 @@ impl AgentState {
         membership::apply_changes(&mut self.membership, changes);
         let mut targets = self.targets(self.config.fanout);
         self.rounds += 1;
+        if self.rounds.is_multiple_of(PURGE_ROUNDS) {
+            self.replication.purge_removals(now);
+        }
         if self.rounds.is_multiple_of(DEAD_PROBE_ROUNDS) {
             targets.extend(self.probe_dead());
         }
@@ -340,7 +365,7 @@ impl AgentState {
             .filter(|(_, m)| m.status == Status::Dead)
             .count();
         let text = format!("{nodes:?} {dead}");
-        xxhash_rust::xxh3::xxh3_64(text.as_bytes()) ^ self.replication_digest
+        xxhash_rust::xxh3::xxh3_64(text.as_bytes()) ^ self.replication.digest()
     }
 
     /// Publishes a new snapshot: a new view if the rings, the dead or the vectors changed,
@@ -370,5 +395,93 @@ impl AgentState {
         let members = state::membership_to_pb(&self.membership);
         self.snapshots
             .send_replace(Arc::new(Snapshot { view, members }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use prost::Message;
+
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::cluster::membership::DetectorConfig;
+
+    fn agent(id: &str) -> AgentState {
+        let config = AgentConfig {
+            cluster_secret: None,
+            tls: None,
+            node_id: id.into(),
+            desc: super::super::storage_description(
+                Tier::Memory,
+                format!("{id}:7700"),
+                format!("{id}:6380"),
+                vec![format!("{id}:7701")],
+                16,
+                format!("{id}:17700"),
+            ),
+            seeds: Vec::new(),
+            gossip_interval: Duration::from_millis(100),
+            detector: DetectorConfig {
+                suspect_after_ms: 1_000,
+                dead_after_ms: 5_000,
+            },
+            fanout: 3,
+            default: crate::view::default_vector(1, 1),
+            max_replication_entries: usize::MAX,
+        };
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        AgentState::new(config, clock, 1).0
+    }
+
+    /// One push-pull exchange from `a` to `b`; returns the bytes both messages took.
+    fn exchange(a: &mut AgentState, b: &mut AgentState) -> usize {
+        let push = a.push_state("b:17700");
+        let answer = b.on_sync(&push);
+        a.absorb_answer("b:17700", &answer);
+        a.publish();
+        push.encoded_len() + answer.encoded_len()
+    }
+
+    fn vector(global: u32) -> ReplicationVector {
+        crate::view::default_vector(global, 1)
+    }
+
+    #[test]
+    fn a_change_among_many_vectors_travels_as_a_delta() {
+        let (mut a, mut b) = (agent("a"), agent("b"));
+        for i in 0..20_000u32 {
+            a.set_replication(Bytes::copy_from_slice(&i.to_le_bytes()), Some(vector(2)))
+                .unwrap();
+        }
+        // The first exchanges carry the whole table (in bounded messages), then nothing.
+        let mut first = 0;
+        while a.replication.digest() != b.replication.digest() {
+            exchange(&mut b, &mut a);
+            exchange(&mut a, &mut b);
+            first += 1;
+            assert!(first < 10, "no convergence");
+        }
+        assert_eq!(b.replication.len(), 20_000);
+        let quiet = exchange(&mut a, &mut b);
+        assert!(quiet < 8_000, "{quiet} bytes for identical tables");
+        // One key changes, and another goes back to the default: only their buckets
+        // travel, and both nodes' views follow.
+        a.set_replication(Bytes::from_static(b"hot"), Some(vector(3)))
+            .unwrap();
+        a.set_replication(Bytes::copy_from_slice(&7u32.to_le_bytes()), None)
+            .unwrap();
+        let before = b.snapshots.borrow().view.clone();
+        exchange(&mut b, &mut a); // b learns a's digests, a learns b's
+        let delta = exchange(&mut a, &mut b);
+        assert!(delta < 20_000, "{delta} bytes for two changes");
+        assert_eq!(a.replication.digest(), b.replication.digest());
+        let after = b.snapshots.borrow().view.clone();
+        assert_eq!(after.vector(b"hot"), vector(3));
+        assert_eq!(after.vector(&7u32.to_le_bytes()), vector(1));
+        let mut changed = after.replication.changed_keys(&before.replication);
+        changed.sort();
+        assert_eq!(changed.len(), 2, "{changed:?}");
     }
 }

@@ -107,7 +107,7 @@ pub(crate) enum AgentMsg {
     },
     SetReplication {
         key: Bytes,
-        vector: ReplicationVector,
+        vector: Option<ReplicationVector>,
         reply: oneshot::Sender<Result<(), NodeError>>,
     },
     Leave {
@@ -128,11 +128,12 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Sets a key's replication vector, cluster-wide (gossiped to every node).
+    /// Sets a key's replication vector, or returns the key to the default placement
+    /// (`None`), cluster-wide (gossiped to every node).
     pub async fn set_replication(
         &self,
         key: Bytes,
-        vector: ReplicationVector,
+        vector: Option<ReplicationVector>,
     ) -> Result<(), NodeError> {
         let (reply, rx) = oneshot::channel();
         self.tx
@@ -313,7 +314,7 @@ impl Runner {
                 }
                 Target::Peer(addr) => {
                     let cached = self.conns.get(&addr).filter(|c| !c.is_broken()).cloned();
-                    let request = self.agent.state(false);
+                    let request = self.agent.push_state(&addr);
                     tokio::spawn(async move {
                         let conn = match cached {
                             Some(c) => Some(c),
@@ -352,8 +353,8 @@ impl Runner {
                 }
             }
         }
-        if let Some(state) = d.state {
-            self.agent.absorb(&state);
+        if let (Some(state), Target::Peer(addr)) = (d.state, &d.target) {
+            self.agent.absorb_answer(addr, &state);
             self.agent.publish();
         }
         if let Some(members) = d.members {

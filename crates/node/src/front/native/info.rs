@@ -106,10 +106,12 @@ fn admin(w: &Rc<Worker>, id: u64, a: pb::Admin, replies: &mut Replies) {
 /// gossips it to every node; answers once this worker routes by it.
 async fn set_replication(w: &Rc<Worker>, r: pb::SetReplication) -> Result<(), NodeError> {
     w.core().shard().check_key(&r.key)?;
-    let vector = {
+    let vector = if r.reset {
+        None
+    } else {
         let core = w.core();
         let view = core.shard().view();
-        crate::view::requested_vector(view, &r)?
+        Some(crate::view::requested_vector(view, &r)?)
     };
     w.shared.agent.set_replication(r.key, vector).await?;
     // The agent published the new view before answering: switch to it now (the other
