@@ -135,23 +135,23 @@ pub(super) fn budget(round: &mut Round<'_>) {
     if round.in_grace || round.elastic_done[tier.index()] || round.removing(tier) {
         return;
     }
-    let cost = cost(round, [0, 0]);
+    let cost = cost(round);
     if cost > budget && round.nodes[0] > round.memory_floor() {
         let reason = format!("cluster costs {cost:.3} $/h > budget {budget:.3} $/h");
         remove(round, tier, reason);
     }
 }
 
-/// $/h of the cluster with its alive and requested nodes, without nodes leaving, plus
-/// `extra` nodes per tier.
-fn cost(round: &Round<'_>, extra: [u32; 2]) -> f64 {
+/// $/h of the cluster with its alive nodes and the nodes requested (earlier or by this
+/// round), without the nodes leaving.
+fn cost(round: &Round<'_>) -> f64 {
     let p = round.cfg.prices;
     let count = |tier: Tier| {
         let i = tier.index();
         let leaving = u32::from(round.removing(tier));
         let n = round.nodes[i]
             .saturating_add(round.state.pending_additions(tier))
-            .saturating_add(extra[i])
+            .saturating_add(round.added[i])
             .saturating_sub(leaving);
         f64::from(n)
     };
@@ -170,7 +170,7 @@ fn add(round: &mut Round<'_>, tier: Tier, want: u32, mut reason: String) {
             Tier::Memory => round.cfg.prices.memory_node,
             Tier::Disk => round.cfg.prices.disk_node,
         };
-        let spare = budget - cost(round, [0, 0]);
+        let spare = budget - cost(round);
         let affordable = if price <= 0.0 {
             count
         } else if spare <= 0.0 {
@@ -188,6 +188,7 @@ fn add(round: &mut Round<'_>, tier: Tier, want: u32, mut reason: String) {
         return;
     }
     round.elastic_done[tier.index()] = true;
+    round.added[tier.index()] = count;
     round.node_actions.push(Action::AddNodes {
         tier,
         count,

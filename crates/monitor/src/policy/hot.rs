@@ -58,7 +58,7 @@ pub(super) fn replication(round: &Round<'_>, key: &KeyStats) -> Option<Change> {
         return Some(Change { target, reason });
     }
     let replicated = v.memory.global > 1 || v.memory.local > 1;
-    if !round.in_grace && key.is_explicit && replicated && accesses < round.mean {
+    if !round.in_grace && round.explicit(key) && replicated && accesses < round.mean {
         return Some(Change {
             target: round.snap.default_vector,
             reason: format!(

@@ -76,6 +76,8 @@ pub(crate) struct Round<'a> {
     pub(crate) removed: [Option<String>; 2],
     /// Whether this round already changed a tier's node count.
     pub(crate) elastic_done: [bool; 2],
+    /// Nodes requested by this round per tier.
+    pub(crate) added: [u32; 2],
     /// L_obs in µs (0 when not measured or measured on too few requests).
     pub(crate) l_obs: f64,
     /// L_obj in µs.
@@ -123,6 +125,7 @@ impl<'a> Round<'a> {
             threads,
             removed: [None, None],
             elastic_done: [false, false],
+            added: [0, 0],
             l_obs,
             l_obj,
             branch: Branch::None,
@@ -175,6 +178,12 @@ impl<'a> Round<'a> {
     pub(crate) fn nodes_after(&self, tier: Tier) -> u32 {
         let i = tier.index();
         self.nodes[i].saturating_sub(u32::from(self.removed[i].is_some()))
+    }
+
+    /// Whether `key` has a vector of its own: flagged so, or different from the default
+    /// (a snapshot that says otherwise is inconsistent; the vector wins).
+    pub(crate) fn explicit(&self, key: &KeyStats) -> bool {
+        key.is_explicit || key.vector != self.snap.default_vector
     }
 
     /// Whether a removal in `tier` is already under way or decided.
@@ -265,7 +274,7 @@ impl<'a> Round<'a> {
             let key = self.keys[i];
             let target = normalize(change.target, nodes, self.threads, self.k1);
             if default_ok && target == default_capped {
-                if key.is_explicit {
+                if self.explicit(key) {
                     actions.push(Action::ResetReplication {
                         key: key.key.clone(),
                         reason: change.reason.clone(),

@@ -32,7 +32,7 @@ pub(super) fn movement(round: &Round<'_>, key: &KeyStats) -> Option<Change> {
         }
         return None;
     }
-    if round.in_grace || !key.is_explicit || key.accesses >= cfg.demotion_threshold {
+    if round.in_grace || !round.explicit(key) || key.accesses >= cfg.demotion_threshold {
         return None;
     }
     // Demotion to k + 1 disk replicas needs k + 1 disk nodes; with fewer, going to disk
