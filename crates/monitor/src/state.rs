@@ -19,7 +19,7 @@ pub const RECENT_ACTIONS: usize = 64;
 struct PendingAdd {
     /// Nodes asked for.
     count: u32,
-    /// Ids of the tier's nodes when they were asked for: any other alive node of the tier
+    /// Ids (sorted) of the tier's nodes when they were asked for: any other alive node of the tier
     /// counts as one of them having joined.
     known: Vec<String>,
     /// When the last request was made.
@@ -118,7 +118,7 @@ impl PolicyState {
             if let Some(p) = slot {
                 let joined = snap
                     .alive(tier)
-                    .filter(|n| !p.known.iter().any(|k| *k == n.id))
+                    .filter(|n| p.known.binary_search(&n.id).is_err())
                     .count();
                 let joined = u32::try_from(joined).unwrap_or(u32::MAX);
                 let expired = now.saturating_sub(p.since_ms) >= config.pending_timeout_ms;

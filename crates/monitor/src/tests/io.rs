@@ -80,8 +80,10 @@ fn validate_refuses_nonsense() {
         let err = cfg.validate().expect_err(needle);
         assert!(err.to_string().contains(needle), "{needle}: {err}");
     }
-    let mut cfg = PolicyConfig::default();
-    cfg.memory_storage = Band::new(0.7, 0.6);
+    let cfg = PolicyConfig {
+        memory_storage: Band::new(0.7, 0.6),
+        ..PolicyConfig::default()
+    };
     assert!(matches!(
         cfg.validate(),
         Err(ConfigError::Band {
