@@ -111,9 +111,10 @@ impl<'a> Round<'a> {
         let hot = mean + cfg.hot_sigmas * sigma;
 
         let mut keys: Vec<&KeyStats> = snap.keys.iter().collect();
-        keys.sort_by(|a, b| b.accesses.cmp(&a.accesses).then_with(|| a.key.cmp(&b.key)));
-        // A key listed twice keeps its first (largest) entry.
+        // A key listed twice keeps its entry with the most accesses.
+        keys.sort_by(|a, b| a.key.cmp(&b.key).then_with(|| b.accesses.cmp(&a.accesses)));
         keys.dedup_by(|later, first| later.key == first.key);
+        keys.sort_by(|a, b| b.accesses.cmp(&a.accesses).then_with(|| a.key.cmp(&b.key)));
         let mut round = Round {
             snap,
             cfg,

@@ -362,3 +362,22 @@ fn normalize_caps_factors_and_restores_k_plus_1() {
         assert_eq!(cap(want, nodes, threads), want);
     }
 }
+
+#[test]
+fn a_key_listed_twice_gets_one_action_from_its_larger_count() {
+    let cfg = PolicyConfig::default();
+    let mut snap = snapshot(4, 1);
+    snap.latency = latency(5_000.0);
+    snap.keys = vec![
+        key("k", 100, DEFAULT, false),
+        key("other", 20, DEFAULT, false),
+        // on its own this entry would be de-replicated (5 < mean 10)
+        key("k", 5, Vector::new((3, 1), (1, 1)), true),
+    ];
+    let actions = decide(&snap, &cfg, &mut PolicyState::new());
+    // 100 accesses > H: replicated once (key_action fails on two actions for "k").
+    assert!(
+        matches!(outcome(&actions, "k"), Want::Set(_)),
+        "{actions:?}"
+    );
+}
