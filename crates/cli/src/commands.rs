@@ -1,4 +1,5 @@
-//! Client commands: `get`, `put`, `del`, `replicate`, `status`.
+//! Client commands: `get`, `put`, `del`, `replicate`, `watch`, `leave`, `forget` (`status`
+//! is in `status`).
 
 use std::io::Write;
 
@@ -61,7 +62,7 @@ impl Target {
         Ok(Some(tls))
     }
 
-    fn options(&self) -> Result<client::ClientOptions> {
+    pub(crate) fn options(&self) -> Result<client::ClientOptions> {
         Ok(client::ClientOptions {
             credentials: self.credentials(),
             tls: self.tls()?,
@@ -163,13 +164,6 @@ pub struct ReplicateArgs {
     reset: bool,
 }
 
-/// `latticekv status`
-#[derive(Args, Debug)]
-pub struct StatusArgs {
-    #[command(flatten)]
-    target: Target,
-}
-
 /// Runs a client command on a small runtime; returns the process exit code.
 pub fn block_on(f: impl std::future::Future<Output = Result<i32>>) -> Result<i32> {
     tokio::runtime::Builder::new_current_thread()
@@ -178,7 +172,7 @@ pub fn block_on(f: impl std::future::Future<Output = Result<i32>>) -> Result<i32
         .block_on(f)
 }
 
-async fn connect(t: &Target) -> Result<Client> {
+pub(crate) async fn connect(t: &Target) -> Result<Client> {
     Client::connect_with(&t.addr, t.options()?)
         .await
         .with_context(|| format!("connecting to {}", t.addr))
@@ -452,7 +446,7 @@ pub async fn forget(args: ForgetArgs) -> Result<i32> {
     }
 }
 
-fn status_name(status: i32) -> &'static str {
+pub(crate) fn status_name(status: i32) -> &'static str {
     match wire::pb::NodeStatus::try_from(status) {
         Ok(wire::pb::NodeStatus::Alive) => "alive",
         Ok(wire::pb::NodeStatus::Suspect) => "suspect",
@@ -460,76 +454,4 @@ fn status_name(status: i32) -> &'static str {
         Ok(wire::pb::NodeStatus::Left) => "left",
         Err(_) => "?",
     }
-}
-
-/// `status`: the cluster's members, ring ownership, and every storage node's workers.
-pub async fn status(args: StatusArgs) -> Result<i32> {
-    let c = connect(&args.target).await?;
-    let s = c.status().await?;
-    println!("node      {} (latticekv {})", s.node_id, s.version);
-    println!("uptime    {} s", s.uptime_seconds);
-    if !s.front_address.is_empty() {
-        println!("native    {}", s.front_address);
-        println!("resp      {}", s.resp_address);
-        println!(
-            "memory    {} of {} bytes budget",
-            s.workers.iter().map(|w| w.memory_bytes).sum::<u64>(),
-            s.memory_budget_bytes
-        );
-    }
-    let share = |id: &str| {
-        s.ownership
-            .iter()
-            .find(|o| o.node_id == id)
-            .map_or(0.0, |o| o.share * 100.0)
-    };
-    println!();
-    println!("member            role     status   incarnation    ring %   keys      front");
-    let mut members = s.members.clone();
-    members.sort_by(|a, b| a.node_id.cmp(&b.node_id));
-    for m in &members {
-        let keys = if m.role == "routing" || !matches!(status_name(m.status), "alive" | "suspect") {
-            "-".to_string()
-        } else if m.node_id == s.node_id {
-            s.workers.iter().map(|w| w.keys).sum::<u64>().to_string()
-        } else {
-            match client::Client::connect_with(&m.front, args.target.options()?).await {
-                Ok(peer) => match peer.status().await {
-                    Ok(ps) => ps.workers.iter().map(|w| w.keys).sum::<u64>().to_string(),
-                    Err(_) => "?".into(),
-                },
-                Err(_) => "?".into(),
-            }
-        };
-        println!(
-            "{:<17} {:<8} {:<8} {:<14} {:>6.1}   {:<9} {}",
-            m.node_id,
-            m.role,
-            status_name(m.status),
-            m.incarnation,
-            share(&m.node_id),
-            keys,
-            m.front
-        );
-    }
-    if !s.workers.is_empty() {
-        println!();
-        println!(
-            "worker  address               keys       memory       requests  connections  storage-errors  subscriptions"
-        );
-        for w in &s.workers {
-            println!(
-                "{:<7} {:<21} {:<10} {:<12} {:<9} {:<12} {:<15} {}",
-                w.worker,
-                w.address,
-                w.keys,
-                w.memory_bytes,
-                w.requests,
-                w.connections,
-                w.storage_errors,
-                w.subscriptions
-            );
-        }
-    }
-    Ok(0)
 }

@@ -120,6 +120,13 @@ pub struct NodeArgs {
     /// present one it signed (mutual TLS) and are trusted only by it.
     #[arg(long, env = "LATTICEKV_TLS_CA")]
     pub(crate) tls_ca: Option<PathBuf>,
+    /// How often each worker closes a statistics period and publishes its window (ms).
+    #[arg(long, env = "LATTICEKV_STATS_PERIOD_MS")]
+    pub(crate) stats_period_ms: Option<u64>,
+    /// Length of the sliding window worker statistics cover (ms; a multiple of the
+    /// period).
+    #[arg(long, env = "LATTICEKV_STATS_WINDOW_MS")]
+    pub(crate) stats_window_ms: Option<u64>,
 }
 
 /// `latticekv local`: the embedded default.
@@ -297,6 +304,12 @@ pub fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     }
     if let Some(v) = &args.tls_ca {
         config.tls.ca = Some(v.clone());
+    }
+    if let Some(v) = args.stats_period_ms {
+        config.stats.period_ms = v;
+    }
+    if let Some(v) = args.stats_window_ms {
+        config.stats.window_ms = v;
     }
     config.check_exposure()?;
     Ok(config)

@@ -10,6 +10,7 @@ mod output;
 mod commands;
 mod config;
 mod local_cluster;
+mod status;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -48,7 +49,7 @@ enum Command {
     /// Set how many workers of the node hold a key (its local replication).
     Replicate(commands::ReplicateArgs),
     /// Show the cluster's members and ring ownership, and each node's workers and keys.
-    Status(commands::StatusArgs),
+    Status(status::StatusArgs),
     /// Ask a node to leave the cluster: it hands its keys to the other nodes, then stops.
     Leave(commands::LeaveArgs),
     /// Remove a member declared dead for good (it will not come back with its data).
@@ -72,7 +73,7 @@ fn main() {
         Command::Del(args) => commands::block_on(commands::del(args)),
         Command::Watch(args) => commands::block_on(commands::watch(args)),
         Command::Replicate(args) => commands::block_on(commands::replicate(args)),
-        Command::Status(args) => commands::block_on(commands::status(args)),
+        Command::Status(args) => commands::block_on(status::status(args)),
         Command::Bench(args) => commands::block_on(async move {
             bench::run_and_print(args).await?;
             Ok(0)

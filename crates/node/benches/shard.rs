@@ -9,7 +9,12 @@
 //! - `shard/assign`: `Op::Assign` overwriting a string key with a new 100-byte value;
 //! - `shard/counter-add`: `Op::CounterAdd { delta: 1 }` on a counter key;
 //! - `shard/set-add`: `Op::SetAdd` of one existing member (a re-add: a new dot replaces the
-//!   old one, so the sets stay at 1,000 members) to a 1,000-member OR-set.
+//!   old one, so the sets stay at 1,000 members) to a 1,000-member OR-set;
+//! - `shard/get+stats`: `shard/get` plus the worker's statistics counting the access
+//!   (`node::stats::Recorder::access`, as the core does for every op it serves): the
+//!   difference to `shard/get` is the statistics' cost per op (uniform keys: no hot key);
+//! - `shard/stats-hot-key`: the statistics alone counting accesses of one key (a hot key:
+//!   every access also finds it among the hot-key candidates).
 //!
 //! Keys (and members) are drawn uniformly before timing into a list that the timed loop
 //! walks in order. One worker, no replication: no changeset, no gossip. The clock is the
@@ -160,6 +165,16 @@ fn shard_ops(c: &mut Criterion) {
             ok(shard.execute(Op::Get { key: &k[..] }))
         })
     });
+    let mut stats = node::stats::Recorder::new(node::stats::StatsConfig::default(), 1, 0);
+    group.bench_function("get+stats", |b| {
+        b.iter(|| {
+            let k = &strings[string_draws[next()]];
+            stats.access(&k[..]);
+            ok(shard.execute(Op::Get { key: &k[..] }))
+        })
+    });
+    let hot = key("hot:", 0);
+    group.bench_function("stats-hot-key", |b| b.iter(|| stats.access(&hot[..])));
     group.bench_function("exists", |b| {
         b.iter(|| {
             let k = &strings[string_draws[next()]];

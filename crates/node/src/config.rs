@@ -97,6 +97,9 @@ pub struct NodeConfig {
     /// TLS on every port (`[tls]`: `cert`, `key`, `ca`, `reload_secs`; see
     /// `docs/security.md`). Default: off.
     pub tls: crate::tls::TlsConfig,
+    /// Statistics each worker publishes for the elasticity policy (`[stats]`: `period_ms`,
+    /// `window_ms`, `hot_keys`; see `docs/elasticity.md`).
+    pub stats: crate::stats::StatsConfig,
 }
 
 /// Testing only: faults a node can be started with (`LATTICEKV_FAULT`), so integration
@@ -266,6 +269,7 @@ impl Default for NodeConfig {
             users: Vec::new(),
             insecure_no_auth: false,
             tls: crate::tls::TlsConfig::default(),
+            stats: crate::stats::StatsConfig::default(),
         }
     }
 }
@@ -386,6 +390,9 @@ impl NodeConfig {
         self.wal
             .validate()
             .map_err(|e| ConfigError(format!("[wal]: {e}")))?;
+        self.stats
+            .validate()
+            .map_err(|e| ConfigError(format!("[stats]: {e}")))?;
         crate::auth::Users::from_config(&self.users).map_err(|e| ConfigError(e.to_string()))
     }
 }
@@ -632,6 +639,9 @@ mod tests {
         let mut c = NodeConfig::default();
         c.wal.segment_bytes = 1;
         assert!(refused(c).contains("[wal]"));
+        let mut c = NodeConfig::default();
+        c.stats.window_ms = c.stats.period_ms * 1000;
+        assert!(refused(c).contains("[stats]"));
         assert!(refused(NodeConfig {
             tier: NodeTier::Disk,
             ..NodeConfig::default()

@@ -13,6 +13,7 @@
 //! - [`error`], [`op`], [`ack`], [`clock`]: errors, operations, acknowledgement levels,
 //!   injected time;
 //! - [`view`]: what workers route by ([`view::ViewState`]);
+//! - [`stats`]: a worker's statistics for the elasticity policy (sketches, windows);
 //! - [`config`]: node configuration and limits, with documented defaults;
 //! - [`tls`]: certificates and TLS handshakes of every port;
 //! - [`auth`]: users, permissions and password checks of the client ports;
@@ -50,6 +51,7 @@ pub mod peer;
 pub mod routing;
 pub mod server;
 pub mod shard;
+pub mod stats;
 pub mod subscribe;
 pub mod tls;
 pub mod vectors;

@@ -162,6 +162,7 @@ pub(crate) fn core_config(config: &NodeConfig) -> CoreConfig {
         anti_entropy_period_ms: config.cluster.anti_entropy_period().as_millis() as u64,
         tombstone_grace_ms: config.tombstone_grace_secs.saturating_mul(1000),
         max_reply_bytes: config.limits.max_reply_bytes,
+        stats: config.stats.clone(),
         default_ack: crate::ack::Ack {
             replicas: config.ack_replicas as usize,
             durable: config.ack == crate::ack::AckLevel::Durable,

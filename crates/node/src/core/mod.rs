@@ -24,6 +24,10 @@
 //! - `reclaim`: reclaiming tombstones once every replica holds them;
 //! - `reply_limit`: the reply limit of requests reading several values;
 //! - `serve`: answering other workers.
+//!
+//! Every op served here (a client's or one forwarded by another worker) is counted in the
+//! worker's statistics ([`crate::stats::Recorder`]), whose periods close in
+//! [`Core::tick`].
 
 mod acks;
 mod entropy;
@@ -33,6 +37,8 @@ mod reclaim;
 mod reply_limit;
 mod requests;
 mod serve;
+#[cfg(test)]
+mod stats_tests;
 
 use std::sync::Arc;
 
@@ -44,6 +50,7 @@ use crate::codec::JournalEntry;
 use crate::error::NodeError;
 use crate::op::OpResult;
 use crate::shard::{Shard, ShardStats, SharedClock};
+use crate::stats::{Gauges, Recorder, StatsConfig, Window};
 use crate::view::ViewState;
 
 pub use messages::{PeerFailure, PeerMsg, PeerReply, PeerResult, RepairCursor};
@@ -150,7 +157,13 @@ pub struct CoreConfig {
     /// Most bytes of values a request reading several keys may collect (on each worker it
     /// runs on); beyond it, its values are replaced by [`NodeError::ReplyTooLarge`].
     pub max_reply_bytes: usize,
+    /// The worker's statistics: period, window, hot keys.
+    pub stats: StatsConfig,
 }
+
+/// Reads the busy time of the worker's thread since it started, in ns (see
+/// [`Core::set_busy_meter`]).
+pub type BusyMeter = Box<dyn Fn() -> u64 + Send>;
 
 impl Default for CoreConfig {
     fn default() -> Self {
@@ -166,6 +179,7 @@ impl Default for CoreConfig {
             default_ack: Ack::MERGED,
             tombstone_grace_ms: 60_000,
             max_reply_bytes: 64 << 20,
+            stats: StatsConfig::default(),
         }
     }
 }
@@ -233,6 +247,10 @@ pub struct Core {
     /// When the rings or replication vectors last changed (monotonic ms): tombstones are
     /// reclaimed only once the view has been stable for the grace period.
     view_since: u64,
+    /// Statistics of the accesses served here, the latency of client requests, occupancy.
+    stats: Recorder,
+    /// The busy time of the worker's thread, if the driver measures it.
+    busy_meter: Option<BusyMeter>,
 }
 
 impl Core {
@@ -245,6 +263,8 @@ impl Core {
         let now = clock.mono_ms();
         // Workers start their anti-entropy rounds at different times.
         let first_ae = now + rng.u64(0..=config.anti_entropy_period_ms);
+        // Not drawn from `rng`: the statistics change none of the core's random choices.
+        let stats = Recorder::new(config.stats.clone(), crate::stats::seed_from(seed), now);
         Core {
             shard,
             clock,
@@ -264,6 +284,8 @@ impl Core {
             },
             repairs: 0,
             view_since: now,
+            stats,
+            busy_meter: None,
             rng,
             config,
         }
@@ -311,6 +333,34 @@ impl Core {
         }
     }
 
+    /// The statistics of the last window that closed.
+    pub fn window(&self) -> Arc<Window> {
+        self.stats.window().clone()
+    }
+
+    /// `n` client requests were answered, each `ns` nanoseconds after it arrived (the
+    /// driver measures; see `front::pipeline`).
+    pub fn record_latency(&mut self, ns: u64, n: u32) {
+        self.stats.latency(ns, n);
+    }
+
+    /// Gives the core a meter of its thread's busy time, for the occupancy in its
+    /// statistics (without one, occupancy reads 0).
+    pub fn set_busy_meter(&mut self, meter: BusyMeter) {
+        self.stats.start_busy(meter());
+        self.busy_meter = Some(meter);
+    }
+
+    /// Closes the statistics' period and publishes the window ending now.
+    fn close_stats(&mut self, now: u64) {
+        let gauges = Gauges {
+            busy_ns: self.busy_meter.as_ref().map(|m| m()),
+            memory_bytes: self.shard.memory_bytes(),
+            disk_bytes: self.shard.disk_bytes(),
+        };
+        self.stats.close(now, gauges);
+    }
+
     /// Switches to a new view of the cluster: moves keys as it implies (hand-off,
     /// re-replication) and, if the rings changed, runs anti-entropy with every other worker
     /// shortly after.
@@ -351,7 +401,7 @@ impl Core {
             // Between requests, as soon as they let it.
             next = next.min(self.now());
         }
-        next
+        next.min(self.stats.next_close())
     }
 
     /// Runs whatever is due: gossip, anti-entropy, moving changes to the log, timeouts.
@@ -376,6 +426,9 @@ impl Core {
             self.flush_journal();
         }
         self.arm_journal();
+        if now >= self.stats.next_close() {
+            self.close_stats(now);
+        }
     }
 
     /// Monotonic now.

@@ -146,6 +146,7 @@ impl Core {
                 if matches!(op, Op::Get { .. }) && self.shard.settling().is_some() {
                     return Err(op);
                 }
+                self.stats.access(op.key());
                 let result = self.shard.execute(op);
                 self.gossip_if_full();
                 self.arm_journal();
@@ -168,6 +169,7 @@ impl Core {
         if self.shard.route(key) != Route::Local || self.shard.settling().is_some() {
             return None;
         }
+        self.stats.access(key);
         Some(f(self.shard.read(key)))
     }
 
@@ -198,7 +200,12 @@ impl Core {
         let job = self.open_job(Origin::Client(ticket), 1);
         match self.shard.check_key(&key) {
             Err(e) => self.fill(job, 0, OpResult::Error(e)),
-            Ok(()) => self.start_get_all(job, key),
+            Ok(()) => {
+                // One client access, counted where it was asked (the replicas it reads
+                // from do not count it again).
+                self.stats.access(&key);
+                self.start_get_all(job, key);
+            }
         }
         match self.close_job(job) {
             Some(results) => Submitted::Done(results),
@@ -222,9 +229,11 @@ impl Core {
         for (pos, op) in ops.into_iter().enumerate() {
             match self.shard.route(op.key()) {
                 Route::Local if op.is_write() && !ack.is_default() => {
+                    self.stats.access(op.key());
                     self.run_acked(job, pos, op.to_owned_op(), ack, false, &mut syncs);
                 }
                 Route::Local => {
+                    self.stats.access(op.key());
                     // Only a read that may miss while keys move needs its key kept.
                     let get = settling && matches!(op, Op::Get { .. });
                     let key = get.then(|| Bytes::copy_from_slice(op.key()));

@@ -32,6 +32,8 @@ impl Core {
                 let ack = ack.at_least(self.config.default_ack);
                 let mut syncs = Vec::new();
                 for (pos, op) in ops.into_iter().enumerate() {
+                    // Served here: the worker that forwarded it did not count it.
+                    self.stats.access(op.key());
                     self.run_acked(job, pos, op, ack, true, &mut syncs);
                 }
                 self.sync_writes(syncs);

@@ -119,7 +119,7 @@ impl Answer {
 }
 
 /// Counters of one worker.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct WorkerStats {
     /// Worker index.
     pub worker: u32,
@@ -129,6 +129,8 @@ pub struct WorkerStats {
     pub connections: u64,
     /// Keys subscribed by connections on this worker.
     pub subscriptions: u64,
+    /// The statistics of its last completed window.
+    pub window: Arc<crate::stats::Window>,
 }
 
 /// One worker (see the module docs).
@@ -204,7 +206,16 @@ impl Worker {
             core: self.core.borrow().stats(),
             connections: self.conns.open(),
             subscriptions: self.subscriptions.borrow().len() as u64,
+            window: self.core.borrow().window(),
         }
+    }
+
+    /// `requests` client requests were answered `elapsed` after they arrived (the
+    /// connection pipeline measures, a batch at a time).
+    pub fn record_latency(&self, elapsed: Duration, requests: usize) {
+        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        let n = u32::try_from(requests).unwrap_or(u32::MAX);
+        self.core.borrow_mut().record_latency(ns, n);
     }
 
     // ---- client requests -----------------------------------------------------------------
@@ -585,6 +596,13 @@ pub fn run(setup: WorkerSetup) -> std::io::Result<()> {
             journal,
             services,
         } = setup;
+        let mut core = core;
+        // Occupancy: the time this thread's runtime spent running tasks rather than
+        // waiting for events (one runtime, one thread: its worker 0).
+        let metrics = tokio::runtime::Handle::current().metrics();
+        core.set_busy_meter(Box::new(move || {
+            u64::try_from(metrics.worker_total_busy_duration(0).as_nanos()).unwrap_or(u64::MAX)
+        }));
         let w = Worker::new(shared.clone(), index, core, journal.build());
         spawn_local(w.clone().inbox(inbox));
         spawn_local(w.clone().views());

@@ -353,6 +353,11 @@ pub async fn serve<C: Codec>(
         // Writers wait while the log is far behind rather than queue without bound.
         w.journal.wait_room().await;
         let batch = run_batch(&w, &mut codec, &mut inbuf, &mut replies, max_batch_reply).await;
+        if batch.requests > 0 {
+            // Every request of the batch arrived by the last read, and every reply is
+            // ready now: one clock reading per batch, not per request.
+            w.record_latency(read_at.elapsed(), batch.requests);
+        }
         if !replies.out.is_empty() && write_out(&mut stream, &replies.out).await.is_err() {
             return;
         }

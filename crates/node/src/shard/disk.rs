@@ -75,6 +75,12 @@ impl Shard {
         self.disk.is_some()
     }
 
+    /// Bytes this worker's keys take on disk (a disk-tier shard; the LSM's tables, from its
+    /// current version: no I/O).
+    pub fn disk_bytes(&self) -> Option<u64> {
+        self.disk.as_ref().map(|d| d.store.disk_bytes())
+    }
+
     /// The node's disk database, for a disk-tier shard.
     pub fn disk_db(&self) -> Option<&DiskDb> {
         self.disk.as_ref().map(|d| &d.db)

@@ -453,6 +453,11 @@ impl Shard {
         }
     }
 
+    /// Approximate bytes of data held in memory (the cache, for a disk-tier shard).
+    pub fn memory_bytes(&self) -> u64 {
+        self.store.bytes() as u64
+    }
+
     /// True if `key` holds a live value here.
     pub fn holds(&self, key: &[u8]) -> bool {
         if let Some(r) = self.store.get(key) {

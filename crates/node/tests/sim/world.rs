@@ -600,6 +600,7 @@ impl World {
                 default_ack: Ack::MERGED,
                 tombstone_grace_ms: self.p.tombstone_grace_ms,
                 max_reply_bytes: 64 << 20,
+                stats: node::stats::StatsConfig::default(),
             };
             let core_config = if self.p.mode == Mode::NoRetryNoAntiEntropy {
                 CoreConfig {

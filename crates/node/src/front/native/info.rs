@@ -8,9 +8,15 @@ use super::{encode, error, error_response, respond};
 use crate::driver::worker::{all_stats, Worker};
 use crate::error::NodeError;
 use crate::front::pipeline::Replies;
+use crate::stats::Window;
 
 /// Most explicit replication vectors returned in a topology.
 const TOPOLOGY_VECTORS: usize = 10_000;
+
+/// Most bytes of hot keys in one status reply, shared evenly by the workers: a node's
+/// defaults (32 hot keys a worker) stay far below it; the largest settings (1,024 hot keys
+/// of 256 bytes on each of 1,024 workers) would not.
+const STATUS_HOT_KEY_BYTES: usize = 1 << 20;
 
 /// An informational or operator request.
 pub(super) fn handle(w: &Rc<Worker>, id: u64, op: ReqOp, replies: &mut Replies) {
@@ -177,6 +183,11 @@ async fn status(w: &Worker) -> pb::Status {
                 connections: s.connections,
                 storage_errors: s.core.shard.storage_errors,
                 subscriptions: s.subscriptions,
+                stats: Some(stats_to_pb(
+                    &s.window,
+                    shared.config.stats.period_ms,
+                    STATUS_HOT_KEY_BYTES / workers.len().max(1),
+                )),
             })
             .collect(),
         memory_budget_bytes: shared.config.limits.memory_budget_bytes(),
@@ -184,5 +195,47 @@ async fn status(w: &Worker) -> pb::Status {
         front_address: shared.published.front.clone(),
         members: snapshot.members.clone(),
         ownership,
+        tier: shared.config.tier.name().to_string(),
+    }
+}
+
+/// A worker's window on the wire, with at most `hot_key_bytes` bytes of hot keys (the most
+/// accessed first).
+fn stats_to_pb(w: &Window, period_ms: u64, hot_key_bytes: usize) -> pb::WorkerStats {
+    let mut room = hot_key_bytes;
+    let hot_keys = w
+        .hot_keys
+        .iter()
+        .take_while(|h| match room.checked_sub(h.key.len()) {
+            Some(left) => {
+                room = left;
+                true
+            }
+            None => false,
+        })
+        .map(|h| pb::worker_stats::HotKey {
+            key: h.key.clone(),
+            accesses: h.accesses,
+        })
+        .collect();
+    let l = &w.latency;
+    pb::WorkerStats {
+        window_seq: w.seq,
+        window_ms: w.window_ms,
+        period_ms,
+        accesses: w.accesses,
+        accessed_keys: w.accessed_keys,
+        access_sum_squares: w.access_sum_squares,
+        hot_keys,
+        occupancy: w.occupancy,
+        latency_buckets: l.trimmed().to_vec(),
+        latency_count: l.count(),
+        latency_sum_ns: l.sum_ns,
+        latency_max_ns: l.max_ns,
+        latency_p50_ns: l.quantile_ns(0.5),
+        latency_p99_ns: l.quantile_ns(0.99),
+        latency_p999_ns: l.quantile_ns(0.999),
+        memory_bytes: w.memory_bytes,
+        disk_bytes: w.disk_bytes.unwrap_or(0),
     }
 }
