@@ -15,7 +15,7 @@ use lattice::{
 pub struct Target {
     /// Address of the node's native front port.
     #[arg(long, env = "LATTICEKV_ADDR", default_value = "127.0.0.1:7700")]
-    addr: String,
+    pub(crate) addr: String,
     /// User to authenticate as, on a node with users (default: `default`, the user of the
     /// node's --password).
     #[arg(long, env = "LATTICEKV_USER")]

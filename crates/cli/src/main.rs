@@ -10,6 +10,7 @@ mod output;
 mod commands;
 mod config;
 mod local_cluster;
+mod monitoring;
 mod status;
 
 use anyhow::Result;
@@ -50,6 +51,9 @@ enum Command {
     Replicate(commands::ReplicateArgs),
     /// Show the cluster's members and ring ownership, and each node's workers and keys.
     Status(status::StatusArgs),
+    /// Run the elasticity policy: poll every node's statistics, replicate hot keys, add
+    /// and remove nodes (`--dry-run`: print what it would do).
+    Monitor(monitoring::MonitorArgs),
     /// Ask a node to leave the cluster: it hands its keys to the other nodes, then stops.
     Leave(commands::LeaveArgs),
     /// Remove a member declared dead for good (it will not come back with its data).
@@ -74,6 +78,7 @@ fn main() {
         Command::Watch(args) => commands::block_on(commands::watch(args)),
         Command::Replicate(args) => commands::block_on(commands::replicate(args)),
         Command::Status(args) => commands::block_on(status::status(args)),
+        Command::Monitor(args) => commands::block_on(monitoring::run(args)),
         Command::Bench(args) => commands::block_on(async move {
             bench::run_and_print(args).await?;
             Ok(0)

@@ -10,7 +10,7 @@
 //!
 //! # Layout
 //! - [`config`]: parameters with the paper's defaults, and their validation.
-//! - [`snapshot`]: the input.
+//! - [`snapshot`]: the input; [`collect`] builds it from the nodes' status reports.
 //! - [`actions`]: the output.
 //! - [`state`]: the soft state (grace period, pending nodes, per-key cooldowns).
 //! - [`policy`]: the rules (`tiering`, `hot`, `elastic`).
@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 
 pub mod actions;
+pub mod collect;
 pub mod config;
 pub mod policy;
 #[cfg(any(test, feature = "sim"))]

@@ -127,7 +127,7 @@ fn set_vectors(run: &Run) -> usize {
 
 #[test]
 fn a_hot_key_is_replicated_until_latency_is_back_in_its_band() {
-    let cfg = PolicyConfig::default();
+    let cfg = PolicyConfig::paper();
     let sim = SimConfig::default();
     // Zipf 2 over 1000 keys: the hottest key takes ~61 % of 400k accesses, 2.4 times what
     // one worker serves; every other worker is nearly idle.
@@ -146,7 +146,7 @@ fn a_hot_key_is_replicated_until_latency_is_back_in_its_band() {
 
 #[test]
 fn uniform_overload_adds_memory_nodes_and_no_replicas() {
-    let cfg = PolicyConfig::default();
+    let cfg = PolicyConfig::paper();
     let sim = SimConfig::default();
     // 16 workers at 100k each: 85 % busy everywhere.
     let run = run(&cfg, sim.clone(), zipf(5_000, 0.0, 1_360_000.0));
@@ -159,7 +159,7 @@ fn uniform_overload_adds_memory_nodes_and_no_replicas() {
 
 #[test]
 fn an_idle_cluster_shrinks_to_its_floors() {
-    let cfg = PolicyConfig::default();
+    let cfg = PolicyConfig::paper();
     let sim = SimConfig {
         memory_nodes: 6,
         disk_nodes: 4,
@@ -173,7 +173,7 @@ fn an_idle_cluster_shrinks_to_its_floors() {
 
 #[test]
 fn hot_disk_keys_are_promoted_once() {
-    let cfg = PolicyConfig::default();
+    let cfg = PolicyConfig::paper();
     let sim = SimConfig {
         default_vector: Vector::new((0, 1), (2, 1)),
         heavy_hitters: 64,
@@ -211,7 +211,7 @@ proptest! {
         let cfg = PolicyConfig {
             budget_per_hour: budget,
             fault_tolerance: k,
-            ..PolicyConfig::default()
+            ..PolicyConfig::paper()
         };
         let run = run(&cfg, sim.clone(), zipf(2000, skew, load * capacity));
         prop_assert_eq!(check(&run, sim.default_vector), Ok(()));

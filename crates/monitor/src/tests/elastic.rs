@@ -53,7 +53,7 @@ fn compute_driven_addition_is_n_times_the_latency_ratio_bounded_by_c() {
     for (memory, mean_us, batch, want) in table {
         let cfg = PolicyConfig {
             node_addition_batch: batch,
-            ..PolicyConfig::default()
+            ..PolicyConfig::paper()
         };
         let actions = decide(&overloaded(memory, mean_us), &cfg, &mut PolicyState::new());
         let expected = if want == 0 {
@@ -71,7 +71,7 @@ fn compute_driven_addition_is_n_times_the_latency_ratio_bounded_by_c() {
 
 #[test]
 fn compute_driven_removal_takes_the_least_occupied_memory_node_down_to_the_floor() {
-    let cfg = PolicyConfig::default();
+    let cfg = PolicyConfig::paper();
     let mut snap = idle(3, 2);
     snap.nodes[0].occupancy = 0.03;
     snap.nodes[1].occupancy = 0.002;
@@ -95,7 +95,7 @@ fn compute_driven_removal_takes_the_least_occupied_memory_node_down_to_the_floor
 
 #[test]
 fn removal_first_cuts_factors_to_the_nodes_left() {
-    let cfg = PolicyConfig::default();
+    let cfg = PolicyConfig::paper();
     let mut snap = idle(3, 2);
     snap.keys = vec![
         key("wide", 20, Vector::new((3, 2), (1, 1)), true),
@@ -115,7 +115,7 @@ fn removal_first_cuts_factors_to_the_nodes_left() {
 
 #[test]
 fn storage_driven_elasticity_per_tier() {
-    let cfg = PolicyConfig::default();
+    let cfg = PolicyConfig::paper();
     // Memory 70 % full over 2 nodes of 1000 bytes: ceil(1400 / 600) = 3 nodes.
     let mut snap = snapshot(2, 2);
     for n in snap.nodes.iter_mut().filter(|n| n.tier == Tier::Memory) {
@@ -157,7 +157,7 @@ fn storage_driven_elasticity_per_tier() {
 
 #[test]
 fn pending_nodes_are_not_requested_again_until_they_join_or_time_out() {
-    let cfg = PolicyConfig::default();
+    let cfg = PolicyConfig::paper();
     let mut snap = overloaded(4, 3_750.0);
     let mut state = PolicyState::new();
     assert_eq!(
@@ -182,7 +182,7 @@ fn pending_nodes_are_not_requested_again_until_they_join_or_time_out() {
 
 #[test]
 fn the_grace_period_holds_elasticity_back() {
-    let cfg = PolicyConfig::default();
+    let cfg = PolicyConfig::paper();
     let mut snap = idle(4, 2);
     let mut state = PolicyState::new();
     let first = decide(&snap, &cfg, &mut state);
@@ -206,7 +206,7 @@ fn the_grace_period_holds_elasticity_back() {
 
 #[test]
 fn a_membership_change_restarts_the_grace_period() {
-    let cfg = PolicyConfig::default();
+    let cfg = PolicyConfig::paper();
     let mut snap = overloaded(4, 3_750.0);
     let mut state = PolicyState::new();
     snap.nodes[0].alive = false; // first sight: no grace
@@ -224,7 +224,7 @@ fn the_budget_caps_additions_and_sheds_memory_nodes_when_exceeded() {
     // 4 memory + 2 disk nodes: 0.30 + 4 · 0.532 + 2 · 0.133 = 2.694 $/h.
     let cfg = |budget: f64| PolicyConfig {
         budget_per_hour: Some(budget),
-        ..PolicyConfig::default()
+        ..PolicyConfig::paper()
     };
     // Budget for exactly one more memory node: 2 wanted (ratio 1.5), 1 granted.
     let actions = decide(&overloaded(4, 3_750.0), &cfg(3.3), &mut PolicyState::new());
@@ -250,7 +250,7 @@ fn the_budget_caps_additions_and_sheds_memory_nodes_when_exceeded() {
 
 #[test]
 fn latency_over_too_few_requests_is_not_trusted() {
-    let cfg = PolicyConfig::default();
+    let cfg = PolicyConfig::paper();
     let mut snap = overloaded(4, 25_000.0);
     snap.latency.as_mut().unwrap().count = cfg.min_latency_samples - 1;
     assert_eq!(decide(&snap, &cfg, &mut PolicyState::new()), vec![]);

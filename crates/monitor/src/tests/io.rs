@@ -27,7 +27,7 @@ fn toml_takes_defaults_for_missing_keys_and_refuses_unknown_ones() {
     assert_eq!(cfg.prices.disk_node, 0.133);
     assert_eq!(cfg.grace_ms, PolicyConfig::default().grace_ms);
     assert!(cfg.budget_mode());
-    assert_eq!(cfg.latency_objective(), 2_500);
+    assert_eq!(cfg.latency_objective(), 1_000);
     cfg.validate().expect("valid");
 
     assert_eq!(

@@ -85,7 +85,7 @@ prop_compose! {
             node_addition_batch: batch,
             min_disk_nodes: min_disk,
             min_latency_samples: samples,
-            ..PolicyConfig::default()
+            ..PolicyConfig::paper()
         }
     }
 }

@@ -48,7 +48,7 @@ fn enter_grace(snap: &Snapshot, state: &mut PolicyState, cfg: &PolicyConfig) {
 
 #[test]
 fn promotion_moves_one_replica_and_ignores_the_grace_period() {
-    let cfg = PolicyConfig::default();
+    let cfg = PolicyConfig::paper();
     let on_disk = Vector::new((0, 1), (2, 1));
     // (accesses, memory nodes, disk nodes, in grace, vector, explicit, expected)
     let table = [
@@ -91,7 +91,7 @@ fn promotion_moves_one_replica_and_ignores_the_grace_period() {
 
 #[test]
 fn demotion_of_unused_explicit_keys_needs_k_plus_1_disk_nodes() {
-    let cfg = PolicyConfig::default(); // k = 1, D = 1
+    let cfg = PolicyConfig::paper(); // k = 1, D = 1
     let hot_vector = Vector::new((2, 1), (1, 1));
     let table = [
         // unused, explicit, memory replicas, 2 disk nodes: all on disk, k + 1 = 2 of them.
@@ -145,7 +145,7 @@ fn demotion_of_unused_explicit_keys_needs_k_plus_1_disk_nodes() {
 
 #[test]
 fn hot_keys_replicate_across_nodes_first_then_workers() {
-    let cfg = PolicyConfig::default(); // L_obj 2500 µs, f_upper 0.75 → 1875 µs; H = 40
+    let cfg = PolicyConfig::paper(); // L_obj 2500 µs, f_upper 0.75 → 1875 µs; H = 40
     let table = [
         // latency just over the band: ratio 0.8 would shrink; +1 instead.
         (
@@ -198,7 +198,7 @@ fn hot_keys_replicate_across_nodes_first_then_workers() {
 
 #[test]
 fn saturation_discrimination_adds_nodes_when_all_are_busy_else_replicates() {
-    let cfg = PolicyConfig::default();
+    let cfg = PolicyConfig::paper();
     // Skewed: one node saturated, the others idle (min occupancy 0.02 ≤ C_upper).
     let mut skewed = snapshot(4, 1);
     skewed.latency = latency(3_000.0);
@@ -231,7 +231,7 @@ fn saturation_discrimination_adds_nodes_when_all_are_busy_else_replicates() {
 
 #[test]
 fn cooled_keys_are_de_replicated_to_the_default() {
-    let cfg = PolicyConfig::default(); // mean 10
+    let cfg = PolicyConfig::paper(); // mean 10
     let replicated = Vector::new((3, 1), (1, 1));
     let table = [
         (5, replicated, true, false, Want::Reset),
@@ -262,7 +262,7 @@ fn cooled_keys_are_de_replicated_to_the_default() {
 
 #[test]
 fn a_changed_key_waits_out_its_cooldown() {
-    let cfg = PolicyConfig::default();
+    let cfg = PolicyConfig::paper();
     let mut snap = snapshot(4, 1);
     snap.latency = latency(5_000.0);
     snap.keys = vec![key("k", 100, DEFAULT, false)];
@@ -287,7 +287,7 @@ fn a_changed_key_waits_out_its_cooldown() {
 fn key_changes_per_round_are_capped_hottest_first() {
     let cfg = PolicyConfig {
         max_key_changes_per_round: 2,
-        ..PolicyConfig::default()
+        ..PolicyConfig::paper()
     };
     let mut snap = snapshot(4, 2);
     let on_disk = Vector::new((0, 1), (2, 1));
@@ -365,7 +365,7 @@ fn normalize_caps_factors_and_restores_k_plus_1() {
 
 #[test]
 fn a_key_listed_twice_gets_one_action_from_its_larger_count() {
-    let cfg = PolicyConfig::default();
+    let cfg = PolicyConfig::paper();
     let mut snap = snapshot(4, 1);
     snap.latency = latency(5_000.0);
     snap.keys = vec![

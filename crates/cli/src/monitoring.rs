@@ -1,0 +1,237 @@
+//! `latticekv monitor`: the elasticity loop — poll every storage node's statistics, run the
+//! policy ([`monitor::decide`]), carry out its actions.
+//!
+//! Each round (every `policy.period_ms`): fetch the topology from a node, ask every storage
+//! member for its status (bounded by a timeout; a node that does not answer is left out of
+//! the round), build the [`monitor::Snapshot`] (`monitor::collect`), decide, then set or
+//! reset replication vectors through the admin API, and hand node additions and removals to
+//! the cluster manager — or, without one, log them. `--dry-run` prints the actions as JSON
+//! lines and changes nothing.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use client::Client;
+use monitor::collect::{self, CollectConfig, NodeReport};
+use monitor::{Action, PolicyConfig, PolicyState};
+
+use crate::commands::Target;
+
+/// `latticekv monitor`
+#[derive(Args, Debug)]
+pub struct MonitorArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Policy parameters (TOML, the `[policy]` keys of docs/elasticity.md); defaults
+    /// otherwise.
+    #[arg(long, env = "LATTICEKV_MONITOR_CONFIG")]
+    config: Option<std::path::PathBuf>,
+    /// Print the actions each round would take (JSON lines) and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Run this many rounds, then stop (0: until interrupted).
+    #[arg(long, default_value_t = 0)]
+    rounds: u64,
+    /// Print each round's snapshot (JSON) before its actions.
+    #[arg(long)]
+    print_snapshot: bool,
+    /// What one disk-tier node may store, in bytes, for the storage rule (0: unknown, the
+    /// disk tier is not scaled for storage).
+    #[arg(long, default_value_t = 0)]
+    disk_capacity: u64,
+}
+
+/// The monitor's state between rounds.
+pub struct Monitor {
+    target: Target,
+    policy: PolicyConfig,
+    collect: CollectConfig,
+    state: PolicyState,
+    seed: Option<Client>,
+    nodes: HashMap<String, Client>,
+    start: Instant,
+    dry_run: bool,
+}
+
+/// What one round saw and did.
+pub struct Round {
+    /// The snapshot the policy judged.
+    pub snapshot: monitor::Snapshot,
+    /// Its actions, each with the error that stopped it, if any.
+    pub actions: Vec<(Action, Option<String>)>,
+}
+
+/// How long a node has to answer a status request.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Monitor {
+    /// A monitor of the cluster `target` belongs to.
+    pub fn new(
+        target: Target,
+        policy: PolicyConfig,
+        collect: CollectConfig,
+        dry_run: bool,
+    ) -> Monitor {
+        Monitor {
+            target,
+            policy,
+            collect,
+            state: PolicyState::new(),
+            seed: None,
+            nodes: HashMap::new(),
+            start: Instant::now(),
+            dry_run,
+        }
+    }
+
+    /// The policy's period.
+    pub fn period(&self) -> Duration {
+        Duration::from_millis(self.policy.period_ms.max(100))
+    }
+
+    async fn seed(&mut self) -> Result<&Client> {
+        if self.seed.is_none() {
+            let c = Client::connect_with(&self.target.addr, self.target.options()?)
+                .await
+                .with_context(|| format!("connecting to {}", self.target.addr))?;
+            self.seed = Some(c);
+        }
+        Ok(self.seed.as_ref().expect("connected above"))
+    }
+
+    async fn status_of(&mut self, front: &str) -> Option<wire::pb::Status> {
+        if !self.nodes.contains_key(front) {
+            let options = self.target.options().ok()?;
+            let c = tokio::time::timeout(STATUS_TIMEOUT, Client::connect_with(front, options))
+                .await
+                .ok()?
+                .ok()?;
+            self.nodes.insert(front.to_string(), c);
+        }
+        let c = self.nodes.get(front)?;
+        match tokio::time::timeout(STATUS_TIMEOUT, c.status()).await {
+            Ok(Ok(s)) => Some(s),
+            _ => {
+                self.nodes.remove(front);
+                None
+            }
+        }
+    }
+
+    /// One round: poll, decide, act.
+    pub async fn round(&mut self) -> Result<Round> {
+        let topology = match self.seed().await?.refresh_topology().await {
+            Ok(t) => t,
+            Err(e) => {
+                self.seed = None;
+                return Err(e).context("fetching the topology");
+            }
+        };
+        let mut reports = Vec::new();
+        for member in &topology.members {
+            if collect::member_tier(member).is_none()
+                || member.status == wire::pb::NodeStatus::Left as i32
+            {
+                continue;
+            }
+            let status = if member.status == wire::pb::NodeStatus::Dead as i32 {
+                None
+            } else {
+                self.status_of(&member.front).await
+            };
+            reports.push(NodeReport {
+                member: member.clone(),
+                status,
+            });
+        }
+        let now = self.start.elapsed().as_millis() as u64;
+        let snapshot = collect::snapshot(now, &topology, &reports, self.collect);
+        let actions = monitor::decide(&snapshot, &self.policy, &mut self.state);
+        let mut done = Vec::with_capacity(actions.len());
+        for action in actions {
+            let error = if self.dry_run {
+                None
+            } else {
+                self.act(&action).await.err().map(|e| format!("{e:#}"))
+            };
+            if let Some(e) = &error {
+                tracing::warn!(action = ?action, error = %e, "policy action failed");
+            } else {
+                tracing::info!(action = ?action, "policy action");
+            }
+            done.push((action, error));
+        }
+        Ok(Round {
+            snapshot,
+            actions: done,
+        })
+    }
+
+    async fn act(&mut self, action: &Action) -> Result<()> {
+        let seed = self.seed().await?;
+        match action {
+            Action::SetReplication { key, vector, .. } => {
+                seed.set_vector(key, (*vector).into()).await?;
+            }
+            Action::ResetReplication { key, .. } => {
+                seed.reset_vector(key).await?;
+            }
+            Action::AddNodes { .. } | Action::RemoveNode { .. } => {
+                anyhow::bail!(
+                    "no cluster manager: run the monitor with one to add or remove nodes"
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Loads the policy configuration (defaults without a file).
+pub fn load_policy(path: Option<&std::path::Path>) -> Result<PolicyConfig> {
+    let policy: PolicyConfig = match path {
+        None => PolicyConfig::default(),
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            toml::from_str(&text).with_context(|| format!("parsing {}", p.display()))?
+        }
+    };
+    policy.validate().context("invalid policy configuration")?;
+    Ok(policy)
+}
+
+/// `latticekv monitor`.
+pub async fn run(args: MonitorArgs) -> Result<i32> {
+    let policy = load_policy(args.config.as_deref())?;
+    let collect = CollectConfig {
+        disk_capacity_bytes: args.disk_capacity,
+    };
+    let mut m = Monitor::new(args.target, policy, collect, args.dry_run);
+    let mut ticker = tokio::time::interval(m.period());
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rounds = 0u64;
+    loop {
+        ticker.tick().await;
+        match m.round().await {
+            Ok(round) => {
+                if args.print_snapshot {
+                    println!("{}", serde_json::to_string(&round.snapshot)?);
+                }
+                for (action, error) in &round.actions {
+                    let mut line = serde_json::to_value(action)?;
+                    if let (Some(e), Some(obj)) = (error, line.as_object_mut()) {
+                        obj.insert("error".into(), e.clone().into());
+                    }
+                    println!("{line}");
+                }
+            }
+            Err(e) => eprintln!("monitor round failed: {e:#}"),
+        }
+        rounds += 1;
+        if args.rounds > 0 && rounds >= args.rounds {
+            return Ok(0);
+        }
+    }
+}

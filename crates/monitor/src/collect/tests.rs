@@ -1,0 +1,144 @@
+use bytes::Bytes;
+use wire::pb;
+
+use super::*;
+
+fn member(id: &str, role: &str, status: pb::NodeStatus) -> pb::Member {
+    pb::Member {
+        node_id: id.into(),
+        status: status as i32,
+        role: role.into(),
+        front: format!("{id}:7700"),
+        workers: vec![format!("{id}:7701")],
+        ..Default::default()
+    }
+}
+
+fn worker(memory: u64, hot: &[(&str, u64)], latency: (u64, u64, Vec<u64>)) -> pb::WorkerStatus {
+    let accesses: u64 = hot.iter().map(|(_, n)| n).sum();
+    pb::WorkerStatus {
+        memory_bytes: memory,
+        stats: Some(pb::WorkerStats {
+            accesses,
+            accessed_keys: hot.len() as u64,
+            access_sum_squares: hot.iter().map(|(_, n)| n * n).sum(),
+            hot_keys: hot
+                .iter()
+                .map(|(k, n)| pb::worker_stats::HotKey {
+                    key: Bytes::copy_from_slice(k.as_bytes()),
+                    accesses: *n,
+                })
+                .collect(),
+            occupancy: 0.5,
+            latency_count: latency.0,
+            latency_sum_ns: latency.1,
+            latency_buckets: latency.2,
+            disk_bytes: 7,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn counts_sum_across_replicas_and_dead_nodes_are_not_alive() {
+    let topology = pb::Topology {
+        default_global_replication: 1,
+        default_local_replication: 1,
+        default_disk_replication: 1,
+        replication: vec![pb::SetReplication {
+            key: Bytes::from_static(b"pinned"),
+            global: 2,
+            local: 1,
+            disk_global: Some(1),
+            disk_local: Some(1),
+            reset: false,
+        }],
+        ..Default::default()
+    };
+    let mut a = [0u64; 40].to_vec();
+    a[20] = 3; // three requests in bucket 20
+    let reports = vec![
+        NodeReport {
+            member: member("m1", "memory", pb::NodeStatus::Alive),
+            status: Some(pb::Status {
+                memory_budget_bytes: 1000,
+                workers: vec![
+                    worker(100, &[("hot", 90), ("a", 1)], (3, 3_000, a.clone())),
+                    worker(50, &[("hot", 10)], (1, 1_000, vec![0, 1])),
+                ],
+                ..Default::default()
+            }),
+        },
+        NodeReport {
+            member: member("d1", "disk", pb::NodeStatus::Alive),
+            status: Some(pb::Status {
+                workers: vec![worker(0, &[], (0, 0, vec![]))],
+                ..Default::default()
+            }),
+        },
+        NodeReport {
+            member: member("m2", "memory", pb::NodeStatus::Dead),
+            status: None,
+        },
+        NodeReport {
+            member: member("r", "routing", pb::NodeStatus::Alive),
+            status: None,
+        },
+    ];
+    let snap = snapshot(
+        5,
+        &topology,
+        &reports,
+        CollectConfig {
+            disk_capacity_bytes: 99,
+        },
+    );
+    assert_eq!(
+        snap.nodes.len(),
+        3,
+        "the routing node is not a storage node"
+    );
+    let m1 = &snap.nodes[0];
+    assert_eq!(
+        (m1.storage_bytes, m1.capacity_bytes, m1.workers),
+        (150, 1000, 2)
+    );
+    assert!(m1.alive && (m1.occupancy - 0.5).abs() < 1e-9);
+    assert_eq!(
+        (snap.nodes[1].storage_bytes, snap.nodes[1].capacity_bytes),
+        (7, 99)
+    );
+    assert!(!snap.nodes[2].alive);
+    let hot = snap.keys.iter().find(|k| k.key == b"hot").unwrap();
+    assert_eq!(hot.accesses, 100, "counts of both replicas");
+    assert!(!hot.is_explicit);
+    assert_eq!(hot.vector, Vector::new((1, 1), (1, 1)));
+    let pinned = snap.keys.iter().find(|k| k.key == b"pinned").unwrap();
+    assert!(pinned.is_explicit && pinned.accesses == 0);
+    assert_eq!(pinned.vector, Vector::new((2, 1), (1, 1)));
+    assert_eq!(snap.access.accesses_total, 101);
+    assert_eq!(snap.access.accessed_keys, 3);
+    let l = snap.latency.unwrap();
+    assert_eq!(l.count, 4);
+    // 4 requests, 4 µs measured in all, at occupancy 0.5: the queueing correction doubles
+    // the mean.
+    assert!((l.mean_us - 2.0).abs() < 1e-9, "{}", l.mean_us);
+    assert_eq!(l.p99_us, bucket_upper_ns(20) as f64 / 1000.0);
+}
+
+#[test]
+fn buckets_follow_the_protocols_rule() {
+    assert_eq!(bucket_upper_ns(5), 5);
+    // Bucket 16 holds 16 ns; 17 holds 17; bucket 32 starts the next power of two: 32..34.
+    assert_eq!(bucket_upper_ns(16), 16);
+    assert_eq!(bucket_upper_ns(31), 31);
+    assert_eq!(bucket_upper_ns(32), 33);
+    assert_eq!(bucket_upper_ns(48), 67);
+    let mut h = vec![0u64; 50];
+    h[3] = 98;
+    h[48] = 2;
+    assert_eq!(quantile_ns(&h, 0.5), 3);
+    assert_eq!(quantile_ns(&h, 0.99), 67);
+    assert_eq!(quantile_ns(&[], 0.99), 0);
+}
