@@ -507,11 +507,11 @@ pub async fn status(args: StatusArgs) -> Result<i32> {
     if !s.workers.is_empty() {
         println!();
         println!(
-            "worker  address               keys       memory       requests  connections  storage-errors  subscriptions"
+            "worker  address               keys       memory       requests  connections  storage-errors  subscriptions  evictions  disk-fetches"
         );
         for w in &s.workers {
             println!(
-                "{:<7} {:<21} {:<10} {:<12} {:<9} {:<12} {:<15} {}",
+                "{:<7} {:<21} {:<10} {:<12} {:<9} {:<12} {:<15} {:<14} {:<10} {}",
                 w.worker,
                 w.address,
                 w.keys,
@@ -519,7 +519,9 @@ pub async fn status(args: StatusArgs) -> Result<i32> {
                 w.requests,
                 w.connections,
                 w.storage_errors,
-                w.subscriptions
+                w.subscriptions,
+                w.evictions,
+                w.disk_fetches
             );
         }
     }

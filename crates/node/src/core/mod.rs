@@ -23,7 +23,8 @@
 //! - `entropy`: anti-entropy sessions, bucket by bucket, bounded and paced;
 //! - `reclaim`: reclaiming tombstones once every replica holds them;
 //! - `reply_limit`: the reply limit of requests reading several values;
-//! - `serve`: answering other workers.
+//! - `serve`: answering other workers;
+//! - `tier`: ops on keys a memory-tier worker evicted, waiting for the disk tier's record.
 
 mod acks;
 mod entropy;
@@ -33,6 +34,7 @@ mod reclaim;
 mod reply_limit;
 mod requests;
 mod serve;
+mod tier;
 
 use std::sync::Arc;
 
@@ -218,6 +220,8 @@ pub struct Core {
     pending: Map<ReqId, gossip::Pending>,
     /// Client requests and forwards in progress.
     jobs: requests::Jobs,
+    /// Fetches of evicted keys from the disk tier.
+    tier: tier::TierFetches,
     /// Writes waiting for their acknowledgement level.
     writes: acks::Writes,
     /// Disk syncs awaited.
@@ -252,6 +256,7 @@ impl Core {
             next_id: 0,
             pending: Map::with_hasher(hasher.clone()),
             jobs: requests::Jobs::new(hasher.clone()),
+            tier: tier::TierFetches::new(hasher.clone()),
             writes: acks::Writes::new(hasher.clone()),
             syncs: Map::with_hasher(hasher.clone()),
             gossip: gossip::GossipState::default(),
@@ -358,6 +363,8 @@ impl Core {
     pub fn tick(&mut self) {
         let now = self.now();
         self.expire_requests(now);
+        // Eviction steps between requests too (after acknowledgements made records clean).
+        self.shard.maintain_memory();
         if self.shard.reconciling() {
             self.shard.reconcile_step(RECONCILE_STEP_ENTRIES);
             // The hand-offs it queued go out soon.
@@ -477,3 +484,6 @@ impl Core {
         }
     }
 }
+
+#[cfg(test)]
+mod tier_tests;

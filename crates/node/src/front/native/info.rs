@@ -175,6 +175,8 @@ async fn status(w: &Worker) -> pb::Status {
                 connections: s.connections,
                 storage_errors: s.core.shard.storage_errors,
                 subscriptions: s.subscriptions,
+                evictions: s.core.shard.evictions,
+                disk_fetches: s.core.shard.disk_fetches,
             })
             .collect(),
         memory_budget_bytes: shared.config.limits.memory_budget_bytes(),
