@@ -186,7 +186,10 @@ struct Packed<'a> {
 }
 
 fn unpack(block: &[u8]) -> Packed<'_> {
-    let key_len = usize::from(u16::from_le_bytes([block[META_BYTES], block[META_BYTES + 1]]));
+    let key_len = usize::from(u16::from_le_bytes([
+        block[META_BYTES],
+        block[META_BYTES + 1],
+    ]));
     let (key, rest) = block[KEY_LEN_BYTES..].split_at(key_len);
     let (ts, value) = rest.split_at(TS_BYTES);
     let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
@@ -470,7 +473,7 @@ impl MemStore {
         let mut left = n;
         let scan = 4 * n + 16;
         let buckets = part.packed.num_buckets();
-        if part.packed.len() > 0 && buckets > 0 {
+        if !part.packed.is_empty() && buckets > 0 {
             for i in 0..scan.min(buckets) {
                 if left == 0 {
                     return;
@@ -489,7 +492,7 @@ impl MemStore {
             }
         }
         let buckets = part.full.num_buckets();
-        if part.full.len() > 0 && buckets > 0 {
+        if !part.full.is_empty() && buckets > 0 {
             for i in 0..scan.min(buckets) {
                 if left == 0 {
                     return;

@@ -129,8 +129,7 @@ impl Core {
                 if to_disk {
                     // Requeued first: dirty through the outbox until a later batch is
                     // acknowledged.
-                    self.shard
-                        .requeue_keys(to, keys.iter().cloned().collect::<Vec<_>>());
+                    self.shard.requeue_keys(to, keys.to_vec());
                     self.shard.disk_answered(&keys);
                 } else {
                     self.shard.requeue_keys(to, keys);

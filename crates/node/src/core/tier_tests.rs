@@ -94,7 +94,8 @@ impl Rig {
     }
 
     fn submit(&mut self, ops: Vec<Op<Bytes>>) -> Submitted {
-        self.core.submit(ops, crate::ack::Ack::MERGED, Routing::Forward)
+        self.core
+            .submit(ops, crate::ack::Ack::MERGED, Routing::Forward)
     }
 
     fn assign(&mut self, key: &str, value: &[u8]) -> OpResult {
@@ -238,7 +239,10 @@ fn eviction_takes_cold_clean_records_and_never_dirty_ones() {
     let gone = evicted(&rig, &clean);
     assert!(rig.stats().evictions > 0 && rig.core.shard().spilled());
     assert_eq!(gone.len() as u64, rig.stats().evictions);
-    assert!(evicted(&rig, &dirty).is_empty(), "a dirty record was evicted");
+    assert!(
+        evicted(&rig, &dirty).is_empty(),
+        "a dirty record was evicted"
+    );
     assert!(
         evicted(&rig, &clean[..10]).is_empty(),
         "recently read records went before cold ones: {gone:?}"

@@ -319,7 +319,9 @@ impl Shard {
 
     /// Bytes beyond which writes of tiered keys are refused.
     pub(super) fn hard_ceiling(&self) -> usize {
-        self.config.memory_budget.saturating_mul(HARD_CEILING_FACTOR)
+        self.config
+            .memory_budget
+            .saturating_mul(HARD_CEILING_FACTOR)
     }
 
     /// Evicts while the store is above its budget share, down to the low watermark, at
