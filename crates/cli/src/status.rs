@@ -120,6 +120,8 @@ fn worker_json(w: &pb::WorkerStatus) -> Value {
         "connections": w.connections,
         "storage_errors": w.storage_errors,
         "subscriptions": w.subscriptions,
+        "evictions": w.evictions,
+        "disk_fetches": w.disk_fetches,
         "stats": {
             "window_seq": s.window_seq,
             "window_ms": s.window_ms,
@@ -256,11 +258,11 @@ async fn print_tables(s: &pb::Status, target: &Target) -> Result<()> {
     }
     println!();
     println!(
-        "worker  address               keys       memory       requests  connections  storage-errors  subscriptions"
+        "worker  address               keys       memory       requests  connections  storage-errors  subscriptions  evictions  disk-fetches"
     );
     for w in &s.workers {
         println!(
-            "{:<7} {:<21} {:<10} {:<12} {:<9} {:<12} {:<15} {}",
+            "{:<7} {:<21} {:<10} {:<12} {:<9} {:<12} {:<15} {:<14} {:<10} {}",
             w.worker,
             w.address,
             w.keys,
@@ -268,7 +270,9 @@ async fn print_tables(s: &pb::Status, target: &Target) -> Result<()> {
             w.requests,
             w.connections,
             w.storage_errors,
-            w.subscriptions
+            w.subscriptions,
+            w.evictions,
+            w.disk_fetches
         );
     }
     let window_ms = s

@@ -347,6 +347,12 @@ impl Node {
             fsync_thread = Some(thread);
             journals.extend((0..workers).map(|_| JournalSetup::Lsm(syncer.clone())));
         } else if let Some(dir) = &config.data_dir {
+            if dir.join(crate::driver::worker::SPILL_MARKER).exists() {
+                // Evicted before this start: the log does not hold every key.
+                for shard in shards.iter_mut() {
+                    shard.mark_spilled();
+                }
+            }
             let opened = open_wals(dir, &config, &mut shards)?;
             for (shard, log) in shards.iter_mut().zip(opened) {
                 shard.enable_journal();

@@ -3,8 +3,8 @@
 //! # Layout
 //! Most keys of a key-value store hold a plain LWW register, so those are stored *packed*:
 //! one heap block holding the key, the timestamp and the value
-//! (`[key_len u16 LE][key][time u64 LE][writer u64 LE][value]`), referenced from a hash table
-//! of 16-byte slots. A live LWW record's epoch is its timestamp (the node's convention), so
+//! (`[meta u32 LE][key_len u16 LE][key][time u64 LE][writer u64 LE][value]`), referenced from a
+//! hash table of 16-byte slots. A live LWW record's epoch is its timestamp (the node's convention), so
 //! nothing else is needed. Every other record (collections, counters, causal values,
 //! tombstones) is a *full* entry: the key, the [`Record`] and its size estimate, inline in a
 //! second table. A key is in at most one of the two tables, and moves between them when its
@@ -19,6 +19,16 @@
 //! tables hash keys with a seeded hasher ([`MemStore::with_seed`]): random in a node (so
 //! keys chosen by clients cannot be made to collide), the run's seed in the simulation (so
 //! iteration order is reproducible there).
+//!
+//! # Recency and partial records
+//! Every entry carries a 32-bit *meta* word: the store's access clock at the entry's last
+//! read or write (31 bits, see [`MemStore::age`]) and a *partial* flag the owner may set
+//! ([`MemStore::set_partial`]: a memory-tier worker marks a record that holds only the deltas
+//! written since the key was evicted). Reads that should count as accesses go through
+//! [`MemStore::get_touched`]; every merge and update counts as one. [`MemStore::sample`] reads
+//! a few entries from consecutive buckets of one partition, for an owner evicting by
+//! approximate LRU (as Redis's `allkeys-lru` does): O(1) bookkeeping per access, no
+//! allocation, and no ordered list to maintain.
 //!
 //! # Sizes
 //! Packed entries are sized exactly (O(1)). Full entries keep an estimate so a write never
@@ -46,8 +56,14 @@ pub const PARTITIONS: usize = 256;
 /// Below this size a full entry is always recounted exactly (cheap for small collections).
 const EXACT_BELOW: usize = 4096;
 
-/// Bytes of a packed block before the key.
-const KEY_LEN_BYTES: usize = 2;
+/// Bytes of a packed block's meta word (access tick and flags).
+const META_BYTES: usize = 4;
+/// Bytes of a packed block before the key: the meta word and the key's length.
+const KEY_LEN_BYTES: usize = META_BYTES + 2;
+/// The partial flag of a meta word; the other 31 bits are the access tick.
+const PARTIAL: u32 = 1 << 31;
+/// The access-tick bits of a meta word.
+const TICK_MASK: u32 = PARTIAL - 1;
 /// Bytes of a packed block's timestamp.
 const TS_BYTES: usize = 16;
 
@@ -150,8 +166,9 @@ fn packable<'r>(key: &[u8], record: &'r Record) -> Option<(Timestamp, &'r [u8])>
     }
 }
 
-fn pack(key: &[u8], ts: Timestamp, value: &[u8]) -> Box<[u8]> {
+fn pack(meta: u32, key: &[u8], ts: Timestamp, value: &[u8]) -> Box<[u8]> {
     let mut block = Vec::with_capacity(KEY_LEN_BYTES + key.len() + TS_BYTES + value.len());
+    block.extend_from_slice(&meta.to_le_bytes());
     // `packable` guarantees the key length fits in a u16.
     block.extend_from_slice(&(key.len() as u16).to_le_bytes());
     block.extend_from_slice(key);
@@ -169,7 +186,10 @@ struct Packed<'a> {
 }
 
 fn unpack(block: &[u8]) -> Packed<'_> {
-    let key_len = usize::from(u16::from_le_bytes([block[0], block[1]]));
+    let key_len = usize::from(u16::from_le_bytes([
+        block[META_BYTES],
+        block[META_BYTES + 1],
+    ]));
     let (key, rest) = block[KEY_LEN_BYTES..].split_at(key_len);
     let (ts, value) = rest.split_at(TS_BYTES);
     let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
@@ -182,6 +202,14 @@ fn unpack(block: &[u8]) -> Packed<'_> {
 
 fn packed_key(block: &[u8]) -> &[u8] {
     unpack(block).key
+}
+
+fn packed_meta(block: &[u8]) -> u32 {
+    u32::from_le_bytes([block[0], block[1], block[2], block[3]])
+}
+
+fn set_packed_meta(block: &mut [u8], meta: u32) {
+    block[..META_BYTES].copy_from_slice(&meta.to_le_bytes());
 }
 
 fn packed_size(block: &[u8]) -> usize {
@@ -199,6 +227,8 @@ struct FullEntry {
     size: usize,
     /// The exact size at the last recount.
     counted: usize,
+    /// Access tick and flags (see the module docs).
+    meta: u32,
 }
 
 /// True if the record's size is O(1) to compute.
@@ -216,13 +246,14 @@ fn exact_size(key: &[u8], record: &Record) -> usize {
 }
 
 impl FullEntry {
-    fn new(key: &[u8], record: Record) -> FullEntry {
+    fn new(meta: u32, key: &[u8], record: Record) -> FullEntry {
         let size = exact_size(key, &record);
         FullEntry {
             key: Box::from(key),
             record,
             size,
             counted: size,
+            meta,
         }
     }
 
@@ -264,6 +295,17 @@ pub struct MemStore {
     bytes: usize,
     /// Number of keys holding a live value.
     live: usize,
+    /// The access clock: advances with every access that counts (31 bits, wrapping).
+    clock: std::cell::Cell<u32>,
+}
+
+/// What [`MemStore::sample`] reports of an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sampled {
+    /// Accesses to the store since the entry's last one (see [`MemStore::age`]).
+    pub age: u32,
+    /// The owner marked the record partial.
+    pub partial: bool,
 }
 
 impl std::fmt::Debug for MemStore {
@@ -301,7 +343,23 @@ impl MemStore {
             hasher: FixedState::with_seed(seed),
             bytes: 0,
             live: 0,
+            clock: std::cell::Cell::new(0),
         }
+    }
+
+    /// The next access tick (advances the clock).
+    #[inline]
+    fn tick(&self) -> u32 {
+        let t = self.clock.get().wrapping_add(1) & TICK_MASK;
+        self.clock.set(t);
+        t
+    }
+
+    /// Accesses since `meta`'s tick. Ticks wrap after 2^31 accesses: an entry untouched for
+    /// longer may look young again (an approximation an LRU sample tolerates).
+    #[inline]
+    fn age_of(&self, meta: u32) -> u32 {
+        self.clock.get().wrapping_sub(meta & TICK_MASK) & TICK_MASK
     }
 
     #[inline]
@@ -332,6 +390,127 @@ impl MemStore {
         self.get(key).filter(RecordRef::is_live)
     }
 
+    /// The record of `key` if it is live, counting the read as an access (for recency).
+    #[inline]
+    pub fn get_touched(&mut self, key: &[u8]) -> Option<RecordRef<'_>> {
+        let hash = self.hash(key);
+        let tick = self.tick();
+        let part = &mut self.parts[partition_of(key)];
+        if let Some(block) = part.packed.find_mut(hash, |b| packed_key(b) == key) {
+            let meta = (packed_meta(block) & PARTIAL) | tick;
+            set_packed_meta(block, meta);
+            let p = unpack(block);
+            return Some(RecordRef::Lww {
+                ts: p.ts,
+                value: p.value,
+            });
+        }
+        let e = part.full.find_mut(hash, |e| &*e.key == key)?;
+        e.meta = (e.meta & PARTIAL) | tick;
+        Some(RecordRef::Full(&e.record)).filter(RecordRef::is_live)
+    }
+
+    /// Counts an access to `key` (for recency); false if it is absent.
+    pub fn touch(&mut self, key: &[u8]) -> bool {
+        self.update_meta(key, |m| m & PARTIAL).is_some()
+    }
+
+    /// True if `key` is stored and marked partial.
+    pub fn is_partial(&self, key: &[u8]) -> bool {
+        self.meta(key).is_some_and(|m| m & PARTIAL != 0)
+    }
+
+    /// Marks `key`'s record partial or not (see the module docs); false if it is absent.
+    /// Counts as an access.
+    pub fn set_partial(&mut self, key: &[u8], partial: bool) -> bool {
+        let flag = if partial { PARTIAL } else { 0 };
+        self.update_meta(key, |_| flag).is_some()
+    }
+
+    /// Accesses to the store since `key`'s last one; `None` if absent.
+    pub fn age(&self, key: &[u8]) -> Option<u32> {
+        self.meta(key).map(|m| self.age_of(m))
+    }
+
+    fn meta(&self, key: &[u8]) -> Option<u32> {
+        let hash = self.hash(key);
+        let part = &self.parts[partition_of(key)];
+        if let Some(block) = part.packed.find(hash, |b| packed_key(b) == key) {
+            return Some(packed_meta(block));
+        }
+        part.full.find(hash, |e| &*e.key == key).map(|e| e.meta)
+    }
+
+    /// Sets `key`'s meta word to `flags(old) | a new tick`.
+    fn update_meta(&mut self, key: &[u8], flags: impl FnOnce(u32) -> u32) -> Option<u32> {
+        let hash = self.hash(key);
+        let tick = self.tick();
+        let part = &mut self.parts[partition_of(key)];
+        if let Some(block) = part.packed.find_mut(hash, |b| packed_key(b) == key) {
+            let meta = (flags(packed_meta(block)) & PARTIAL) | tick;
+            set_packed_meta(block, meta);
+            return Some(meta);
+        }
+        let e = part.full.find_mut(hash, |e| &*e.key == key)?;
+        e.meta = (flags(e.meta) & PARTIAL) | tick;
+        Some(e.meta)
+    }
+
+    /// Calls `f` on up to `n` entries of partition `p`, read from consecutive buckets of its
+    /// two tables from bucket `start` on (wrapping; `start` is reduced modulo the table
+    /// size), looking at most at `4 * n + 16` buckets per table: a bounded, allocation-free
+    /// sample for approximate LRU. `f` returns false to stop.
+    pub fn sample(
+        &self,
+        p: usize,
+        start: usize,
+        n: usize,
+        mut f: impl FnMut(&[u8], Sampled) -> bool,
+    ) {
+        let Some(part) = self.parts.get(p) else {
+            return;
+        };
+        let mut left = n;
+        let scan = 4 * n + 16;
+        let buckets = part.packed.num_buckets();
+        if !part.packed.is_empty() && buckets > 0 {
+            for i in 0..scan.min(buckets) {
+                if left == 0 {
+                    return;
+                }
+                if let Some(block) = part.packed.get_bucket((start + i) % buckets) {
+                    left -= 1;
+                    let meta = packed_meta(block);
+                    let s = Sampled {
+                        age: self.age_of(meta),
+                        partial: meta & PARTIAL != 0,
+                    };
+                    if !f(packed_key(block), s) {
+                        return;
+                    }
+                }
+            }
+        }
+        let buckets = part.full.num_buckets();
+        if !part.full.is_empty() && buckets > 0 {
+            for i in 0..scan.min(buckets) {
+                if left == 0 {
+                    return;
+                }
+                if let Some(e) = part.full.get_bucket((start + i) % buckets) {
+                    left -= 1;
+                    let s = Sampled {
+                        age: self.age_of(e.meta),
+                        partial: e.meta & PARTIAL != 0,
+                    };
+                    if !f(&e.key, s) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
     /// Estimated bytes used by `key` (0 if absent).
     pub fn size_of(&self, key: &[u8]) -> usize {
         let hash = self.hash(key);
@@ -347,17 +526,21 @@ impl MemStore {
     /// Merges `record` into the record of `key` (inserting it if absent).
     pub fn merge(&mut self, key: &[u8], record: Record) -> MergeOutcome {
         let hash = self.hash(key);
+        let tick = self.tick();
         let part = &mut self.parts[partition_of(key)];
         // Fast path: an LWW write onto a packed LWW register.
         if let Ok(mut entry) = part.packed.find_entry(hash, |b| packed_key(b) == key) {
             if let Some((ts, value)) = packable(key, &record) {
                 let block = entry.get_mut();
+                let meta = (packed_meta(block) & PARTIAL) | tick;
                 let current = unpack(block);
                 let changed = (ts, value) > (current.ts, current.value);
                 if changed {
                     let before = packed_size(block);
-                    *block = pack(key, ts, value);
+                    *block = pack(meta, key, ts, value);
                     self.bytes = (self.bytes + packed_size(block)).saturating_sub(before);
+                } else {
+                    set_packed_meta(block, meta);
                 }
                 return MergeOutcome {
                     changed,
@@ -368,12 +551,13 @@ impl MemStore {
             // Another form: unpack and merge in full.
             let (block, _) = entry.remove();
             self.bytes = self.bytes.saturating_sub(packed_size(&block));
+            let meta = (packed_meta(&block) & PARTIAL) | tick;
             let p = unpack(&block);
             let lww = Lww::new(p.ts, Box::from(p.value));
             let mut current = Record::new(p.ts, Some(Value::Lww(lww)));
             let changed = current.merge(record);
             let now_live = is_live(&current);
-            self.insert_new(hash, key, current);
+            self.insert_new(hash, meta, key, current);
             self.adjust_live(true, now_live);
             return MergeOutcome {
                 changed,
@@ -383,6 +567,7 @@ impl MemStore {
         }
         if let Ok(mut entry) = part.full.find_entry(hash, |e| &*e.key == key) {
             let e = entry.get_mut();
+            e.meta = (e.meta & PARTIAL) | tick;
             let was_live = is_live(&e.record);
             let grown = if cheap_to_size(&record) {
                 0
@@ -396,7 +581,7 @@ impl MemStore {
                     // Now a plain LWW register (e.g. a write newer than a tombstone): pack it.
                     let (e, _) = entry.remove();
                     self.bytes = self.bytes.saturating_sub(e.size);
-                    self.insert_new(hash, key, e.record);
+                    self.insert_new(hash, e.meta, key, e.record);
                 } else {
                     let before = e.size;
                     let after = e.resize(grown);
@@ -411,7 +596,7 @@ impl MemStore {
             };
         }
         let now_live = is_live(&record);
-        self.insert_new(hash, key, record);
+        self.insert_new(hash, tick, key, record);
         self.adjust_live(false, now_live);
         MergeOutcome {
             changed: true,
@@ -421,16 +606,16 @@ impl MemStore {
     }
 
     /// Inserts a record for a key in neither table, packed if it can be.
-    fn insert_new(&mut self, hash: u64, key: &[u8], record: Record) {
+    fn insert_new(&mut self, hash: u64, meta: u32, key: &[u8], record: Record) {
         let hasher = &self.hasher;
         let part = &mut self.parts[partition_of(key)];
         if let Some((ts, value)) = packable(key, &record) {
-            let block = pack(key, ts, value);
+            let block = pack(meta, key, ts, value);
             self.bytes += packed_size(&block);
             part.packed
                 .insert_unique(hash, block, |b| hasher.hash_one(packed_key(b)));
         } else {
-            let entry = FullEntry::new(key, record);
+            let entry = FullEntry::new(meta, key, record);
             self.bytes += entry.size;
             part.full
                 .insert_unique(hash, entry, |e| hasher.hash_one(&*e.key));
@@ -448,9 +633,11 @@ impl MemStore {
         f: impl FnOnce(&mut Record) -> R,
     ) -> Option<(R, MergeOutcome)> {
         let hash = self.hash(key);
+        let tick = self.tick();
         let entry = self.parts[partition_of(key)]
             .full
             .find_mut(hash, |e| &*e.key == key)?;
+        entry.meta = (entry.meta & PARTIAL) | tick;
         let was_live = is_live(&entry.record);
         let result = f(&mut entry.record);
         let now_live = is_live(&entry.record);
@@ -759,5 +946,57 @@ mod tests {
         }
         assert_eq!(s.bytes(), s.size_of(b"s"));
         assert_eq!(s.live_keys(), 1);
+    }
+
+    /// Reads and writes refresh an entry's age; the partial flag survives merges and
+    /// changes of form; sampling sees entries of both tables with their ages.
+    #[test]
+    fn ages_partial_flags_and_samples() {
+        let mut s = MemStore::with_seed(3);
+        s.merge(b"old", lww(1, b"v"));
+        s.merge(b"set", Record::tombstone(ts(1)));
+        for i in 0..100u32 {
+            s.merge(format!("k{i}").as_bytes(), lww(1, b"v"));
+        }
+        let old = s.age(b"old").unwrap();
+        assert!(old >= 100, "{old}");
+        assert!(s.get_touched(b"old").is_some());
+        assert_eq!(s.age(b"old"), Some(0));
+        assert!(s.age(b"k0").unwrap() > 0);
+        // Partial: kept by merges, in either form, until cleared.
+        assert!(s.set_partial(b"old", true));
+        s.merge(b"old", lww(2, b"w"));
+        assert!(s.is_partial(b"old"));
+        let c = lattice::Counter::new().add_delta(1, 5).unwrap();
+        s.merge(b"old", Record::new(ts(3), Some(Value::Counter(c))));
+        assert!(matches!(s.get(b"old"), Some(RecordRef::Full(_))));
+        assert!(s.is_partial(b"old"));
+        s.merge(b"old", lww(4, b"x"));
+        assert!(matches!(s.get(b"old"), Some(RecordRef::Lww { .. })));
+        assert!(s.is_partial(b"old"));
+        assert!(s.set_partial(b"old", false));
+        assert!(!s.is_partial(b"old"));
+        assert!(!s.set_partial(b"absent", true));
+        // A sample of every partition sees every entry once, with its age.
+        let mut seen = 0;
+        for p in 0..PARTITIONS {
+            let before = seen;
+            s.sample(p, 0, 1000, |k, info| {
+                seen += 1;
+                assert_eq!(Some(info.age), s.age(k));
+                assert_eq!(info.partial, s.is_partial(k));
+                true
+            });
+            assert_eq!(seen - before, s.partition_len(p));
+        }
+        assert_eq!(seen, s.len());
+        // A bounded sample stops at `n`.
+        let p = partition_of(b"k1");
+        let mut n = 0;
+        s.sample(p, 7, 1, |_, _| {
+            n += 1;
+            true
+        });
+        assert_eq!(n, 1);
     }
 }

@@ -113,7 +113,7 @@ impl Core {
             .flat_map(|(&node, info)| {
                 (0..info.workers.len() as u32).map(move |worker| Replica { node, worker })
             })
-            .filter(|r| *r != me)
+            .filter(|r| *r != me && !self.shard.declines_entropy_with(*r))
             .collect();
         peers.sort();
         peers
@@ -170,6 +170,11 @@ impl Core {
             return;
         };
         let peer = session.peer;
+        if self.shard.declines_entropy_with(peer) && !matches!(session.stage, Stage::Awaiting(_)) {
+            // Spilled since the session was queued.
+            self.entropy.session = None;
+            return;
+        }
         match session.stage {
             Stage::Awaiting(_) => {}
             Stage::Digest => {

@@ -29,8 +29,11 @@ pub(super) struct Pending {
 
 /// What the answer to a request is for.
 pub(super) enum Waiting {
-    /// A gossip batch: its keys, and the hand-offs it carried (key, generation).
-    Gossip(Vec<Bytes>, Vec<(Bytes, u64)>),
+    /// A gossip batch: its keys, the hand-offs it carried (key, generation), and whether
+    /// it went durable to a disk replica whose acknowledgement makes its keys clean.
+    Gossip(Vec<Bytes>, Vec<(Bytes, u64)>, bool),
+    /// Records of evicted keys asked for from the disk tier.
+    TierFetch(Vec<Bytes>),
     /// Client ops forwarded to the worker holding their keys.
     Forward(requests::Forwarding),
     /// Records asked for (reads that miss while keys move; reads from every replica).
@@ -67,11 +70,17 @@ impl Core {
             }
             self.gossip.in_flight += 1;
             let keys: Vec<Bytes> = out.entries.iter().map(|(k, _)| k.clone()).collect();
+            // A memory-tier worker's batches to disk replicas are durable: their
+            // acknowledgement makes the records clean, so evictable (see `shard::tier`).
+            let to_disk = self.shard.tracks_disk_acks(out.to);
+            if to_disk {
+                self.shard.sent_to_disk(&keys);
+            }
             let msg = PeerMsg::Replicate {
-                durable: out.durable(),
+                durable: out.durable() || to_disk,
                 entries: out.entries,
             };
-            self.send(out.to, msg, Waiting::Gossip(keys, out.handoffs));
+            self.send(out.to, msg, Waiting::Gossip(keys, out.handoffs, to_disk));
         }
         self.continue_backlog(now);
     }
@@ -86,7 +95,10 @@ impl Core {
 
     /// Asks for a round soon if the changeset filled up (after client writes).
     pub(super) fn gossip_if_full(&mut self) {
-        if self.shard.changeset_full() && !self.gossip.urgent {
+        // Above the memory budget with nothing clean to evict: get the dirty records to
+        // the disk tier now.
+        let wanted = self.shard.changeset_full() || self.shard.memory_pressure();
+        if wanted && !self.gossip.urgent {
             self.gossip.urgent = true;
             self.gossip.soonest = 0;
         }
@@ -98,18 +110,30 @@ impl Core {
         to: Replica,
         keys: Vec<Bytes>,
         handoffs: Vec<(Bytes, u64)>,
+        to_disk: bool,
         result: PeerResult,
     ) {
         self.gossip.in_flight = self.gossip.in_flight.saturating_sub(1);
         match result {
             Ok(_) => {
                 self.shard.delivered(to, &handoffs);
+                if to_disk {
+                    // Acknowledged durably: clean, unless written since.
+                    self.shard.disk_answered(&keys);
+                }
                 let now = self.now();
                 self.continue_backlog(now);
             }
             Err(e) => {
                 tracing::debug!(?to, error = ?e, keys = keys.len(), "gossip batch requeued");
-                self.shard.requeue_keys(to, keys);
+                if to_disk {
+                    // Requeued first: dirty through the outbox until a later batch is
+                    // acknowledged.
+                    self.shard.requeue_keys(to, keys.to_vec());
+                    self.shard.disk_answered(&keys);
+                } else {
+                    self.shard.requeue_keys(to, keys);
+                }
             }
         }
     }
@@ -123,7 +147,10 @@ impl Core {
         };
         let to = pending.to;
         match pending.waiting {
-            Waiting::Gossip(keys, handoffs) => self.on_gossip_reply(to, keys, handoffs, result),
+            Waiting::Gossip(keys, handoffs, to_disk) => {
+                self.on_gossip_reply(to, keys, handoffs, to_disk, result)
+            }
+            Waiting::TierFetch(keys) => self.on_tier_fetch_reply(keys, result),
             Waiting::Forward(f) => self.on_forward_reply(f, result),
             Waiting::Fetch(group) => self.on_fetch_reply(group, to, result),
             Waiting::FanOut(write) => self.on_fan_out_reply(write, result),

@@ -23,7 +23,8 @@
 //! - `entropy`: anti-entropy sessions, bucket by bucket, bounded and paced;
 //! - `reclaim`: reclaiming tombstones once every replica holds them;
 //! - `reply_limit`: the reply limit of requests reading several values;
-//! - `serve`: answering other workers.
+//! - `serve`: answering other workers;
+//! - `tier`: ops on keys a memory-tier worker evicted, waiting for the disk tier's record.
 //!
 //! Every op served here (a client's or one forwarded by another worker) is counted in the
 //! worker's statistics ([`crate::stats::Recorder`]), whose periods close in
@@ -39,6 +40,7 @@ mod requests;
 mod serve;
 #[cfg(test)]
 mod stats_tests;
+mod tier;
 
 use std::sync::Arc;
 
@@ -232,6 +234,8 @@ pub struct Core {
     pending: Map<ReqId, gossip::Pending>,
     /// Client requests and forwards in progress.
     jobs: requests::Jobs,
+    /// Fetches of evicted keys from the disk tier.
+    tier: tier::TierFetches,
     /// Writes waiting for their acknowledgement level.
     writes: acks::Writes,
     /// Disk syncs awaited.
@@ -272,6 +276,7 @@ impl Core {
             next_id: 0,
             pending: Map::with_hasher(hasher.clone()),
             jobs: requests::Jobs::new(hasher.clone()),
+            tier: tier::TierFetches::new(hasher.clone()),
             writes: acks::Writes::new(hasher.clone()),
             syncs: Map::with_hasher(hasher.clone()),
             gossip: gossip::GossipState::default(),
@@ -408,6 +413,8 @@ impl Core {
     pub fn tick(&mut self) {
         let now = self.now();
         self.expire_requests(now);
+        // Eviction steps between requests too (after acknowledgements made records clean).
+        self.shard.maintain_memory();
         if self.shard.reconciling() {
             self.shard.reconcile_step(RECONCILE_STEP_ENTRIES);
             // The hand-offs it queued go out soon.
@@ -530,3 +537,6 @@ impl Core {
         }
     }
 }
+
+#[cfg(test)]
+mod tier_tests;

@@ -142,8 +142,11 @@ impl Core {
         match self.shard.route(op.key()) {
             Route::Local => {
                 // A read that may miss while keys are moving takes the general path, which
-                // asks the previous owners.
+                // asks the previous owners; so does an op on an evicted key.
                 if matches!(op, Op::Get { .. }) && self.shard.settling().is_some() {
+                    return Err(op);
+                }
+                if self.must_wait(&op) {
                     return Err(op);
                 }
                 self.stats.access(op.key());
@@ -167,6 +170,9 @@ impl Core {
         f: impl FnOnce(Result<Option<store::RecordRef<'_>>, NodeError>) -> R,
     ) -> Option<R> {
         if self.shard.route(key) != Route::Local || self.shard.settling().is_some() {
+            return None;
+        }
+        if self.shard.spilled() && self.must_wait(&Op::Get { key }) {
             return None;
         }
         self.stats.access(key);
@@ -228,6 +234,7 @@ impl Core {
         let mut syncs: Vec<u64> = Vec::new();
         for (pos, op) in ops.into_iter().enumerate() {
             match self.shard.route(op.key()) {
+                Route::Local if self.defer_for_fetch(job, pos, &op, ack, false) => {}
                 Route::Local if op.is_write() && !ack.is_default() => {
                     self.stats.access(op.key());
                     self.run_acked(job, pos, op.to_owned_op(), ack, false, &mut syncs);
@@ -265,6 +272,7 @@ impl Core {
         if !misses.is_empty() {
             self.settle_reads(job, misses);
         }
+        self.start_tier_fetches();
         self.gossip_if_full();
         self.arm_journal();
     }

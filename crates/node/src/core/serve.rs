@@ -34,9 +34,12 @@ impl Core {
                 for (pos, op) in ops.into_iter().enumerate() {
                     // Served here: the worker that forwarded it did not count it.
                     self.stats.access(op.key());
-                    self.run_acked(job, pos, op, ack, true, &mut syncs);
+                    if !self.defer_for_fetch(job, pos, &op, ack, true) {
+                        self.run_acked(job, pos, op, ack, true, &mut syncs);
+                    }
                 }
                 self.sync_writes(syncs);
+                self.start_tier_fetches();
                 if let Some(results) = self.close_job(job) {
                     self.respond(token, Ok(PeerReply::Results(results)));
                 }
@@ -47,6 +50,9 @@ impl Core {
                         "a digest of {} buckets exceeds the limit of {MAX_DIGEST_BUCKETS}",
                         digests.len()
                     )))
+                } else if self.shard.declines_entropy_with(from) {
+                    // Nothing to compare (see `Shard::declines_entropy_with`).
+                    Ok(self.repair_answer(from, Vec::new(), None))
                 } else {
                     let differing = self.shard.differing_range(from, first as usize, &digests);
                     Ok(self.repair_answer(from, differing, None))
@@ -55,6 +61,9 @@ impl Core {
             }
             PeerMsg::RepairMore { buckets, cursor } => {
                 let mut buckets = buckets;
+                if self.shard.declines_entropy_with(from) {
+                    buckets.clear();
+                }
                 buckets.sort_unstable();
                 buckets.dedup();
                 let answer = self.repair_answer(from, buckets, Some(cursor));

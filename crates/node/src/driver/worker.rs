@@ -160,7 +160,22 @@ pub struct Worker {
     pub subscriptions: RefCell<Subscriptions>,
     /// Signalled when a connection subscribes (wakes the idle subscription task).
     pub subscribed: Notify,
+    /// Signalled when the core leaves memory pressure (see [`Worker::wait_memory_room`]).
+    memory_room: Notify,
+    /// A connection waits on `memory_room`.
+    memory_waiting: Cell<bool>,
+    /// The node's spill marker is written (or not needed).
+    spill_marked: Cell<bool>,
 }
+
+/// Longest a client connection waits for memory before its next batch runs anyway (and
+/// may get the out-of-memory error at the hard ceiling): a disk tier that stopped
+/// acknowledging must not hang clients.
+const MEMORY_WAIT: Duration = Duration::from_millis(200);
+
+/// File in a memory-tier node's data directory saying that its workers evicted keys: after
+/// a restart its log no longer holds every key, so they start as caches (`shard::tier`).
+pub const SPILL_MARKER: &str = "spilled";
 
 /// Work to start on a worker when it starts (accept loops).
 pub type Service = Box<dyn FnOnce(Rc<Worker>) + Send>;
@@ -187,6 +202,37 @@ impl Worker {
         let out = f(&mut self.core.borrow_mut());
         self.run_effects();
         out
+    }
+
+    /// Back-pressure of a memory-tier worker above its budget with nothing evictable
+    /// (every record waits for the disk tier's acknowledgement): a client connection waits
+    /// here before each batch of requests until records are clean again, at most
+    /// [`MEMORY_WAIT`].
+    pub(crate) async fn wait_memory_room(&self) {
+        if !self.core.borrow().shard().memory_pressure() {
+            return;
+        }
+        let room = self.memory_room.notified();
+        self.memory_waiting.set(true);
+        let _ = tokio::time::timeout(MEMORY_WAIT, room).await;
+    }
+
+    /// Writes the node's spill marker (once per process; a failure is logged: the cost is
+    /// a restart that trusts its log for keys it evicted before).
+    fn mark_spilled(&self) {
+        if self.shared.config.tier.tier() != placement::Tier::Memory {
+            return;
+        }
+        let Some(dir) = &self.shared.config.data_dir else {
+            return;
+        };
+        let path = dir.join(SPILL_MARKER);
+        if path.exists() {
+            return;
+        }
+        if let Err(e) = std::fs::write(&path, b"evicted keys: they live on the disk tier\n") {
+            tracing::warn!(error = %e, path = %path.display(), "cannot write the spill marker");
+        }
     }
 
     /// The core, read-only.
@@ -306,7 +352,23 @@ impl Worker {
                 self.execute(e);
             }
         }
-        let deadline = self.core.borrow().next_deadline();
+        let (deadline, pressure, spilled) = {
+            let core = self.core.borrow();
+            let shard = core.shard();
+            (
+                core.next_deadline(),
+                shard.memory_pressure(),
+                shard.spilled(),
+            )
+        };
+        if self.memory_waiting.get() && !pressure {
+            self.memory_waiting.set(false);
+            self.memory_room.notify_waiters();
+        }
+        if spilled && !self.spill_marked.get() {
+            self.spill_marked.set(true);
+            self.mark_spilled();
+        }
         if deadline < self.sleeping_until.get() {
             self.sleeping_until.set(deadline);
             self.wake.notify_one();
@@ -563,6 +625,9 @@ impl Worker {
             conns: Rc::new(LocalConnections::default()),
             subscriptions: RefCell::new(Subscriptions::default()),
             subscribed: Notify::new(),
+            memory_room: Notify::new(),
+            memory_waiting: Cell::new(false),
+            spill_marked: Cell::new(false),
         })
     }
 

@@ -352,6 +352,8 @@ pub async fn serve<C: Codec>(
         }
         // Writers wait while the log is far behind rather than queue without bound.
         w.journal.wait_room().await;
+        // And while RAM is full of records the disk tier has not acknowledged yet.
+        w.wait_memory_room().await;
         let batch = run_batch(&w, &mut codec, &mut inbuf, &mut replies, max_batch_reply).await;
         if batch.requests > 0 {
             // Every request of the batch arrived by the last read, and every reply is

@@ -6,13 +6,13 @@
 //! and every change is written through to disk before the operation returns. So the
 //! request path, the lattice code and replication are the same for both tiers, and the
 //! disk always holds every key's latest merged record: evicting a key from the cache is
-//! free. Whole-store passes (view changes, anti-entropy digests) read the disk.
+//! free. The cache keeps the most recently used records (approximate LRU, see `tier`). Whole-store passes (view changes, anti-entropy digests) read the disk.
 //!
 //! A disk error makes the operation fail with [`NodeError::Storage`] (returned, like every
 //! other error); the cache entry of a key whose write failed is dropped, so reads show what
 //! the disk holds.
 
-use lattice::{Blob, Record};
+use lattice::Record;
 use store::{DiskDb, DiskStore, StoreError};
 
 use super::Shard;
@@ -158,27 +158,6 @@ impl Shard {
             .map_err(|e| NodeError::Storage(e.to_string()))?;
         d.space_ok_until_ms.set(now.saturating_add(SPACE_CHECK_MS));
         Ok(())
-    }
-
-    /// Keeps the cache of a disk-tier shard within the worker's memory budget by dropping
-    /// entries (they are all on disk).
-    pub(super) fn evict_if_needed(&mut self) {
-        if self.disk.is_none() || self.store.bytes() <= self.config.memory_budget {
-            return;
-        }
-        let target = self.config.memory_budget / 2;
-        let victims: Vec<Blob> = self
-            .store
-            .iter()
-            .map(|(k, _)| Box::from(k))
-            .take(self.store.len() / 2 + 1)
-            .collect();
-        for key in victims {
-            if self.store.bytes() <= target {
-                break;
-            }
-            self.store.remove(&key);
-        }
     }
 
     /// Every key stored here in partition `partition` (after `after`, on disk), with its

@@ -108,6 +108,11 @@ impl Shard {
                     }
                     let outcome = self.store.merge(&key, record);
                     self.track_liveness(&key, outcome);
+                    if self.tier.spilled {
+                        // The node evicted before this start: what the log holds of a key
+                        // may be only part of it (the disk tier has the rest).
+                        self.store.set_partial(&key, true);
+                    }
                 }
                 JournalEntry::Drop(key) => {
                     if let Some(record) = self.store.remove(&key) {

@@ -15,13 +15,16 @@
 //!   anti-entropy digests and repair;
 //! - `journal`: which changes go to the write-ahead log, and replaying them;
 //! - `disk`: disk-tier shards — the disk engine behind the memory store as a
-//!   write-through cache.
+//!   write-through cache;
+//! - `tier`: tiering — a memory-tier shard as a recency cache over the disk tier (eviction
+//!   of clean records, partial records, fetches), and the disk cache's recency eviction.
 
 mod disk;
 mod entropy;
 mod journal;
 mod ops;
 mod sync;
+mod tier;
 mod tombstones;
 mod views;
 
@@ -40,6 +43,7 @@ use crate::view::ViewState;
 pub use crate::codec::GossipBatch;
 pub use entropy::{bucket_of, AntiEntropyDigest, RepairCursor, BUCKETS};
 pub use sync::Outgoing;
+pub use tier::{EVICT_STEP, HARD_CEILING_FACTOR, LOW_WATERMARK_PERCENT, PROMOTE_AFTER};
 
 /// Hash maps of a shard: seeded from the shard's seed, so their iteration order (which
 /// decides the order batches go out in) is the same in every run of a simulation seed.
@@ -151,6 +155,11 @@ pub struct ShardStats {
     pub pending_replication: u64,
     /// Keys kept only until every new replica acknowledged their hand-off.
     pub handoff_keys: u64,
+    /// Records evicted from RAM (memory tier: demoted to the disk tier; disk tier: dropped
+    /// from the cache).
+    pub evictions: u64,
+    /// Keys fetched from the disk tier by a memory-tier worker (reads of evicted keys).
+    pub disk_fetches: u64,
 }
 
 /// One worker's keys, clock, view of the cluster and outgoing replication.
@@ -213,6 +222,8 @@ pub struct Shard {
     handed_off: u64,
     /// The disk engine of a disk-tier shard (the memory store is then its cache).
     disk: Option<disk::DiskSide>,
+    /// Tiering: eviction, partial records, fetch counters.
+    tier: tier::Tiering,
     /// Changes waiting to be written to the write-ahead log (`None`: no log).
     journal: Option<Vec<JournalEntry>>,
     /// Why the write-ahead log refuses appends, while it does: writes are refused too.
@@ -259,6 +270,7 @@ impl Shard {
             handoff: Map::with_hasher(hasher.clone()),
             next_handoff: 0,
             retiring: Map::with_hasher(hasher.clone()),
+            tier: tier::Tiering::new(hasher.clone()),
             reclaimed: Map::with_hasher(hasher),
             primary_keys: 0,
             metadata_keys: 0,
@@ -450,6 +462,8 @@ impl Shard {
                 + self.handoff.len()
                 + self.reconcile_waiting) as u64,
             handoff_keys: self.handoff.len() as u64,
+            evictions: self.tier.evictions,
+            disk_fetches: self.tier.disk_fetches,
         }
     }
 

@@ -35,14 +35,25 @@ impl Shard {
         Ok(())
     }
 
-    pub(super) fn check_memory(&self) -> Result<(), NodeError> {
+    pub(super) fn check_memory(&self, key: &[u8]) -> Result<(), NodeError> {
         if self.is_disk() {
             // The memory store is a cache: the limit is the disk's free space.
             return self.check_disk();
         }
-        if self.store.bytes() >= self.config.memory_budget {
+        let used = self.store.bytes();
+        if used < self.config.memory_budget {
+            return Ok(());
+        }
+        // A key with disk replicas: RAM is a cache of clean records; writes go on while
+        // dirty records wait for the disk's acknowledgement, up to the hard ceiling.
+        let limit = if self.tiered(key) {
+            self.hard_ceiling()
+        } else {
+            self.config.memory_budget
+        };
+        if used >= limit {
             return Err(NodeError::MemoryLimit {
-                used: self.store.bytes(),
+                used,
                 budget: self.config.memory_budget,
             });
         }
@@ -95,17 +106,17 @@ impl Shard {
         self.requests += 1;
         self.check_key(key)?;
         if self.is_disk() {
-            self.evict_if_needed();
+            self.maintain_memory();
             self.fault_in(key)?;
         }
-        Ok(self.live(key))
+        Ok(self.store.get_touched(key))
     }
 
     /// The live value of `key` as a `Get` reads it (`None`: absent or deleted), for
     /// subscriptions checking whether it changed: not counted as a request.
     pub fn watched_value(&mut self, key: &[u8]) -> Result<Option<Value>, NodeError> {
         if self.is_disk() {
-            self.evict_if_needed();
+            self.maintain_memory();
             self.fault_in(key)?;
         }
         Ok(self.live(key).and_then(|r| r.to_value()))
@@ -153,9 +164,22 @@ impl Shard {
     /// faulted in first and every change written through.
     fn execute_tiered<B: AsRef<[u8]>>(&mut self, op: Op<B>) -> OpResult {
         if !self.is_disk() {
-            return self.execute_here(op);
+            if !op.is_write() {
+                self.store.touch(op.key());
+                return self.execute_here(op);
+            }
+            // Room first (bounded steps), then the write; a blind write to a key not in
+            // RAM leaves a partial record once this worker has evicted.
+            self.maintain_memory();
+            let absent = self.tier.spilled && self.store.get(op.key()).is_none();
+            let key = absent.then(|| Blob::from(op.key()));
+            let result = self.execute_here(op);
+            if let Some(key) = key {
+                self.note_blind_write(&key, true);
+            }
+            return result;
         }
-        self.evict_if_needed();
+        self.maintain_memory();
         if let Err(e) = self.fault_in(op.key()) {
             return OpResult::Error(e);
         }
@@ -174,7 +198,7 @@ impl Shard {
             }
         }
         if op.is_write() && !matches!(op, Op::Delete { .. }) {
-            if let Err(e) = self.check_memory() {
+            if let Err(e) = self.check_memory(op.key()) {
                 return OpResult::Error(e);
             }
         }

@@ -308,7 +308,7 @@ impl Shard {
     /// Merges records received from another replica (gossip, hand-off, repair). Stops at
     /// the first record the disk refuses (the sender keeps the batch and retries).
     pub fn merge_gossip(&mut self, batch: GossipBatch) -> Result<(), NodeError> {
-        self.evict_if_needed();
+        self.maintain_memory();
         for (key, record) in batch {
             self.gossip_received += 1;
             self.hlc.observe(record.epoch);

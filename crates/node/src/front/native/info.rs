@@ -188,6 +188,8 @@ async fn status(w: &Worker) -> pb::Status {
                     shared.config.stats.period_ms,
                     STATUS_HOT_KEY_BYTES / workers.len().max(1),
                 )),
+                evictions: s.core.shard.evictions,
+                disk_fetches: s.core.shard.disk_fetches,
             })
             .collect(),
         memory_budget_bytes: shared.config.limits.memory_budget_bytes(),

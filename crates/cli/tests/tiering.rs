@@ -1,0 +1,175 @@
+//! Tiering on real processes: a memory node whose data is four times its memory budget
+//! keeps taking writes (RAM is a recency cache over the disk node), serves every key back,
+//! stays within its budget plus a measured overhead, and promotes keys read again.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use client::Client;
+use common::NodeProc;
+use lattice::{Lww, Timestamp, Value};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The memory node's budget (all workers).
+const BUDGET: u64 = 16 << 20;
+/// Bytes of each value.
+const VALUE: usize = 1024;
+/// Keys written: 64 MiB of values, four times the budget.
+const KEYS: usize = 64 << 10;
+
+/// Resident memory of the memory node beyond its budget, measured on this load (debug
+/// build, see docs/elasticity.md "Tiering"): the process at rest (~34 MiB: runtimes,
+/// threads, allocator arenas), the write-ahead log's queues (~24 MiB), and the records on
+/// their way to the disk tier — the store above its share while they wait for the disk's
+/// acknowledgement (up to the hard ceiling), their copies in the changeset and the encoded
+/// batches queued on the peer connection (~55 MiB). Peak seen: 130 MiB. Without eviction
+/// the same load needs well over 200 MiB.
+const OVERHEAD: u64 = 128 << 20;
+
+fn value(i: usize) -> Value {
+    let ts = Timestamp::new(((i as u64) + 1) << 16, 7);
+    let mut v = vec![b'a' + (i % 26) as u8; VALUE];
+    v[..8].copy_from_slice(&(i as u64).to_le_bytes());
+    Value::Lww(Lww::new(ts, v.into()))
+}
+
+fn key(i: usize) -> String {
+    format!("key:{i:08}")
+}
+
+/// VmRSS of process `pid`, bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("VmRSS");
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("a number");
+    kib * 1024
+}
+
+/// (evictions, disk fetches, keys in RAM) summed over the memory node's workers.
+async fn counters(c: &Client) -> (u64, u64, u64) {
+    let s = c.status().await.unwrap();
+    s.workers.iter().fold((0, 0, 0), |(e, f, k), w| {
+        (e + w.evictions, f + w.disk_fetches, k + w.keys)
+    })
+}
+
+async fn wait_for_disk_node(c: &Client) {
+    for _ in 0..200 {
+        let t = c.refresh_topology().await.unwrap();
+        if t.members.iter().any(|m| m.role == "disk" && m.status == 0) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the disk node never joined");
+}
+
+#[test]
+fn data_four_times_the_memory_budget_spills_to_the_disk_tier() {
+    let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let budget = BUDGET.to_string();
+    let memory = NodeProc::server(
+        "m1",
+        None,
+        &[
+            "--workers",
+            "2",
+            "--memory-budget",
+            &budget,
+            "--data-dir",
+            dirs.0.path().to_str().unwrap(),
+        ],
+    );
+    let _disk = NodeProc::server(
+        "d1",
+        Some(memory.native),
+        &[
+            "--tier",
+            "disk",
+            "--workers",
+            "2",
+            "--memory-budget",
+            &budget,
+            "--data-dir",
+            dirs.1.path().to_str().unwrap(),
+        ],
+    );
+    let pid = memory.child.id();
+    let rt = rt();
+    rt.block_on(async {
+        let c = Client::connect(&memory.native.to_string()).await.unwrap();
+        wait_for_disk_node(&c).await;
+        c.refresh_topology().await.unwrap();
+        let at_rest = rss(pid);
+
+        // Write-only load, 4x the budget: every write succeeds.
+        let started = Instant::now();
+        let mut peak = at_rest;
+        for chunk in (0..KEYS).collect::<Vec<_>>().chunks(256) {
+            let items: Vec<(String, Value)> = chunk.iter().map(|&i| (key(i), value(i))).collect();
+            c.put_many(&items)
+                .await
+                .expect("a write at 4x the budget failed");
+            peak = peak.max(rss(pid));
+        }
+        let took = started.elapsed();
+        let (evictions, _, cached) = counters(&c).await;
+        eprintln!(
+            "wrote {KEYS} x {VALUE} B in {took:?}; RSS at rest {} MiB, peak {} MiB; \
+             {evictions} evictions, {cached} keys in RAM",
+            at_rest >> 20,
+            peak >> 20
+        );
+        assert!(
+            evictions > 0 && (cached as usize) < KEYS / 2,
+            "{evictions} {cached}"
+        );
+        assert!(
+            peak <= BUDGET + OVERHEAD,
+            "RSS {} MiB exceeds the budget ({} MiB) + overhead ({} MiB)",
+            peak >> 20,
+            BUDGET >> 20,
+            OVERHEAD >> 20
+        );
+
+        // Every key reads back with its value.
+        for chunk in (0..KEYS).collect::<Vec<_>>().chunks(256) {
+            let keys: Vec<String> = chunk.iter().map(|&i| key(i)).collect();
+            let got = c.get_many(&keys).await.unwrap();
+            for (&i, v) in chunk.iter().zip(got) {
+                assert_eq!(v, Some(value(i)), "{}", key(i));
+            }
+            peak = peak.max(rss(pid));
+        }
+        assert!(peak <= BUDGET + OVERHEAD, "RSS {} MiB", peak >> 20);
+
+        // A few cold keys read again and again are promoted: served from RAM afterwards.
+        let hot: Vec<String> = (0..64).map(key).collect();
+        let (_, before, _) = counters(&c).await;
+        for _ in 0..3 {
+            let got = c.get_many(&hot).await.unwrap();
+            assert!(got.iter().all(Option::is_some));
+        }
+        let (_, fetched, _) = counters(&c).await;
+        assert!(fetched > before, "the cold keys were not fetched from disk");
+        for _ in 0..5 {
+            c.get_many(&hot).await.unwrap();
+        }
+        let (_, after, _) = counters(&c).await;
+        assert_eq!(after, fetched, "promoted keys are still fetched from disk");
+    });
+}
