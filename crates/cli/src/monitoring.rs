@@ -8,7 +8,7 @@
 //! the cluster manager — or, without one, log them. `--dry-run` prints the actions as JSON
 //! lines and changes nothing.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -53,7 +53,13 @@ pub struct Monitor {
     nodes: HashMap<String, Client>,
     start: Instant,
     dry_run: bool,
+    /// The latest actions (at most [`REPORTED_ACTIONS`]), as reported to the nodes.
+    recent: VecDeque<wire::pb::policy_report::Action>,
+    rounds: u64,
 }
+
+/// Actions a report to the nodes carries.
+const REPORTED_ACTIONS: usize = 32;
 
 /// What one round saw and did.
 pub struct Round {
@@ -83,6 +89,8 @@ impl Monitor {
             nodes: HashMap::new(),
             start: Instant::now(),
             dry_run,
+            recent: VecDeque::new(),
+            rounds: 0,
         }
     }
 
@@ -163,10 +171,36 @@ impl Monitor {
             }
             done.push((action, error));
         }
+        self.rounds += 1;
+        self.report(&done).await;
         Ok(Round {
             snapshot,
             actions: done,
         })
+    }
+
+    /// Tells every node polled this round what the monitor did lately (their status shows
+    /// it). A node that does not take it is skipped: the report is informational.
+    async fn report(&mut self, done: &[(Action, Option<String>)]) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        for (action, error) in done {
+            self.recent
+                .push_back(action_to_pb(action, error.as_deref(), now));
+            if self.recent.len() > REPORTED_ACTIONS {
+                self.recent.pop_front();
+            }
+        }
+        let report = wire::pb::PolicyReport {
+            sent_ms: now,
+            rounds: self.rounds,
+            actions: self.recent.iter().cloned().collect(),
+            dry_run: self.dry_run,
+        };
+        for c in self.nodes.values() {
+            let _ = tokio::time::timeout(STATUS_TIMEOUT, c.policy_report(report.clone())).await;
+        }
     }
 
     async fn act(&mut self, action: &Action) -> Result<()> {
@@ -185,6 +219,55 @@ impl Monitor {
             }
         }
         Ok(())
+    }
+}
+
+/// An action as the nodes keep it (texts cut to what a node accepts).
+fn action_to_pb(action: &Action, error: Option<&str>, now: u64) -> wire::pb::policy_report::Action {
+    let cut = |s: &str| -> String {
+        let mut end = s.len().min(500);
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s[..end].to_string()
+    };
+    let mut a = wire::pb::policy_report::Action {
+        at_ms: now,
+        reason: cut(action.reason()),
+        error: cut(error.unwrap_or_default()),
+        ..Default::default()
+    };
+    match action {
+        Action::SetReplication { key, vector, .. } => {
+            a.kind = "set_replication".into();
+            a.key = bytes::Bytes::copy_from_slice(&key[..key.len().min(256)]);
+            a.memory_global = vector.memory.global;
+            a.memory_local = vector.memory.local;
+            a.disk_global = vector.disk.global;
+            a.disk_local = vector.disk.local;
+        }
+        Action::ResetReplication { key, .. } => {
+            a.kind = "reset_replication".into();
+            a.key = bytes::Bytes::copy_from_slice(&key[..key.len().min(256)]);
+        }
+        Action::AddNodes { tier, count, .. } => {
+            a.kind = "add_nodes".into();
+            a.tier = tier_name(*tier).into();
+            a.count = *count;
+        }
+        Action::RemoveNode { tier, node_id, .. } => {
+            a.kind = "remove_node".into();
+            a.tier = tier_name(*tier).into();
+            a.node_id = cut(node_id);
+        }
+    }
+    a
+}
+
+fn tier_name(t: monitor::Tier) -> &'static str {
+    match t {
+        monitor::Tier::Memory => "memory",
+        monitor::Tier::Disk => "disk",
     }
 }
 

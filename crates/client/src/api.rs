@@ -655,6 +655,16 @@ impl Client {
         self.refresh_topology().await.map(|_| ())
     }
 
+    /// Hands the node an elasticity monitor's report of its latest rounds (shown in the
+    /// node's status). Needs admin permission on a node with users.
+    pub async fn policy_report(&self, report: pb::PolicyReport) -> Result<(), ClientError> {
+        let op = ReqOp::Admin(pb::Admin {
+            op: Some(pb::admin::Op::PolicyReport(report)),
+        });
+        let front = self.inner.front.clone();
+        self.call_at(&front, op).await.map(|_| ())
+    }
+
     /// Returns `key` to the cluster's default placement (drops its explicit vector).
     pub async fn reset_vector(&self, key: impl AsRef<[u8]>) -> Result<(), ClientError> {
         let op = ReqOp::Admin(pb::Admin {

@@ -539,7 +539,11 @@ async fn read_frames(mut stream: ReadHalf<Stream>, conn: u64, events: mpsc::Send
                 let _ = events.send(Event::Closed(conn)).await;
                 return;
             };
-            if events.send(Event::Frame(conn, Box::new(resp))).await.is_err() {
+            if events
+                .send(Event::Frame(conn, Box::new(resp)))
+                .await
+                .is_err()
+            {
                 return;
             }
         }

@@ -166,6 +166,7 @@ async fn serve_in_memory(config: NodeConfig, port: Port, reads: &[&[u8]]) -> Ses
         faults: Faults::default(),
         agent: agent::Agent::detached(),
         snapshots,
+        policy: tokio::sync::watch::Sender::new(None),
     });
     let core_config = crate::server::core_config(&config);
     let budget = (config.limits.memory_budget_bytes() / workers as u64) as usize;

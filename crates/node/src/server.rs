@@ -310,6 +310,7 @@ impl Node {
             faults,
             agent: agent.clone(),
             snapshots,
+            policy: tokio::sync::watch::Sender::new(None),
         });
 
         let clock: crate::shard::SharedClock = Arc::new(SystemClock::new(config.clock_skew_ms));

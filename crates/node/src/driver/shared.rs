@@ -60,6 +60,8 @@ pub struct Shared {
     pub agent: Agent,
     /// The agent's latest snapshot (view and members).
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
+    /// The elasticity monitor's latest report (`Admin.policy_report`), shown in status.
+    pub policy: watch::Sender<Option<Arc<wire::pb::PolicyReport>>>,
 }
 
 impl Shared {

@@ -79,6 +79,7 @@ fn admin(w: &Rc<Worker>, id: u64, a: pb::Admin, replies: &mut Replies) {
         let result = match a.op {
             Some(pb::admin::Op::SetReplication(r)) => set_replication(&w, r).await.map(|()| 1),
             Some(pb::admin::Op::Forget(f)) => w.shared.agent.forget(f.node_id).await.map(|()| 1),
+            Some(pb::admin::Op::PolicyReport(r)) => policy_report(&w, r).map(|()| 1),
             Some(pb::admin::Op::Leave(l)) => match crate::leave::leave(&w.shared, l.force).await {
                 Ok(()) => {
                     // Stop once this answer is out.
@@ -106,6 +107,34 @@ fn admin(w: &Rc<Worker>, id: u64, a: pb::Admin, replies: &mut Replies) {
         encode(&resp, &mut out);
         out
     });
+}
+
+/// Most actions a policy report may carry.
+const MAX_POLICY_ACTIONS: usize = 64;
+/// Longest key in a policy report's action, in bytes.
+const MAX_POLICY_KEY: usize = 256;
+/// Longest text (kind, tier, node id, reason, error) in a policy report's action, in bytes.
+const MAX_POLICY_TEXT: usize = 512;
+
+/// Keeps the monitor's report (bounded: it comes from the network) for `Status.policy`.
+fn policy_report(w: &Worker, r: pb::PolicyReport) -> Result<(), NodeError> {
+    if r.actions.len() > MAX_POLICY_ACTIONS {
+        return Err(NodeError::InvalidArgument(format!(
+            "a policy report carries at most {MAX_POLICY_ACTIONS} actions, not {}",
+            r.actions.len()
+        )));
+    }
+    for a in &r.actions {
+        let texts = [&a.kind, &a.tier, &a.node_id, &a.reason, &a.error];
+        if a.key.len() > MAX_POLICY_KEY || texts.iter().any(|t| t.len() > MAX_POLICY_TEXT) {
+            return Err(NodeError::InvalidArgument(format!(
+                "a policy report's action has a key over {MAX_POLICY_KEY} bytes or a text \
+                 over {MAX_POLICY_TEXT} bytes"
+            )));
+        }
+    }
+    w.shared.policy.send_replace(Some(std::sync::Arc::new(r)));
+    Ok(())
 }
 
 /// Validates a replication change against the cluster and hands it to the agent, which
@@ -163,7 +192,9 @@ async fn status(w: &Worker) -> pb::Status {
             })
         })
         .collect();
+    let policy = shared.policy.borrow().as_deref().cloned();
     pb::Status {
+        policy,
         node_id: shared.config.node_id.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         uptime_seconds: shared.started.elapsed().as_secs(),
