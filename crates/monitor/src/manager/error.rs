@@ -96,6 +96,10 @@ pub enum ManagerError {
     /// A decision could not be made from what the cluster reported.
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// Any other Kubernetes API failure.
+    #[cfg(feature = "kubernetes")]
+    #[error("Kubernetes API: {0}")]
+    Kubernetes(#[from] kube::Error),
     /// A local file-system operation (data directories) failed.
     #[error("{what}: {source}")]
     Io {

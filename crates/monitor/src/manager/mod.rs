@@ -21,6 +21,8 @@
 
 mod admin;
 mod error;
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes;
 pub mod local;
 mod process;
 pub mod restart;

@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+#[cfg(feature = "kubernetes")]
+pub mod apiserver;
+
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
