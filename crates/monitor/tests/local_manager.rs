@@ -174,3 +174,65 @@ async fn a_node_that_cannot_start_is_an_error_and_not_kept() {
     assert!(manager.nodes().await.unwrap().is_empty());
     assert!(manager.check().await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn restarts_that_keep_failing_back_off_and_a_later_one_succeeds() {
+    let _serial = testkit::serial();
+    let data = tempfile::tempdir().unwrap();
+    let (_seed, manager) = cluster(data.path());
+    manager.add(Tier::Memory, 1).await.expect("add");
+    let pid = manager.pid("mem1").expect("running");
+    // SAFETY: kill(2) on the manager's child.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) }, 0);
+    // Its data directory becomes a file: every restart fails before a process starts.
+    let dir = data.path().join("mem1");
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::write(&dir, b"not a directory").unwrap();
+
+    let mut events = Vec::new();
+    let failed = |events: &[ManagerEvent]| {
+        events
+            .iter()
+            .filter(|e| matches!(e, ManagerEvent::RestartFailed { .. }))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + JOIN;
+    while failed(&events) < 3 && std::time::Instant::now() < deadline {
+        events.extend(manager.check().await.expect("check"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Initial back-off 200 ms, doubling with every failure in a row.
+    let waits: Vec<u64> = events
+        .iter()
+        .map(|e| match e {
+            ManagerEvent::Died { restart_in_ms, .. } => *restart_in_ms,
+            ManagerEvent::RestartFailed {
+                retry_in_ms, error, ..
+            } => {
+                assert!(error.contains("creating"), "{error}");
+                *retry_in_ms
+            }
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(waits, [200, 400, 800, 1600], "{events:?}");
+    let node = &manager.nodes().await.unwrap()[0];
+    assert_eq!((node.state, node.restarts), (NodeState::Restarting, 0));
+
+    std::fs::remove_file(&dir).unwrap();
+    let mut replaced = false;
+    while !replaced && std::time::Instant::now() < deadline {
+        replaced = manager
+            .check()
+            .await
+            .expect("check")
+            .iter()
+            .any(|e| matches!(e, ManagerEvent::Replaced { id, .. } if id == "mem1"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(replaced, "never restarted once the directory could be made");
+    let node = &manager.nodes().await.unwrap()[0];
+    assert_eq!((node.state, node.restarts), (NodeState::Running, 1));
+    assert!(dir.is_dir());
+    assert_eq!(manager.shutdown().await, 1);
+}

@@ -146,6 +146,9 @@ struct Entry {
     backoff: Backoff,
     /// When to start it again (state `Restarting`).
     retry_at: Option<Instant>,
+    /// A leave no `remove` call waits for any more (it timed out or was cancelled):
+    /// `check` forgets the node once it exits.
+    unattended: bool,
 }
 
 struct Inner {
@@ -302,6 +305,7 @@ impl LocalManager {
                 state: NodeState::Starting,
                 backoff: Backoff::new(),
                 retry_at: None,
+                unattended: false,
             },
         );
         Ok((id, dir))
@@ -320,6 +324,24 @@ impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         if !self.done {
             self.manager.lock().nodes.remove(&self.id);
+        }
+    }
+}
+
+/// Marks a leave as unattended when `remove` stops waiting for it (a timeout, or the call
+/// was cancelled), so `check` forgets the node once it exits.
+struct Unattended<'a> {
+    manager: &'a LocalManager,
+    id: &'a str,
+    armed: bool,
+}
+
+impl Drop for Unattended<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Some(e) = self.manager.lock().nodes.get_mut(self.id) {
+                e.unattended = true;
+            }
         }
     }
 }
@@ -389,6 +411,11 @@ impl ClusterManager for LocalManager {
             found
         };
         tracing::info!(node = %node_id, %addr, "asking the node to leave");
+        let mut guard = Unattended {
+            manager: self,
+            id: node_id,
+            armed: true,
+        };
         let left = tokio::time::timeout(
             self.config.leave_timeout,
             admin::leave(&addr, &self.config.admin),
@@ -404,6 +431,7 @@ impl ClusterManager for LocalManager {
             Ok(Err(source)) => {
                 // Not leaving after all: a running node stays; one that died is restarted
                 // by `check` (it may hold keys not handed off).
+                guard.armed = false;
                 if let Some(e) = self.lock().nodes.get_mut(node_id) {
                     e.state = NodeState::Running;
                 }
@@ -424,6 +452,7 @@ impl ClusterManager for LocalManager {
             wait_exit(exited, self.config.exit_timeout).await;
         }
         let entry = self.lock().nodes.remove(node_id);
+        guard.armed = false;
         if let (Some(e), true) = (entry, self.config.remove_data_after_leave) {
             if let Err(err) = tokio::fs::remove_dir_all(&e.data_dir).await {
                 tracing::warn!(node = %node_id, dir = %e.data_dir.display(), error = %err,
@@ -459,7 +488,7 @@ impl ClusterManager for LocalManager {
             for (id, e) in inner.nodes.iter_mut() {
                 let status = e.proc.as_ref().and_then(Proc::exit_status);
                 match (e.state, status) {
-                    (NodeState::Leaving, Some(_)) => gone.push(id.clone()),
+                    (NodeState::Leaving, Some(_)) if e.unattended => gone.push(id.clone()),
                     (NodeState::Running, Some(status)) => {
                         e.proc = None;
                         let wait = e.backoff.failed(now, &self.config.restart);
