@@ -15,6 +15,9 @@
 //! - [`state`]: the soft state (grace period, pending nodes, per-key cooldowns).
 //! - [`policy`]: the rules (`tiering`, `hot`, `elastic`).
 //! - `sim` (feature `sim`): a tiny cluster model that applies actions to snapshots.
+//! - [`manager`]: the cluster managers that carry out node additions and removals (local
+//!   child processes; Kubernetes StatefulSets with the feature `kubernetes`). Unlike the
+//!   rest of the crate they do I/O (tokio).
 //!
 //! `docs/elasticity.md` ("Policy engine") describes every rule and parameter and how they
 //! differ from the paper and its reference code.
@@ -23,6 +26,7 @@
 pub mod actions;
 pub mod collect;
 pub mod config;
+pub mod manager;
 pub mod policy;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;

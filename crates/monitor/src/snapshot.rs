@@ -29,6 +29,15 @@ impl Tier {
     }
 }
 
+impl std::fmt::Display for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Tier::Memory => "memory",
+            Tier::Disk => "disk",
+        })
+    }
+}
+
 impl From<placement::Tier> for Tier {
     fn from(t: placement::Tier) -> Tier {
         match t {
