@@ -190,7 +190,7 @@ enum Control {
 /// What a connection's reader reports, tagged with the connection's id.
 enum Event {
     /// A frame from the server.
-    Frame(u64, pb::Response),
+    Frame(u64, Box<pb::Response>),
     /// The connection closed or failed.
     Closed(u64),
 }
@@ -539,7 +539,11 @@ async fn read_frames(mut stream: ReadHalf<Stream>, conn: u64, events: mpsc::Send
                 let _ = events.send(Event::Closed(conn)).await;
                 return;
             };
-            if events.send(Event::Frame(conn, resp)).await.is_err() {
+            if events
+                .send(Event::Frame(conn, Box::new(resp)))
+                .await
+                .is_err()
+            {
                 return;
             }
         }
