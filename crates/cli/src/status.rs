@@ -286,7 +286,7 @@ async fn print_tables(s: &pb::Status, target: &Target) -> Result<()> {
         "statistics over the last {:.1} s",
         window_ms as f64 / 1000.0
     );
-    println!("worker  accesses/s    keys        occupancy %  p50 µs      p99 µs      requests");
+    println!("worker  accesses/s    distinct    occupancy %  p50 µs      p99 µs      requests");
     for w in &s.workers {
         let st = stats_of(w);
         let h = histogram(&st);

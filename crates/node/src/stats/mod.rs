@@ -77,7 +77,7 @@ impl StatsConfig {
                 self.period_ms
             ));
         }
-        if self.window_ms % self.period_ms != 0
+        if !self.window_ms.is_multiple_of(self.period_ms)
             || !(1..=MAX_PERIODS).contains(&(self.window_ms / self.period_ms))
         {
             return Err(format!(

@@ -61,7 +61,7 @@ fn a_zipf_stream_finds_the_true_top_keys_within_the_error_bound() {
     assert_eq!(w.accesses, 300_000);
     assert_eq!(w.hot_keys.len(), 32);
     let mut top: Vec<(u32, u64)> = truth.iter().map(|(&k, &c)| (k, c)).collect();
-    top.sort_by(|a, b| b.1.cmp(&a.1));
+    top.sort_by_key(|b| std::cmp::Reverse(b.1));
     let reported: Vec<&[u8]> = w.hot_keys.iter().map(|h| &h.key[..]).collect();
     for (k, _) in &top[..10] {
         assert!(
