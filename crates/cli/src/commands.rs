@@ -42,7 +42,7 @@ pub struct Target {
 
 impl Target {
     /// The credentials to send, if a password was given.
-    fn credentials(&self) -> Option<client::Credentials> {
+    pub(crate) fn credentials(&self) -> Option<client::Credentials> {
         let password = self.password.clone()?;
         Some(client::Credentials::new(
             self.user.clone().unwrap_or_default(),

@@ -15,6 +15,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use client::Client;
 use monitor::collect::{self, CollectConfig, NodeReport};
+use monitor::manager::ClusterManager;
 use monitor::{Action, PolicyConfig, PolicyState};
 
 use crate::commands::Target;
@@ -41,6 +42,23 @@ pub struct MonitorArgs {
     /// disk tier is not scaled for storage).
     #[arg(long, default_value_t = 0)]
     disk_capacity: u64,
+    /// Who adds and removes nodes: `none` (node actions are logged, not taken), `local`
+    /// (`latticekv server` child processes of this monitor, replaced when they die) or
+    /// `kubernetes` (one StatefulSet per tier, in the client configuration's namespace or
+    /// --namespace).
+    #[arg(long, default_value = "none", value_parser = ["none", "local", "kubernetes"])]
+    manager: String,
+    /// `--manager local`: where the nodes' data directories go.
+    #[arg(long, default_value = "latticekv-nodes")]
+    data_root: std::path::PathBuf,
+    /// `--manager local`: a flag for every node it starts (repeat it), e.g.
+    /// `--server-arg=--workers=2`.
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    server_args: Vec<String>,
+    /// `--manager kubernetes`: the namespace of the StatefulSets (default: the client
+    /// configuration's).
+    #[arg(long)]
+    namespace: Option<String>,
 }
 
 /// The monitor's state between rounds.
@@ -56,6 +74,7 @@ pub struct Monitor {
     /// The latest actions (at most [`REPORTED_ACTIONS`]), as reported to the nodes.
     recent: VecDeque<wire::pb::policy_report::Action>,
     rounds: u64,
+    manager: Option<Box<dyn ClusterManager>>,
 }
 
 /// Actions a report to the nodes carries.
@@ -91,7 +110,14 @@ impl Monitor {
             dry_run,
             recent: VecDeque::new(),
             rounds: 0,
+            manager: None,
         }
+    }
+
+    /// Adds and removes nodes through `manager` (else node actions fail with a message).
+    pub fn with_manager(mut self, manager: Box<dyn ClusterManager>) -> Monitor {
+        self.manager = Some(manager);
+        self
     }
 
     /// The policy's period.
@@ -130,6 +156,16 @@ impl Monitor {
 
     /// One round: poll, decide, act.
     pub async fn round(&mut self) -> Result<Round> {
+        if let Some(m) = &self.manager {
+            match m.check().await {
+                Ok(events) => {
+                    for e in events {
+                        tracing::warn!(event = ?e, "cluster manager");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cluster manager check failed"),
+            }
+        }
         let topology = match self.seed().await?.refresh_topology().await {
             Ok(t) => t,
             Err(e) => {
@@ -212,10 +248,21 @@ impl Monitor {
             Action::ResetReplication { key, .. } => {
                 seed.reset_vector(key).await?;
             }
-            Action::AddNodes { .. } | Action::RemoveNode { .. } => {
-                anyhow::bail!(
-                    "no cluster manager: run the monitor with one to add or remove nodes"
-                );
+            Action::AddNodes { tier, count, .. } => {
+                let Some(m) = &self.manager else {
+                    anyhow::bail!("no cluster manager (--manager local|kubernetes) to add nodes");
+                };
+                let ids = m.add(*tier, *count).await?;
+                tracing::info!(?ids, "nodes added");
+            }
+            Action::RemoveNode { tier, node_id, .. } => {
+                let Some(m) = &self.manager else {
+                    anyhow::bail!(
+                        "no cluster manager (--manager local|kubernetes) to remove nodes"
+                    );
+                };
+                let id = m.remove(*tier, node_id).await?;
+                tracing::info!(%id, "node removed");
             }
         }
         Ok(())
@@ -285,13 +332,46 @@ pub fn load_policy(path: Option<&std::path::Path>) -> Result<PolicyConfig> {
     Ok(policy)
 }
 
+/// The cluster manager `--manager` names.
+async fn manager(args: &MonitorArgs) -> Result<Option<Box<dyn ClusterManager>>> {
+    let admin = monitor::manager::AdminAccess {
+        credentials: args.target.credentials(),
+        tls: args.target.options()?.tls,
+    };
+    match args.manager.as_str() {
+        "local" => {
+            let binary = std::env::current_exe().context("locating the latticekv binary")?;
+            let mut config = monitor::manager::local::LocalConfig::new(binary, &args.data_root);
+            config.seeds = vec![args.target.addr.clone()];
+            config.args = args.server_args.clone();
+            config.admin = admin;
+            let m = monitor::manager::local::LocalManager::new(config)?;
+            Ok(Some(Box::new(m)))
+        }
+        "kubernetes" => {
+            let m = monitor::manager::kubernetes::KubernetesManager::connect(
+                args.namespace.clone(),
+                admin,
+            )
+            .await
+            .context("connecting to the Kubernetes API (in-cluster or ~/.kube/config)")?;
+            Ok(Some(Box::new(m)))
+        }
+        _ => Ok(None),
+    }
+}
+
 /// `latticekv monitor`.
 pub async fn run(args: MonitorArgs) -> Result<i32> {
     let policy = load_policy(args.config.as_deref())?;
     let collect = CollectConfig {
         disk_capacity_bytes: args.disk_capacity,
     };
+    let manager = manager(&args).await?;
     let mut m = Monitor::new(args.target, policy, collect, args.dry_run);
+    if let Some(manager) = manager {
+        m = m.with_manager(manager);
+    }
     let mut ticker = tokio::time::interval(m.period());
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut rounds = 0u64;

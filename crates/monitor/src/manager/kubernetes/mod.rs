@@ -155,6 +155,19 @@ fn replicas_of(scale: &Scale) -> u32 {
 }
 
 impl KubernetesManager {
+    /// A manager using the in-cluster client (or `~/.kube/config`), in `namespace` or the
+    /// client's default namespace, with the default StatefulSet names.
+    pub async fn connect(
+        namespace: Option<String>,
+        admin: AdminAccess,
+    ) -> Result<KubernetesManager, ManagerError> {
+        let client = kube::Client::try_default().await?;
+        let namespace = namespace.unwrap_or_else(|| client.default_namespace().to_string());
+        let mut config = KubernetesConfig::new(namespace);
+        config.admin = admin;
+        Ok(KubernetesManager::new(client, config))
+    }
+
     /// A manager using `client` (its own namespace setting is ignored: `config.namespace`
     /// is used).
     pub fn new(client: kube::Client, config: KubernetesConfig) -> KubernetesManager {

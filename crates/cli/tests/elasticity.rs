@@ -1,0 +1,256 @@
+//! The elasticity loop end to end on real processes: `latticekv monitor` polls two
+//! `latticekv server` nodes, replicates the key a skewed load hammers onto both, and
+//! returns it to the default once the load has moved to another key; every node's status
+//! shows what the monitor did.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use client::Client;
+use common::cluster::*;
+use common::{bin, eventually};
+
+/// Node flags: one worker each, fast gossip, statistics every 200 ms over a 2 s window.
+const FLAGS: &[&str] = &[
+    "--workers",
+    "1",
+    "--cluster-gossip-ms",
+    "100",
+    "--failure-timeout-ms",
+    "5000",
+    "--stats-period-ms",
+    "200",
+    "--stats-window-ms",
+    "2000",
+];
+
+/// The policy: a round every 500 ms, no grace to wait out at start, a latency objective
+/// every request exceeds and a compute band no node reaches, so the latency branch always
+/// takes the "replicate hot keys" path (the rule under test) and never adds nodes. The
+/// cluster keeps one copy of a key (replication 1, no disk tier): k = 0, else the policy
+/// would keep every key it touches on two nodes.
+const POLICY: &str = r#"
+fault_tolerance = 0
+period_ms = 500
+grace_ms = 500
+key_cooldown_ms = 2000
+latency_objective_us = 1
+min_latency_samples = 10
+compute_band = { lower = 0.0, upper = 1.0 }
+"#;
+
+struct Monitor(Child);
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Reads `key` from many tasks until `stop`, with a sprinkle of cold keys.
+fn load(addr: String, key: &'static str, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let rt = rt();
+        rt.block_on(async move {
+            let c = Client::connect(&addr).await.unwrap();
+            let mut tasks = Vec::new();
+            for t in 0..8 {
+                let c = c.clone();
+                let stop = stop.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut i = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let k = if i.is_multiple_of(10) {
+                            format!("cold{}", (i / 10 + t) % 500)
+                        } else {
+                            key.to_string()
+                        };
+                        let _ = c.get(&k).await;
+                        i += 1;
+                    }
+                }));
+            }
+            for t in tasks {
+                let _ = t.await;
+            }
+        });
+    })
+}
+
+/// The memory-tier node count of `key`'s vector, as the cluster publishes it.
+fn memory_replicas(addr: &str, key: &str) -> u32 {
+    rt().block_on(async {
+        let c = Client::connect(addr).await.unwrap();
+        c.refresh_topology().await.unwrap();
+        c.layout().vector(key.as_bytes()).memory.global
+    })
+}
+
+#[test]
+fn a_hot_key_is_replicated_within_seconds_and_returns_to_the_default_when_the_load_moves() {
+    let nodes = cluster(&["e1", "e2"], FLAGS, &[]);
+    let addr = nodes[0].native.to_string();
+    write_all(nodes[0].native, &["hot".into(), "next".into()]);
+    assert_eq!(memory_replicas(&addr, "hot"), 1);
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("policy.toml");
+    std::fs::File::create(&config)
+        .unwrap()
+        .write_all(POLICY.as_bytes())
+        .unwrap();
+    let log = dir.path().join("monitor.log");
+    let _monitor = Monitor(
+        Command::new(bin())
+            .args(["monitor", "--addr", &addr, "--config"])
+            .arg(&config)
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let actions = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    // The hot key gets a replica on the other node within seconds (the paper: ~10 s).
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let hot = load(addr.clone(), "hot", stop.clone());
+    assert!(
+        eventually(Duration::from_secs(10), || memory_replicas(&addr, "hot")
+            == 2),
+        "the hot key was not replicated within 10 s; the monitor's actions:\n{}",
+        actions()
+    );
+    let took = started.elapsed();
+    // Both nodes' statuses show the action (the monitor reports after acting).
+    for node in &nodes {
+        let addr = node.native.to_string();
+        let reported = || {
+            let status = rt().block_on(async {
+                Client::connect(&addr)
+                    .await
+                    .unwrap()
+                    .status()
+                    .await
+                    .unwrap()
+            });
+            status.policy.is_some_and(|p| {
+                p.actions.iter().any(|a| {
+                    a.kind == "set_replication" && &a.key[..] == b"hot" && a.memory_global == 2
+                })
+            })
+        };
+        assert!(
+            eventually(Duration::from_secs(5), reported),
+            "{addr}'s status does not show the replication"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    hot.join().unwrap();
+
+    // The load moves: the formerly hot key cools below the mean and goes back to the
+    // default, and the new one is replicated.
+    let stop = Arc::new(AtomicBool::new(false));
+    let next = load(addr.clone(), "next", stop.clone());
+    assert!(
+        eventually(Duration::from_secs(20), || memory_replicas(&addr, "hot")
+            == 1
+            && memory_replicas(&addr, "next") == 2),
+        "hot: {} replicas, next: {}; the monitor's actions:\n{}\nwhat it sees now:\n{}",
+        memory_replicas(&addr, "hot"),
+        memory_replicas(&addr, "next"),
+        actions(),
+        dry_run(&addr, &config)
+    );
+    stop.store(true, Ordering::Relaxed);
+    next.join().unwrap();
+    eprintln!("hot key replicated {took:?} after the load started");
+    drop(nodes);
+}
+
+/// One `--dry-run` round with its snapshot (for failure messages).
+fn dry_run(addr: &str, config: &std::path::Path) -> String {
+    let out = Command::new(bin())
+        .args([
+            "monitor",
+            "--addr",
+            addr,
+            "--dry-run",
+            "--rounds",
+            "1",
+            "--print-snapshot",
+        ])
+        .arg("--config")
+        .arg(config)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn dry_run_prints_actions_and_changes_nothing() {
+    let nodes = cluster(&["d1", "d2"], FLAGS, &[]);
+    let addr = nodes[0].native.to_string();
+    write_all(nodes[0].native, &["hot".into()]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("policy.toml");
+    std::fs::write(&config, POLICY).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let hot = load(addr.clone(), "hot", stop.clone());
+    // Give the nodes one statistics window of load before the monitor looks.
+    assert!(eventually(Duration::from_secs(10), || {
+        let status = rt().block_on(async {
+            Client::connect(&addr)
+                .await
+                .unwrap()
+                .status()
+                .await
+                .unwrap()
+        });
+        status.workers.iter().any(|w| {
+            w.stats
+                .as_ref()
+                .is_some_and(|s| s.hot_keys.iter().any(|h| &h.key[..] == b"hot"))
+        })
+    }));
+    let out = Command::new(bin())
+        .args([
+            "monitor",
+            "--addr",
+            &addr,
+            "--dry-run",
+            "--rounds",
+            "3",
+            "--config",
+        ])
+        .arg(&config)
+        .output()
+        .unwrap();
+    stop.store(true, Ordering::Relaxed);
+    hot.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    assert!(
+        lines.iter().any(|a| a.to_string().contains("hot")),
+        "no action for the hot key: {text}"
+    );
+    assert_eq!(
+        memory_replicas(&addr, "hot"),
+        1,
+        "--dry-run changed the vector"
+    );
+}
