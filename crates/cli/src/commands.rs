@@ -41,6 +41,18 @@ pub struct Target {
 }
 
 impl Target {
+    /// A node at `addr` without credentials or TLS.
+    pub(crate) fn local(addr: String) -> Target {
+        Target {
+            addr,
+            user: None,
+            password: None,
+            tls: false,
+            tls_ca: None,
+            tls_server_name: None,
+        }
+    }
+
     /// The credentials to send, if a password was given.
     pub(crate) fn credentials(&self) -> Option<client::Credentials> {
         let password = self.password.clone()?;

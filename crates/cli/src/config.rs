@@ -142,6 +142,41 @@ pub struct LocalArgs {
     /// directory, default ./latticekv-data). 0: the memory tier only.
     #[arg(long, default_value_t = 1)]
     pub(crate) disk_nodes: usize,
+    /// Do not run the elasticity monitor beside the node (it replicates hot keys across
+    /// the workers and reports what it did in `latticekv status`; see docs/elasticity.md).
+    #[arg(long, env = "LATTICEKV_NO_MONITOR")]
+    pub(crate) no_monitor: bool,
+    /// The embedded monitor's policy parameters (TOML; docs/elasticity.md).
+    #[arg(long, env = "LATTICEKV_MONITOR_CONFIG")]
+    pub(crate) monitor_config: Option<PathBuf>,
+}
+
+/// Starts the elasticity monitor of `latticekv local` on a thread of its own, polling
+/// `node` (and the nodes it knows). It stops with the process. A node with users or TLS
+/// needs credentials the embedded monitor does not have: it is not started then (run
+/// `latticekv monitor` with them).
+fn embedded_monitor(
+    config: &NodeConfig,
+    node: &Node,
+    policy: monitor::PolicyConfig,
+) -> Option<std::thread::JoinHandle<()>> {
+    if !config.users.is_empty() || config.tls.cert.is_some() {
+        say!("monitor off (the node has users or TLS: run `latticekv monitor` with credentials)");
+        return None;
+    }
+    let addr = node.addresses().front.to_string();
+    let spawned = std::thread::Builder::new()
+        .name("lkv-monitor".into())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(crate::monitoring::embedded(addr, policy));
+        });
+    spawned.ok()
 }
 
 /// Where `latticekv local` keeps its state when no data directory is configured.
@@ -403,6 +438,11 @@ fn reload_tls(node: &Node) {
 /// Runs one node in the foreground until a signal (or a `Leave` request) stops it.
 fn run_node(config: NodeConfig, leave_on_signal: bool) -> Result<()> {
     let node = Node::start(config.clone()).context("starting the node")?;
+    serve_node(config, node, leave_on_signal)
+}
+
+/// Runs a started node until it stops or a signal comes.
+fn serve_node(config: NodeConfig, node: Node, leave_on_signal: bool) -> Result<()> {
     print_node(&config, &node);
     match wait(Some(&node), &|| reload_tls(&node))? {
         Ending::NodeStopped => {
@@ -460,8 +500,11 @@ fn second_signal() -> Result<tokio::sync::watch::Receiver<bool>> {
 pub fn run_local(args: LocalArgs) -> Result<()> {
     init_logging();
     let mut config = node_config(&args.node)?;
+    let policy = crate::monitoring::load_policy(args.monitor_config.as_deref())?;
     if args.disk_nodes == 0 {
-        return run_node(config, false);
+        let node = Node::start(config.clone()).context("starting the node")?;
+        let _monitor = (!args.no_monitor).then(|| embedded_monitor(&config, &node, policy));
+        return serve_node(config, node, false);
     }
     if args.disk_nodes > 16 {
         bail!(
@@ -501,6 +544,7 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
         );
     }
     print_node(&config, &memory);
+    let _monitor = (!args.no_monitor).then(|| embedded_monitor(&config, &memory, policy));
     let ending = wait(Some(&memory), &|| {
         reload_tls(&memory);
         for (_, node) in &disks {

@@ -8,7 +8,7 @@
 //! the cluster manager — or, without one, log them. `--dry-run` prints the actions as JSON
 //! lines and changes nothing.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -75,6 +75,9 @@ pub struct Monitor {
     recent: VecDeque<wire::pb::policy_report::Action>,
     rounds: u64,
     manager: Option<Box<dyn ClusterManager>>,
+    /// Keys whose explicit vector this monitor set (the others are an operator's and the
+    /// policy leaves them alone). Forgotten on restart: see docs/elasticity.md.
+    managed: HashSet<Vec<u8>>,
 }
 
 /// Actions a report to the nodes carries.
@@ -111,6 +114,7 @@ impl Monitor {
             recent: VecDeque::new(),
             rounds: 0,
             manager: None,
+            managed: HashSet::new(),
         }
     }
 
@@ -191,7 +195,10 @@ impl Monitor {
             });
         }
         let now = self.start.elapsed().as_millis() as u64;
-        let snapshot = collect::snapshot(now, &topology, &reports, self.collect);
+        let managed = &self.managed;
+        let snapshot = collect::snapshot(now, &topology, &reports, self.collect, &|k| {
+            managed.contains(k)
+        });
         let actions = monitor::decide(&snapshot, &self.policy, &mut self.state);
         let mut done = Vec::with_capacity(actions.len());
         for action in actions {
@@ -201,7 +208,11 @@ impl Monitor {
                 self.act(&action).await.err().map(|e| format!("{e:#}"))
             };
             if let Some(e) = &error {
-                tracing::warn!(action = ?action, error = %e, "policy action failed");
+                if action.is_elastic() && self.manager.is_none() {
+                    tracing::info!(action = ?action, "policy recommends (no cluster manager)");
+                } else {
+                    tracing::warn!(action = ?action, error = %e, "policy action failed");
+                }
             } else {
                 tracing::info!(action = ?action, "policy action");
             }
@@ -244,9 +255,11 @@ impl Monitor {
         match action {
             Action::SetReplication { key, vector, .. } => {
                 seed.set_vector(key, (*vector).into()).await?;
+                self.managed.insert(key.clone());
             }
             Action::ResetReplication { key, .. } => {
                 seed.reset_vector(key).await?;
+                self.managed.remove(key);
             }
             Action::AddNodes { tier, count, .. } => {
                 let Some(m) = &self.manager else {
@@ -358,6 +371,21 @@ async fn manager(args: &MonitorArgs) -> Result<Option<Box<dyn ClusterManager>>> 
             Ok(Some(Box::new(m)))
         }
         _ => Ok(None),
+    }
+}
+
+/// The monitor embedded in `latticekv local`: rounds forever against the node at `addr`,
+/// without a cluster manager (node additions are reported, not made).
+pub async fn embedded(addr: String, policy: PolicyConfig) {
+    let target = Target::local(addr);
+    let mut m = Monitor::new(target, policy, CollectConfig::default(), false);
+    let mut ticker = tokio::time::interval(m.period());
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        if let Err(e) = m.round().await {
+            tracing::debug!(error = %format!("{e:#}"), "monitor round failed");
+        }
     }
 }
 

@@ -28,12 +28,109 @@ pub struct StatusArgs {
 pub async fn status(args: StatusArgs) -> Result<i32> {
     let c = connect(&args.target).await?;
     let s = c.status().await?;
+    let layout = c.layout();
+    let vector = |k: &[u8]| layout.vector(k);
     if args.json {
-        println!("{}", to_json(&s));
+        let mut v = to_json(&s);
+        add_replication(&mut v, &vector);
+        println!("{v}");
         return Ok(0);
     }
-    print_tables(&s, &args.target).await?;
+    print_tables(&s, &args.target, &vector).await?;
     Ok(0)
+}
+
+/// Adds each hot key's replication vector (`replication: {memory, disk}`, as `{global,
+/// local}`) to the JSON status.
+fn add_replication(v: &mut Value, vector: &dyn Fn(&[u8]) -> placement::ReplicationVector) {
+    let Some(hot) = v["hot_keys"].as_array_mut() else {
+        return;
+    };
+    for h in hot {
+        let key = match (h["key_hex"].as_str(), h["key"].as_str()) {
+            (Some(hex), _) => decode_hex(hex),
+            (None, Some(k)) => k.as_bytes().to_vec(),
+            _ => continue,
+        };
+        h["replication"] = replication_json(&vector(&key));
+    }
+}
+
+fn decode_hex(hex: &str) -> Vec<u8> {
+    (0..hex.len() / 2)
+        .filter_map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
+        .collect()
+}
+
+fn replication_json(v: &placement::ReplicationVector) -> Value {
+    json!({
+        "memory": { "global": v.memory.global, "local": v.memory.local },
+        "disk": { "global": v.disk.global, "local": v.disk.local },
+    })
+}
+
+/// The monitor's recent actions as JSON.
+fn actions_json(p: &pb::PolicyReport) -> Value {
+    json!({
+        "rounds": p.rounds,
+        "sent_ms": p.sent_ms,
+        "dry_run": p.dry_run,
+        "actions": p.actions.iter().map(|a| {
+            let mut v = json!({
+                "at_ms": a.at_ms,
+                "action": a.kind,
+                "reason": a.reason,
+            });
+            match a.kind.as_str() {
+                "set_replication" | "reset_replication" => {
+                    v["key"] = json!(display_key(&a.key));
+                }
+                _ => {
+                    v["tier"] = json!(a.tier);
+                }
+            }
+            if a.kind == "set_replication" {
+                v["replication"] = json!({
+                    "memory": { "global": a.memory_global, "local": a.memory_local },
+                    "disk": { "global": a.disk_global, "local": a.disk_local },
+                });
+            }
+            if a.kind == "add_nodes" {
+                v["count"] = json!(a.count);
+            }
+            if a.kind == "remove_node" {
+                v["node_id"] = json!(a.node_id);
+            }
+            if !a.error.is_empty() {
+                v["error"] = json!(a.error);
+            }
+            v
+        }).collect::<Vec<_>>(),
+    })
+}
+
+/// One action, for people.
+fn action_line(a: &pb::policy_report::Action) -> String {
+    let what = match a.kind.as_str() {
+        "set_replication" => format!(
+            "replicate {} on {}×{} memory, {}×{} disk",
+            display_key(&a.key),
+            a.memory_global,
+            a.memory_local,
+            a.disk_global,
+            a.disk_local
+        ),
+        "reset_replication" => format!("default placement for {}", display_key(&a.key)),
+        "add_nodes" => format!("add {} {} node(s)", a.count, a.tier),
+        "remove_node" => format!("remove {} node {}", a.tier, a.node_id),
+        other => other.to_string(),
+    };
+    let error = if a.error.is_empty() {
+        String::new()
+    } else {
+        format!(" [not done: {}]", a.error)
+    };
+    format!("{what} — {}{error}", a.reason)
 }
 
 /// A key for people: as text if it is UTF-8 without control characters, else escaped.
@@ -187,6 +284,7 @@ pub fn to_json(s: &pb::Status) -> Value {
             .map(|(k, a)| key_json(k, *a))
             .collect::<Vec<_>>(),
         "aggregate": aggregate_json(s),
+        "actions": s.policy.as_ref().map(actions_json),
         "members": s.members.iter().map(|m| json!({
             "node_id": m.node_id,
             "role": m.role,
@@ -203,7 +301,11 @@ fn us(ns: u64) -> String {
     format!("{:.1}", ns as f64 / 1000.0)
 }
 
-async fn print_tables(s: &pb::Status, target: &Target) -> Result<()> {
+async fn print_tables(
+    s: &pb::Status,
+    target: &Target,
+    vector: &dyn Fn(&[u8]) -> placement::ReplicationVector,
+) -> Result<()> {
     println!("node      {} (latticekv {})", s.node_id, s.version);
     if !s.tier.is_empty() {
         println!("tier      {}", s.tier);
@@ -304,9 +406,28 @@ async fn print_tables(s: &pb::Status, target: &Target) -> Result<()> {
     let hot = node_hot_keys(s, NODE_HOT_KEYS);
     if !hot.is_empty() {
         println!();
-        println!("hot keys (accesses in the window)");
+        println!("hot keys (accesses in the window; replication: memory nodes×workers, disk)");
         for (k, a) in hot {
-            println!("  {a:<12} {}", display_key(&k));
+            let v = vector(&k);
+            println!(
+                "  {a:<12} {:<9} {}",
+                format!("{}×{}, {}", v.memory.global, v.memory.local, v.disk.global),
+                display_key(&k)
+            );
+        }
+    }
+    if let Some(p) = &s.policy {
+        println!();
+        println!(
+            "monitor: {} rounds{}; recent actions (oldest first)",
+            p.rounds,
+            if p.dry_run { " (dry run)" } else { "" }
+        );
+        if p.actions.is_empty() {
+            println!("  none");
+        }
+        for a in p.actions.iter().rev().take(10).rev() {
+            println!("  {}", action_line(a));
         }
     }
     Ok(())

@@ -79,12 +79,14 @@ pub fn vectors(t: &pb::Topology) -> (Vector, BTreeMap<Vec<u8>, Vector>) {
     (default, explicit)
 }
 
-/// Builds the round's snapshot.
+/// Builds the round's snapshot. `managed(key)` tells whether the policy set the key's
+/// explicit vector; other explicit vectors were set by an operator and are `pinned`.
 pub fn snapshot(
     now_ms: u64,
     topology: &pb::Topology,
     reports: &[NodeReport],
     config: CollectConfig,
+    managed: &dyn Fn(&[u8]) -> bool,
 ) -> Snapshot {
     let (default_vector, explicit) = vectors(topology);
     let mut nodes = Vec::new();
@@ -156,6 +158,7 @@ pub fn snapshot(
             accesses: *accesses,
             vector: explicit.get(key).copied().unwrap_or(default_vector),
             is_explicit: explicit.contains_key(key),
+            pinned: explicit.contains_key(key) && !managed(key),
         })
         .collect();
     keys.extend(
@@ -167,6 +170,7 @@ pub fn snapshot(
                 accesses: 0,
                 vector: *v,
                 is_explicit: true,
+                pinned: !managed(key),
             }),
     );
     let latency = (count > 0).then(|| Latency {

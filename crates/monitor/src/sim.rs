@@ -242,6 +242,7 @@ impl Sim {
             .map(|(_, &i)| {
                 let (key, rate) = &self.load[i];
                 KeyStats {
+                    pinned: false,
                     key: key.clone(),
                     accesses: rate.round() as u64,
                     vector: self.vector(key),

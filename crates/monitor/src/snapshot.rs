@@ -184,6 +184,9 @@ pub struct KeyStats {
     pub vector: Vector,
     /// Whether it has an explicit (non-default) vector entry.
     pub is_explicit: bool,
+    /// Placed by an operator (`latticekv replicate`), not by the policy: the per-key rules
+    /// leave it alone (its factors are still cut to the nodes left before a removal).
+    pub pinned: bool,
 }
 
 /// Request latency measured at the servers over the window.

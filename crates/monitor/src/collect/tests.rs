@@ -93,6 +93,7 @@ fn counts_sum_across_replicas_and_dead_nodes_are_not_alive() {
         CollectConfig {
             disk_capacity_bytes: 99,
         },
+        &|k: &[u8]| k == b"hot",
     );
     assert_eq!(
         snap.nodes.len(),
@@ -116,6 +117,8 @@ fn counts_sum_across_replicas_and_dead_nodes_are_not_alive() {
     assert_eq!(hot.vector, Vector::new((1, 1), (1, 1)));
     let pinned = snap.keys.iter().find(|k| k.key == b"pinned").unwrap();
     assert!(pinned.is_explicit && pinned.accesses == 0);
+    assert!(pinned.pinned, "an operator's vector is pinned");
+    assert!(!hot.pinned);
     assert_eq!(pinned.vector, Vector::new((2, 1), (1, 1)));
     assert_eq!(snap.access.accesses_total, 101);
     assert_eq!(snap.access.accessed_keys, 3);

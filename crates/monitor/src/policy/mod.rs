@@ -208,7 +208,8 @@ impl<'a> Round<'a> {
     }
 
     /// Step 2: the per-key rules, hottest key first, one rule per key, at most
-    /// `max_key_changes_per_round` changes; keys in their cooldown are skipped.
+    /// `max_key_changes_per_round` changes; keys in their cooldown and keys an operator
+    /// placed (`pinned`) are skipped.
     fn key_rules(&mut self) {
         let mut budget = self.cfg.max_key_changes_per_round;
         for i in 0..self.keys.len() {
@@ -216,7 +217,7 @@ impl<'a> Round<'a> {
                 break;
             }
             let key = self.keys[i];
-            if self.state.in_cooldown(&key.key, self.now, self.cfg) {
+            if key.pinned || self.state.in_cooldown(&key.key, self.now, self.cfg) {
                 continue;
             }
             let change = tiering::movement(self, key).or_else(|| hot::replication(self, key));

@@ -54,6 +54,7 @@ pub(crate) fn snapshot(memory: u32, disk: u32) -> Snapshot {
 /// A candidate key.
 pub(crate) fn key(name: &str, accesses: u64, vector: Vector, is_explicit: bool) -> KeyStats {
     KeyStats {
+        pinned: false,
         key: name.as_bytes().to_vec(),
         accesses,
         vector,

@@ -59,6 +59,7 @@ prop_compose! {
                 .into_iter()
                 .enumerate()
                 .map(|(i, (accesses, vector, is_explicit))| KeyStats {
+                    pinned: false,
                     key: format!("k{i}").into_bytes(),
                     accesses,
                     vector,

@@ -261,6 +261,25 @@ fn cooled_keys_are_de_replicated_to_the_default() {
 }
 
 #[test]
+fn an_operators_vector_is_left_alone_cold_or_hot() {
+    let cfg = PolicyConfig::paper(); // mean 10
+    let operator = Vector::new((3, 1), (1, 1));
+    for (accesses, latency_us) in [(0, 0.0), (5, 0.0), (500, 5_000.0)] {
+        let mut snap = snapshot(4, 2);
+        snap.latency = latency(latency_us);
+        let mut k = key("k", accesses, operator, true);
+        k.pinned = true;
+        snap.keys = vec![k];
+        let actions = decide(&snap, &cfg, &mut PolicyState::new());
+        assert_eq!(
+            outcome(&actions, "k"),
+            Want::Nothing,
+            "{accesses}: {actions:?}"
+        );
+    }
+}
+
+#[test]
 fn a_changed_key_waits_out_its_cooldown() {
     let cfg = PolicyConfig::paper();
     let mut snap = snapshot(4, 1);
