@@ -254,3 +254,131 @@ fn dry_run_prints_actions_and_changes_nothing() {
         "--dry-run changed the vector"
     );
 }
+
+/// A policy that adds a memory node as soon as requests wait at all on a busy node, then
+/// holds still (a long grace period after the membership changes).
+const GROW: &str = r#"
+fault_tolerance = 0
+period_ms = 500
+grace_ms = 600000
+latency_objective_us = 1
+min_latency_samples = 10
+compute_band = { lower = 0.0, upper = 0.01 }
+node_addition_batch = 1
+"#;
+
+/// The ids of the alive members `addr` knows.
+fn alive_ids(addr: &str) -> Vec<String> {
+    let t = rt().block_on(async {
+        let c = Client::connect(addr).await.unwrap();
+        c.refresh_topology().await.unwrap()
+    });
+    t.members
+        .iter()
+        .filter(|m| m.status == wire::pb::NodeStatus::Alive as i32)
+        .map(|m| m.node_id.clone())
+        .collect()
+}
+
+/// The pid of the `latticekv server` whose command line names `data_dir`.
+fn server_pid(data_dir: &std::path::Path) -> Option<i32> {
+    let needle = data_dir.display().to_string();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        (cmd.contains(" server ") && cmd.contains(&needle)).then_some(pid)
+    })
+}
+
+#[test]
+fn a_loaded_node_gets_a_new_node_from_the_local_manager_and_a_killed_one_is_replaced() {
+    let nodes = cluster(&["g1"], FLAGS, &[]);
+    let addr = nodes[0].native.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("policy.toml");
+    std::fs::write(&config, GROW).unwrap();
+    let root = dir.path().join("nodes");
+    let mut args: Vec<String> = vec![
+        "monitor".into(),
+        "--addr".into(),
+        addr.clone(),
+        "--manager".into(),
+        "local".into(),
+        "--data-root".into(),
+        root.display().to_string(),
+        "--config".into(),
+        config.display().to_string(),
+    ];
+    for f in FLAGS {
+        args.push(format!("--server-arg={f}"));
+    }
+    let log = dir.path().join("monitor.log");
+    let mut monitor = Monitor(
+        Command::new(bin())
+            .args(&args)
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let actions = || std::fs::read_to_string(&log).unwrap_or_default();
+    // A uniform load: no key is hot, every request waits on the one worker.
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let (addr, stop) = (addr.clone(), stop.clone());
+        std::thread::spawn(move || {
+            rt().block_on(async move {
+                let c = Client::connect(&addr).await.unwrap();
+                let mut tasks = Vec::new();
+                for t in 0..8u64 {
+                    let (c, stop) = (c.clone(), stop.clone());
+                    tasks.push(tokio::spawn(async move {
+                        let mut i = t;
+                        while !stop.load(Ordering::Relaxed) {
+                            let _ = c.assign(format!("u{}", i % 2_000), "v").await;
+                            i += 8;
+                        }
+                    }));
+                }
+                for t in tasks {
+                    let _ = t.await;
+                }
+            })
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || alive_ids(&addr)
+            .contains(&"mem1".to_string())),
+        "no node added; the monitor's actions:\n{}",
+        actions()
+    );
+    stop.store(true, Ordering::Relaxed);
+    load.join().unwrap();
+    assert!(actions().contains("add_nodes"), "{}", actions());
+    // Only one: the grace period holds the policy still after the membership changed.
+    assert_eq!(alive_ids(&addr).len(), 2, "{}", actions());
+
+    // kill -9 the node the manager started: it comes back with its id.
+    let data = root.join("mem1");
+    let pid = server_pid(&data).expect("the managed node's process");
+    // SAFETY: kill(2) on a pid read from /proc just now.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    assert!(
+        eventually(Duration::from_secs(30), || server_pid(&data)
+            .is_some_and(|p| p != pid)
+            && alive_ids(&addr).contains(&"mem1".to_string())),
+        "mem1 was not replaced"
+    );
+
+    // The monitor dies outright: its node stops with it (no unmanaged leftovers).
+    let replaced = server_pid(&data).unwrap();
+    let _ = monitor.0.kill();
+    let _ = monitor.0.wait();
+    assert!(
+        eventually(Duration::from_secs(10), || server_pid(&data)
+            != Some(replaced)),
+        "the managed node outlived its monitor"
+    );
+    drop(nodes);
+}

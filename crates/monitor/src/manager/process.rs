@@ -46,13 +46,30 @@ impl Proc {
     /// Starts the child and waits until it has printed its addresses (`press…`), at most
     /// `start_timeout`.
     pub(crate) async fn start(spawn: Spawn<'_>) -> Result<(Proc, Printed), String> {
-        let mut child = Command::new(spawn.binary)
+        let mut command = Command::new(spawn.binary);
+        command
             .args(spawn.args)
             .envs(spawn.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
-            .kill_on_drop(true)
+            .kill_on_drop(true);
+        // A monitor killed outright (SIGKILL runs no destructor) must not leave its nodes
+        // running unmanaged: the kernel sends them SIGTERM (a node then stops; the manager
+        // starts them with --no-leave) when the thread that started them ends — the
+        // monitor's runtime thread, which lives as long as the monitor.
+        #[cfg(target_os = "linux")]
+        // SAFETY: the closure runs in the child between fork and exec and only calls
+        // prctl, which is async-signal-safe, and reads errno.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = command
             .spawn()
             .map_err(|e| format!("spawning {}: {e}", spawn.binary.display()))?;
         let stdout = child.stdout.take().ok_or("no stdout")?;
