@@ -1,29 +1,57 @@
 //! `latticekv local --nodes N`: N storage processes and one routing process, supervised by
-//! this one.
+//! this one (a child that exits is started again as itself), and the elasticity monitor
+//! polling them (`--no-monitor` leaves it out).
 
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
 use crate::config::{init_logging, node_config, wait, LocalArgs, NodeArgs, DEFAULT_LOCAL_DATA_DIR};
 
-/// A child process and the addresses it printed.
+/// A child process, how it was started and the addresses it printed.
 struct ChildNode {
     child: Child,
+    args: Vec<String>,
     lines: Vec<String>,
 }
 
-/// Starts `latticekv ARGS`; secrets go by the environment (not visible in `ps`).
-fn spawn_child(args: &[String], a: &NodeArgs) -> Result<ChildNode> {
-    let exe = std::env::current_exe().context("finding the latticekv binary")?;
-    let mut command = Command::new(exe);
+/// The secrets children get by the environment (not visible in `ps`).
+fn secrets(a: &NodeArgs) -> Vec<(String, String)> {
+    let mut env = Vec::new();
     if let Some(p) = &a.password {
-        command.env("LATTICEKV_PASSWORD", p);
+        env.push(("LATTICEKV_PASSWORD".to_string(), p.clone()));
     }
     if let Some(s) = &a.cluster_secret {
-        command.env("LATTICEKV_CLUSTER_SECRET", s);
+        env.push(("LATTICEKV_CLUSTER_SECRET".to_string(), s.clone()));
+    }
+    env
+}
+
+/// Starts `latticekv ARGS` with `env`.
+fn spawn_child(args: &[String], env: &[(String, String)]) -> Result<ChildNode> {
+    let exe = std::env::current_exe().context("finding the latticekv binary")?;
+    let mut command = Command::new(exe);
+    command.envs(env.iter().map(|(k, v)| (k, v)));
+    // The nodes stop with this process even if it is killed outright (SIGKILL runs no
+    // destructor): the kernel sends them SIGTERM when the thread that started them ends —
+    // the main thread, or the supervisor thread, which both live as long as the cluster.
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the closure runs in the child between fork and exec and only calls
+        // prctl, which is async-signal-safe, and reads errno.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
     }
     let mut child = command
         .args(args)
@@ -47,7 +75,59 @@ fn spawn_child(args: &[String], a: &NodeArgs) -> Result<ChildNode> {
     }
     // Keep draining its stdout.
     std::thread::spawn(move || for _ in reader.lines() {});
-    Ok(ChildNode { child, lines })
+    Ok(ChildNode {
+        child,
+        args: args.to_vec(),
+        lines,
+    })
+}
+
+/// The children of a local cluster, shared by the supervisor thread and the main thread.
+struct Supervised {
+    nodes: Vec<ChildNode>,
+    stopping: bool,
+}
+
+/// Replaces children that exit while the cluster runs: each is started again with its
+/// arguments (same id, addresses and data directory, so it rejoins as itself), at most
+/// once per second each. The first node, started without seeds, gets the second's
+/// address so it rejoins the others.
+fn supervise(shared: Arc<Mutex<Supervised>>, env: Vec<(String, String)>) {
+    std::thread::Builder::new()
+        .name("lkv-supervisor".into())
+        .spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(500));
+            let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
+            if s.stopping {
+                return;
+            }
+            let seed = s.nodes.get(1).and_then(|c| field(&c.lines, "native"));
+            for i in 0..s.nodes.len() {
+                if !matches!(s.nodes[i].child.try_wait(), Ok(Some(_))) {
+                    continue;
+                }
+                let mut args = s.nodes[i].args.clone();
+                if !args.iter().any(|a| a == "--seeds") {
+                    if let Some(seed) = &seed {
+                        args.extend(["--seeds".to_string(), seed.clone()]);
+                    }
+                }
+                let id = args
+                    .iter()
+                    .position(|a| a == "--node-id")
+                    .and_then(|i| args.get(i + 1))
+                    .map_or("a node", |s| s.as_str());
+                esay!("{id} exited; starting it again");
+                match spawn_child(&args, &env) {
+                    Ok(mut c) => {
+                        c.args = s.nodes[i].args.clone();
+                        s.nodes[i] = c;
+                    }
+                    Err(e) => esay!("restart failed: {e:#}"),
+                }
+            }
+        })
+        .expect("spawning the supervisor thread");
 }
 
 fn field(lines: &[String], name: &str) -> Option<String> {
@@ -88,6 +168,7 @@ pub(crate) fn run(args: LocalArgs) -> Result<()> {
     let config = node_config(&args.node)?;
     let mut common: Vec<String> = Vec::new();
     let a = &args.node;
+    let env = secrets(a);
     if let Some(v) = &a.config {
         common.extend(["--config".into(), v.display().to_string()]);
     }
@@ -171,7 +252,7 @@ pub(crate) fn run(args: LocalArgs) -> Result<()> {
             if let Some(s) = &seed {
                 child_args.extend(["--seeds".into(), s.clone()]);
             }
-            let child = spawn_child(&child_args, a)?;
+            let child = spawn_child(&child_args, &env)?;
             if seed.is_none() {
                 seed = field(&child.lines, "native");
             }
@@ -200,7 +281,7 @@ pub(crate) fn run(args: LocalArgs) -> Result<()> {
             if let Some(s) = &seed {
                 child_args.extend(["--seeds".into(), s.clone()]);
             }
-            disk_children.push(spawn_child(&child_args, a)?);
+            disk_children.push(spawn_child(&child_args, &env)?);
         }
         let routing_listen = SocketAddr::new(
             config.listen.ip(),
@@ -221,7 +302,7 @@ pub(crate) fn run(args: LocalArgs) -> Result<()> {
         if let Some(s) = &seed {
             routing_args.extend(["--seeds".into(), s.clone()]);
         }
-        children.push(spawn_child(&routing_args, a)?);
+        children.push(spawn_child(&routing_args, &env)?);
         Ok(())
     })();
     if let Err(e) = result {
@@ -263,17 +344,43 @@ pub(crate) fn run(args: LocalArgs) -> Result<()> {
             field(&first.lines, "resp").unwrap_or_default()
         );
     }
+    let first = children.first().and_then(|c| field(&c.lines, "native"));
+    if let (false, Some(addr)) = (args.no_monitor || a.password.is_some(), first) {
+        let policy = crate::monitoring::load_policy(args.monitor_config.as_deref())?;
+        std::thread::Builder::new()
+            .name("lkv-monitor".into())
+            .spawn(move || {
+                if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    rt.block_on(crate::monitoring::embedded(addr, policy));
+                }
+            })
+            .context("starting the monitor")?;
+    }
+    children.append(&mut disk_children);
+    let shared = Arc::new(Mutex::new(Supervised {
+        nodes: children,
+        stopping: false,
+    }));
+    supervise(shared.clone(), env);
     // SIGHUP reloads every node's TLS certificate.
     let hangup = || {
-        for c in children.iter().chain(&disk_children) {
+        let s = shared.lock().unwrap_or_else(|p| p.into_inner());
+        for c in &s.nodes {
             // SAFETY: kill(2) on a child's pid; no memory is involved.
             unsafe { libc::kill(c.child.id() as libc::pid_t, libc::SIGHUP) };
         }
     };
     wait(None, &hangup)?;
     esay!("stopping the local cluster…");
-    stop_children(&mut children);
-    stop_children(&mut disk_children);
+    let mut nodes = {
+        let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
+        s.stopping = true;
+        std::mem::take(&mut s.nodes)
+    };
+    stop_children(&mut nodes);
     esay!("stopped");
     Ok(())
 }

@@ -382,3 +382,87 @@ fn a_loaded_node_gets_a_new_node_from_the_local_manager_and_a_killed_one_is_repl
     );
     drop(nodes);
 }
+
+/// The pids of `latticekv server` processes whose command line has `--node-id id` and
+/// mentions `dir`.
+fn node_pids(dir: &std::path::Path, id: &str) -> Vec<i32> {
+    let needle = dir.display().to_string();
+    let id = format!(" --node-id {id} ");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            (cmd.contains(" server ") && cmd.contains(&id) && cmd.contains(&needle)).then_some(pid)
+        })
+        .collect()
+}
+
+#[test]
+fn local_with_nodes_starts_a_killed_node_again_as_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut local = Monitor(
+        Command::new(bin())
+            .args([
+                "local",
+                "--nodes",
+                "2",
+                "--disk-nodes",
+                "0",
+                "--listen",
+                "127.0.0.1:0",
+                "--resp",
+                "127.0.0.1:0",
+                "--cluster-gossip-ms",
+                "100",
+                "--data-dir",
+            ])
+            .arg(&data)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let out = local.0.stdout.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(out));
+    let mut first = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("node1 native ") {
+            first = rest.split_whitespace().next().map(str::to_string);
+        }
+        if line.starts_with("press") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    let first = first.expect("node1's address");
+    assert!(eventually(Duration::from_secs(20), || {
+        alive_ids(&first).contains(&"node2".to_string())
+    }));
+    let old = node_pids(&data, "node2");
+    assert_eq!(old.len(), 1, "{old:?}");
+    // SAFETY: kill(2) on a pid read from /proc just now.
+    assert_eq!(unsafe { libc::kill(old[0], libc::SIGKILL) }, 0);
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            let now = node_pids(&data, "node2");
+            now.len() == 1 && now[0] != old[0] && alive_ids(&first).contains(&"node2".to_string())
+        }),
+        "node2 was not started again"
+    );
+    // Killed outright, `local` takes its nodes with it.
+    let _ = local.0.kill();
+    let _ = local.0.wait();
+    assert!(
+        eventually(Duration::from_secs(10), || node_pids(&data, "node1")
+            .is_empty()
+            && node_pids(&data, "node2").is_empty()),
+        "nodes outlived `latticekv local`"
+    );
+}
