@@ -103,7 +103,13 @@ impl Core {
     /// worker's storage allows, if asked.
     fn serve_replicate(&mut self, entries: GossipBatch, durable: bool, token: Token) {
         let n = entries.len() as u64;
-        match self.shard.merge_gossip(entries) {
+        let merged = if durable {
+            // Possibly a hand-off: the sender drops what this worker acknowledges.
+            self.shard.merge_handoff(entries)
+        } else {
+            self.shard.merge_gossip(entries)
+        };
+        match merged {
             // The sender keeps the batch and retries.
             Err(e) => self.respond(token, Err(e)),
             Ok(()) if durable => self.request_sync(false, SyncWaiter::Replicate(token, n)),

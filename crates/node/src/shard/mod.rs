@@ -508,4 +508,6 @@ mod backlog_tests;
 #[cfg(test)]
 mod disk_tests;
 #[cfg(test)]
+mod handoff_tests;
+#[cfg(test)]
 mod tests;

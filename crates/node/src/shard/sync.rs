@@ -305,9 +305,30 @@ impl Shard {
         self.handed_off += 1;
     }
 
-    /// Merges records received from another replica (gossip, hand-off, repair). Stops at
-    /// the first record the disk refuses (the sender keeps the batch and retries).
+    /// Merges records received from another replica (gossip, repair, a write's copy) whose
+    /// sender keeps them: it asked for no durable answer. Stops at the first record the
+    /// disk refuses (the sender keeps the batch and retries).
     pub fn merge_gossip(&mut self, batch: GossipBatch) -> Result<(), NodeError> {
+        self.merge_batch(batch, false)
+    }
+
+    /// Merges a batch whose sender asked for a durable answer: it may carry hand-offs,
+    /// which the sender drops once this worker has acknowledged them, so this worker now
+    /// answers for those records.
+    ///
+    /// A key this worker is itself handing off starts a new hand-off generation even if
+    /// the record changed nothing here: the acknowledgements it collected, and those still
+    /// on their way, are for records sent before it took this one over, and their senders
+    /// may have passed the key on since — back here. Two workers whose views disagree
+    /// (each thinks the other replicates the key, as during a leave) otherwise hand the
+    /// key to each other, each acknowledges the other's copy and drops its own, and the
+    /// record is gone from both.
+    pub fn merge_handoff(&mut self, batch: GossipBatch) -> Result<(), NodeError> {
+        self.merge_batch(batch, true)
+    }
+
+    /// Merges received records; `taken_over`: the sender may drop them once acknowledged.
+    fn merge_batch(&mut self, batch: GossipBatch, taken_over: bool) -> Result<(), NodeError> {
         self.maintain_memory();
         for (key, record) in batch {
             self.gossip_received += 1;
@@ -322,8 +343,12 @@ impl Shard {
                 continue;
             }
             let changed = self.merge_into_store(&key, record)?;
-            if !self.is_replica(&key) && (changed || !self.handoff.contains_key(&key[..])) {
-                // Sent under another view: pass it on to the current replicas.
+            if !self.is_replica(&key)
+                && (changed || taken_over || !self.handoff.contains_key(&key[..]))
+            {
+                // Sent under another view: pass it on to the current replicas (again, with
+                // a new generation, if this worker now answers for it: see
+                // `merge_handoff`).
                 self.queue_handoff(&key)?;
             }
         }

@@ -600,13 +600,9 @@ impl World {
                 default_ack: Ack::MERGED,
                 tombstone_grace_ms: self.p.tombstone_grace_ms,
                 max_reply_bytes: 64 << 20,
-                // A period longer than any run: no extra deadline, so seeds replay as they did
-                // before the statistics existed (the checks do not look at them).
-                stats: node::stats::StatsConfig {
-                    period_ms: node::stats::MAX_PERIOD_MS,
-                    window_ms: node::stats::MAX_PERIOD_MS,
-                    ..node::stats::StatsConfig::default()
-                },
+                // The node's default statistics period: the core ticks at each close, as a
+                // real node's does (the checks do not look at the statistics themselves).
+                stats: node::stats::StatsConfig::default(),
             };
             let core_config = if self.p.mode == Mode::NoRetryNoAntiEntropy {
                 CoreConfig {
