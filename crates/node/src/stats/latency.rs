@@ -46,6 +46,8 @@ pub(crate) struct PeriodHistogram {
     counts: Box<[u32]>,
     sum_ns: u64,
     max_ns: u64,
+    /// Requests recorded (so an idle period is known without a pass over the buckets).
+    requests: u64,
 }
 
 impl PeriodHistogram {
@@ -54,7 +56,13 @@ impl PeriodHistogram {
             counts: vec![0; BUCKETS].into_boxed_slice(),
             sum_ns: 0,
             max_ns: 0,
+            requests: 0,
         }
+    }
+
+    /// True if no request was recorded.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.requests == 0
     }
 
     /// Counts `n` requests that each took `ns`.
@@ -64,12 +72,14 @@ impl PeriodHistogram {
         *c = c.saturating_add(n);
         self.sum_ns = self.sum_ns.saturating_add(ns.saturating_mul(u64::from(n)));
         self.max_ns = self.max_ns.max(ns);
+        self.requests = self.requests.saturating_add(u64::from(n));
     }
 
     pub(crate) fn clear(&mut self) {
         self.counts.fill(0);
         self.sum_ns = 0;
         self.max_ns = 0;
+        self.requests = 0;
     }
 }
 

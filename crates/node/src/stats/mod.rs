@@ -202,6 +202,11 @@ impl Period {
         }
     }
 
+    /// True if nothing was recorded in it: its sketches and histogram are all zeros.
+    fn is_idle(&self) -> bool {
+        self.accesses == 0 && self.latency.is_empty()
+    }
+
     fn clear(&mut self) {
         self.cms.clear();
         self.f2.clear();
@@ -301,11 +306,15 @@ impl Recorder {
         // The period leaving the window (if it is full) becomes the next open one.
         let mut next = if self.ring.len() >= self.config.periods() {
             let mut old = self.ring.pop_front().expect("a full ring is not empty");
-            self.cms.apply(&old.cms, false);
-            self.f2.apply(&old.f2, false);
-            self.latency.apply(&old.latency, false);
-            self.accesses -= old.accesses;
-            old.clear();
+            // An idle period holds only zeros: nothing to subtract or clear (an idle node
+            // closes a period every second; this keeps that cheap).
+            if !old.is_idle() {
+                self.cms.apply(&old.cms, false);
+                self.f2.apply(&old.f2, false);
+                self.latency.apply(&old.latency, false);
+                self.accesses -= old.accesses;
+                old.clear();
+            }
             old
         } else {
             Period::new(self.config.candidates())
@@ -320,10 +329,12 @@ impl Recorder {
         p.closed = p.candidates.take();
         self.busy_at_open = gauges.busy_ns;
         self.opened_ms = now_ms;
-        self.cms.apply(&p.cms, true);
-        self.f2.apply(&p.f2, true);
-        self.latency.apply(&p.latency, true);
-        self.accesses += p.accesses;
+        if !p.is_idle() {
+            self.cms.apply(&p.cms, true);
+            self.f2.apply(&p.f2, true);
+            self.latency.apply(&p.latency, true);
+            self.accesses += p.accesses;
+        }
         self.ring.push_back(p);
         self.latency.set_max(self.ring.iter().map(|p| &p.latency));
         self.published = Arc::new(self.summarise(gauges));
@@ -359,7 +370,9 @@ impl Recorder {
         let mut hll = Hll::new();
         let (mut span_ms, mut busy_ns) = (0u64, 0u64);
         for p in &self.ring {
-            hll.merge(&p.hll);
+            if p.accesses > 0 {
+                hll.merge(&p.hll);
+            }
             span_ms += p.span_ms;
             busy_ns += p.busy_ns;
         }
