@@ -75,11 +75,14 @@ fn put_get_del_with_the_cli() {
 
     let status = node.cli_ok(&["status"]);
     assert!(status.contains("node      local"), "{status}");
-    assert_eq!(
-        status.lines().filter(|l| l.starts_with(['0', '1'])).count(),
-        2,
-        "{status}"
-    );
+    // The workers table: one line per worker after its header, up to the blank line.
+    let workers = status
+        .lines()
+        .skip_while(|l| !l.starts_with("worker  address"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .count();
+    assert_eq!(workers, 2, "{status}");
 }
 
 #[test]
