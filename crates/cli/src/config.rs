@@ -142,10 +142,16 @@ pub struct LocalArgs {
     /// directory, default ./latticekv-data). 0: the memory tier only.
     #[arg(long, default_value_t = 1)]
     pub(crate) disk_nodes: usize,
-    /// Do not run the elasticity monitor beside the node (it replicates hot keys across
-    /// the workers and reports what it did in `latticekv status`; see docs/elasticity.md).
-    #[arg(long, env = "LATTICEKV_NO_MONITOR")]
-    pub(crate) no_monitor: bool,
+    /// Run the elasticity monitor beside the node: it replicates hot keys across the
+    /// workers and reports what it did in `latticekv status` (docs/elasticity.md). Off by
+    /// default until reads of a key whose replication just changed share one fetch of its
+    /// value (see the known issues there).
+    #[arg(
+        long,
+        env = "LATTICEKV_MONITOR",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub(crate) monitor: bool,
     /// The embedded monitor's policy parameters (TOML; docs/elasticity.md).
     #[arg(long, env = "LATTICEKV_MONITOR_CONFIG")]
     pub(crate) monitor_config: Option<PathBuf>,
@@ -503,7 +509,9 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
     let policy = crate::monitoring::load_policy(args.monitor_config.as_deref())?;
     if args.disk_nodes == 0 {
         let node = Node::start(config.clone()).context("starting the node")?;
-        let _monitor = (!args.no_monitor).then(|| embedded_monitor(&config, &node, policy));
+        let _monitor = args
+            .monitor
+            .then(|| embedded_monitor(&config, &node, policy));
         return serve_node(config, node, false);
     }
     if args.disk_nodes > 16 {
@@ -544,7 +552,9 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
         );
     }
     print_node(&config, &memory);
-    let _monitor = (!args.no_monitor).then(|| embedded_monitor(&config, &memory, policy));
+    let _monitor = args
+        .monitor
+        .then(|| embedded_monitor(&config, &memory, policy));
     let ending = wait(Some(&memory), &|| {
         reload_tls(&memory);
         for (_, node) in &disks {

@@ -1,6 +1,6 @@
 //! `latticekv local --nodes N`: N storage processes and one routing process, supervised by
 //! this one (a child that exits is started again as itself), and the elasticity monitor
-//! polling them (`--no-monitor` leaves it out).
+//! polling them with `--monitor`.
 
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -345,7 +345,7 @@ pub(crate) fn run(args: LocalArgs) -> Result<()> {
         );
     }
     let first = children.first().and_then(|c| field(&c.lines, "native"));
-    if let (false, Some(addr)) = (args.no_monitor || a.password.is_some(), first) {
+    if let (true, Some(addr)) = (args.monitor && a.password.is_none(), first) {
         let policy = crate::monitoring::load_policy(args.monitor_config.as_deref())?;
         std::thread::Builder::new()
             .name("lkv-monitor".into())
