@@ -10,9 +10,13 @@ use wire::pb::{self, request::Op, response::Result as R};
 
 fn keys_per_worker(node: &NodeProc) -> Vec<u64> {
     let status = node.cli_ok(&["status"]);
+    // The workers table: its lines after the header, up to the blank line (the statistics
+    // table below lists the workers again).
     status
         .lines()
-        .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
+        .skip_while(|l| !l.starts_with("worker  address"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
         .map(|l| l.split_whitespace().nth(2).unwrap().parse().unwrap())
         .collect()
 }
