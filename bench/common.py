@@ -102,8 +102,10 @@ def status(binary, addr):
         parts = line.split()
         if parts[:1] == ["member"]:
             section = "members"
-        elif parts[:1] == ["worker"]:
+        elif parts[:2] == ["worker", "address"]:  # not the statistics table's header
             section = "workers"
+        elif parts[:1] == ["worker"]:
+            section = None
         elif not parts:
             section = None
         elif section == "members" and len(parts) > 2 and parts[2] == "alive":
