@@ -56,6 +56,7 @@ bench-smoke: build
 	bench/consistency --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/redis-benchmark --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/security --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
+	bench/elasticity --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 
 ## A FROM-scratch image of the statically linked binary, tagged latticekv:dev (no registry).
 docker-image:

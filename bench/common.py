@@ -49,13 +49,15 @@ def wait_port(port, timeout=30):
 
 
 class Server:
-    """One `latticekv server` process (one worker, pinned to CPU 0) and its addresses.
-    `log_level` and `stderr` (a file) let a benchmark read the node's log."""
+    """One `latticekv server` process (`workers` workers, default one, pinned to `cpu`,
+    default CPU 0; e.g. "0,1") and its addresses. `log_level` and `stderr` (a file) let a
+    benchmark read the node's log."""
 
     def __init__(self, binary, node_id, host="127.0.0.1", seed=None, flags=(),
-                 log_level="warn", stderr=None):
-        args = pin(0) + [binary, "server", "--no-leave", "--node-id", node_id,
-                         "--listen", f"{host}:0", "--resp", f"{host}:0", "--workers", "1"]
+                 log_level="warn", stderr=None, cpu=0, workers=1):
+        args = pin(cpu) + [binary, "server", "--no-leave", "--node-id", node_id,
+                           "--listen", f"{host}:0", "--resp", f"{host}:0",
+                           "--workers", str(workers)]
         if seed:
             args += ["--seeds", seed]
         args += list(flags)
@@ -100,8 +102,10 @@ def status(binary, addr):
         parts = line.split()
         if parts[:1] == ["member"]:
             section = "members"
-        elif parts[:1] == ["worker"]:
+        elif parts[:2] == ["worker", "address"]:  # not the statistics table's header
             section = "workers"
+        elif parts[:1] == ["worker"]:
+            section = None
         elif not parts:
             section = None
         elif section == "members" and len(parts) > 2 and parts[2] == "alive":
@@ -304,10 +308,10 @@ def machine():
     return f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}"
 
 
-def write_section(begin, end, heading, text):
-    """Replaces the text between the `begin` and `end` markers of docs/benchmarks.md, or
-    appends a section `heading` holding it."""
-    doc = ROOT / "docs" / "benchmarks.md"
+def write_section(begin, end, heading, text, doc="benchmarks.md"):
+    """Replaces the text between the `begin` and `end` markers of docs/`doc` (default
+    docs/benchmarks.md), or appends a section `heading` holding it."""
+    doc = ROOT / "docs" / doc
     body = doc.read_text()
     if begin in body and end in body:
         head, rest = body.split(begin, 1)
