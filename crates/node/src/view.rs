@@ -223,7 +223,11 @@ pub fn requested_vector(
                 .into(),
         ));
     }
-    if let Some(d) = r.disk_global {
+    // The cluster's own default disk factor is always accepted (placement caps it at the
+    // disk nodes there are, as for keys with the default vector): a client that sends a
+    // key's whole vector back with one factor changed (`latticekv replicate --global 2`)
+    // sends it even on a cluster without a disk tier.
+    if let Some(d) = r.disk_global.filter(|&d| d != default_disk.global) {
         if d as usize > disk_nodes {
             return Err(NodeError::InvalidArgument(format!(
                 "disk replication {d} exceeds the {disk_nodes} node(s) of the disk tier"
@@ -252,4 +256,41 @@ pub fn requested_vector(
             local: r.disk_local.unwrap_or(default_disk.local).max(1),
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(global: u32, disk_global: Option<u32>) -> wire::pb::SetReplication {
+        wire::pb::SetReplication {
+            key: bytes::Bytes::from_static(b"k"),
+            global,
+            local: 1,
+            disk_global,
+            disk_local: Some(1),
+            reset: false,
+        }
+    }
+
+    #[test]
+    fn the_default_disk_factor_is_accepted_without_a_disk_tier() {
+        let mut default = default_vector(1, 1);
+        default.disk.global = 1;
+        let node = |id: &str| placement::NodeInfo {
+            id: id.into(),
+            tier: placement::Tier::Memory,
+            workers: vec![format!("{id}/0")],
+            front: String::new(),
+            resp: String::new(),
+            peer: String::new(),
+            vnodes: 16,
+        };
+        let view = ViewState::of(vec![node("a"), node("b")], ReplicationTable::new(), default);
+        let v = requested_vector(&view, &request(2, Some(1))).unwrap();
+        assert_eq!((v.memory.global, v.disk.global), (2, 1));
+        // Any other disk factor beyond the disk tier is still refused.
+        let e = requested_vector(&view, &request(2, Some(2))).unwrap_err();
+        assert!(e.to_string().contains("disk replication 2"), "{e}");
+    }
 }
