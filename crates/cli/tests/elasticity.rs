@@ -280,15 +280,28 @@ fn alive_ids(addr: &str) -> Vec<String> {
         .collect()
 }
 
+/// The pids of `latticekv server` processes whose command line contains every one of
+/// `parts`.
+fn server_pids(parts: &[&str]) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            (cmd.contains(" server ") && parts.iter().all(|p| cmd.contains(p))).then_some(pid)
+        })
+        .collect()
+}
+
 /// The pid of the `latticekv server` whose command line names `data_dir`.
 fn server_pid(data_dir: &std::path::Path) -> Option<i32> {
-    let needle = data_dir.display().to_string();
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        (cmd.contains(" server ") && cmd.contains(&needle)).then_some(pid)
-    })
+    server_pids(&[&data_dir.display().to_string()])
+        .first()
+        .copied()
 }
 
 #[test]
@@ -383,23 +396,9 @@ fn a_loaded_node_gets_a_new_node_from_the_local_manager_and_a_killed_one_is_repl
     drop(nodes);
 }
 
-/// The pids of `latticekv server` processes whose command line has `--node-id id` and
-/// mentions `dir`.
+/// The pids of `latticekv server` processes with `--node-id id` that mention `dir`.
 fn node_pids(dir: &std::path::Path, id: &str) -> Vec<i32> {
-    let needle = dir.display().to_string();
-    let id = format!(" --node-id {id} ");
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| {
-            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            (cmd.contains(" server ") && cmd.contains(&id) && cmd.contains(&needle)).then_some(pid)
-        })
-        .collect()
+    server_pids(&[&format!(" --node-id {id} "), &dir.display().to_string()])
 }
 
 #[test]
