@@ -127,7 +127,8 @@ fn data_four_times_the_memory_budget_spills_to_the_disk_tier() {
             peak = peak.max(rss(pid));
         }
         let took = started.elapsed();
-        let (evictions, _, cached) = counters(&c).await;
+        let (evictions, _, cached_after_writes) = counters(&c).await;
+        let cached = cached_after_writes;
         eprintln!(
             "wrote {KEYS} x {VALUE} B in {took:?}; RSS at rest {} MiB, peak {} MiB; \
              {evictions} evictions, {cached} keys in RAM",
@@ -155,7 +156,22 @@ fn data_four_times_the_memory_budget_spills_to_the_disk_tier() {
             }
             peak = peak.max(rss(pid));
         }
+        let (_, _, cached) = counters(&c).await;
+        eprintln!(
+            "read back {KEYS} keys; RSS peak {} MiB, {cached} keys in RAM",
+            peak >> 20
+        );
         assert!(peak <= BUDGET + OVERHEAD, "RSS {} MiB", peak >> 20);
+        // A scan of cold keys promotes almost none of them (and evicts for those it does),
+        // and keeps what was cached (the recent writes, completed by their fetch).
+        assert!(
+            (cached as usize) < KEYS / 2,
+            "{cached} keys in RAM after a scan"
+        );
+        assert!(
+            cached >= cached_after_writes / 2,
+            "the scan emptied the cache: {cached_after_writes} keys in RAM before, {cached} after"
+        );
 
         // A few cold keys read again and again are promoted: served from RAM afterwards.
         let hot: Vec<String> = (0..64).map(key).collect();

@@ -43,7 +43,7 @@ use crate::view::ViewState;
 pub use crate::codec::GossipBatch;
 pub use entropy::{bucket_of, AntiEntropyDigest, RepairCursor, BUCKETS};
 pub use sync::Outgoing;
-pub use tier::{EVICT_STEP, HARD_CEILING_FACTOR, LOW_WATERMARK_PERCENT, PROMOTE_AFTER};
+pub use tier::{EVICT_STEP, HARD_CEILING_FACTOR, LOW_WATERMARK_PERCENT};
 
 /// Hash maps of a shard: seeded from the shard's seed, so their iteration order (which
 /// decides the order batches go out in) is the same in every run of a simulation seed.

@@ -14,8 +14,8 @@
 //!   only the deltas written since);
 //! - any other op on a key not in RAM or partial first fetches the key's record from a disk
 //!   replica (the core's `tier` module), merges it, then runs; the record stays in RAM only
-//!   if the key is warm ([`Frequency`]: read more than [`PROMOTE_AFTER`] times while cold,
-//!   within the window);
+//!   if the key is warm ([`Doorkeeper`]: fetched a second time within the window), and a
+//!   promotion evicts like a write, so reads keep the store within its budget too;
 //! - a worker that never evicted answers misses at once (small datasets pay no round trip).
 //!
 //! Eviction runs in bounded steps ([`EVICT_STEP`] records at most, each chosen among
@@ -49,60 +49,54 @@ const EVICT_MISSES: usize = 4;
 /// Writes to keys with disk replicas are refused only above this many times the share.
 pub const HARD_CEILING_FACTOR: usize = 2;
 
-/// A cold key is kept in RAM after a fetch (promoted) once it was fetched more than this
-/// many times within the frequency window.
-pub const PROMOTE_AFTER: u8 = 1;
+/// Bits of the fetch doorkeeper (128 KiB per worker).
+const DOORKEEPER_BITS: usize = 1 << 20;
+/// Bits set per fetched key.
+const DOORKEEPER_HASHES: usize = 4;
+/// Fetches after which the doorkeeper is cleared (the window): at this fill a key fetched
+/// for the first time looks seen before with probability ≈ (1 − e^(−4·⅛))⁴ ≈ 2.4 %.
+const DOORKEEPER_WINDOW: u32 = (DOORKEEPER_BITS / 8) as u32;
 
-/// Counters per row of the frequency sketch.
-const SKETCH_WIDTH: usize = 1024;
-/// Rows of the frequency sketch.
-const SKETCH_ROWS: usize = 4;
-/// Counts after which every counter is halved (the window, in fetches).
-const SKETCH_WINDOW: u32 = 8 * SKETCH_WIDTH as u32;
-
-/// A count-min sketch of how often keys were fetched from the disk tier, halved every
-/// [`SKETCH_WINDOW`] counts (TinyLFU's reset): 4 KiB, no allocation per count. Minimal on
-/// purpose, self-contained so a statistics module can replace it.
-pub(crate) struct Frequency {
-    rows: Box<[[u8; SKETCH_WIDTH]; SKETCH_ROWS]>,
-    counted: u32,
+/// Which cold keys were fetched from the disk tier within the window: a Bloom filter
+/// (TinyLFU's doorkeeper), cleared every [`DOORKEEPER_WINDOW`] fetches. A key fetched a
+/// second time within the window is *warm* and kept in RAM (promoted); a key read once (a
+/// scan) is not. Bits instead of counters so that a window of 128k fetches stays accurate
+/// in 128 KiB: a count-min sketch of a few KiB saturates after a few thousand distinct keys
+/// and then promotes everything a scan reads.
+pub(crate) struct Doorkeeper {
+    bits: Box<[u64]>,
+    fetches: u32,
 }
 
-impl Default for Frequency {
+impl Default for Doorkeeper {
     fn default() -> Self {
-        Frequency {
-            rows: Box::new([[0; SKETCH_WIDTH]; SKETCH_ROWS]),
-            counted: 0,
+        Doorkeeper {
+            bits: vec![0; DOORKEEPER_BITS / 64].into_boxed_slice(),
+            fetches: 0,
         }
     }
 }
 
-impl Frequency {
-    /// Counts one fetch of the key with placement hash `hash`; returns its estimate after.
-    pub(crate) fn count(&mut self, hash: u64) -> u8 {
-        self.counted += 1;
-        if self.counted >= SKETCH_WINDOW {
-            self.counted = 0;
-            for row in self.rows.iter_mut() {
-                for c in row.iter_mut() {
-                    *c /= 2;
-                }
-            }
+impl Doorkeeper {
+    /// Notes one fetch of the key with placement hash `hash`; true if it was (probably)
+    /// fetched before within the window.
+    pub(crate) fn fetched(&mut self, hash: u64) -> bool {
+        self.fetches += 1;
+        if self.fetches > DOORKEEPER_WINDOW {
+            self.fetches = 1;
+            self.bits.fill(0);
         }
-        let mut min = u8::MAX;
-        for (i, row) in self.rows.iter_mut().enumerate() {
-            let slot = &mut row[index(hash, i)];
-            *slot = slot.saturating_add(1);
-            min = min.min(*slot);
+        let mut seen = true;
+        // Double hashing (Kirsch–Mitzenmacher): bit i at h1 + i·h2.
+        let (h1, h2) = (hash as u32 as usize, ((hash >> 32) as usize) | 1);
+        for i in 0..DOORKEEPER_HASHES {
+            let bit = h1.wrapping_add(i.wrapping_mul(h2)) % DOORKEEPER_BITS;
+            let (word, mask) = (bit / 64, 1u64 << (bit % 64));
+            seen &= self.bits[word] & mask != 0;
+            self.bits[word] |= mask;
         }
-        min
+        seen
     }
-}
-
-/// The counter of `hash` in row `row`: 16 bits of the hash per row (rows are independent
-/// enough for 1,024 counters).
-fn index(hash: u64, row: usize) -> usize {
-    ((hash >> (16 * row)) as usize) % SKETCH_WIDTH
 }
 
 /// A shard's tiering state (see the module docs).
@@ -113,8 +107,8 @@ pub(crate) struct Tiering {
     evicting: bool,
     /// Per key, batches to disk replicas carrying it that are not yet acknowledged.
     unacked: Map<Blob, u32>,
-    /// How often cold keys were fetched.
-    frequency: Frequency,
+    /// Which cold keys were fetched recently.
+    doorkeeper: Doorkeeper,
     /// Records evicted.
     pub(crate) evictions: u64,
     /// Keys fetched from the disk tier.
@@ -131,7 +125,7 @@ impl Tiering {
             spilled: false,
             evicting: false,
             unacked: Map::with_hasher(hasher),
-            frequency: Frequency::default(),
+            doorkeeper: Doorkeeper::default(),
             evictions: 0,
             disk_fetches: 0,
             promotions: 0,
@@ -233,9 +227,11 @@ impl Shard {
     /// Merges a record fetched from the disk tier (`None`: none there) into RAM: the record
     /// is complete afterwards. Not logged, not gossiped (the disk tier holds it), and not
     /// counted as a new key. Returns whether to keep it in RAM after the ops waiting for it
-    /// ran (the key is warm).
+    /// ran (the key is warm, or its partial record was cached).
     pub fn merge_fetched(&mut self, key: &[u8], record: Option<Record>) -> bool {
         self.tier.disk_fetches += 1;
+        // A partial record was cached (written recently): completed, it stays.
+        let cached = self.store.get(key).is_some();
         if let Some(record) = record {
             self.hlc.observe(record.epoch);
             if let Some(lattice::Value::Lww(l)) = &record.value {
@@ -244,17 +240,19 @@ impl Shard {
             self.store.merge(key, record);
         }
         self.store.set_partial(key, false);
-        let warm = self.tier.frequency.count(key_hash(key)) > PROMOTE_AFTER;
-        if warm {
+        let warm = self.tier.doorkeeper.fetched(key_hash(key));
+        if warm && !cached {
             self.tier.promotions += 1;
         }
-        warm
+        warm || cached
     }
 
     /// After the ops waiting for a fetched key ran: drops it from RAM again unless it is
-    /// warm (`keep`) or dirty.
+    /// warm (`keep`) or dirty; a promoted key makes room for itself by eviction.
     pub fn settle_fetched(&mut self, key: &[u8], keep: bool) {
-        if !keep && self.evictable(key) {
+        if keep {
+            self.maintain_memory();
+        } else if self.evictable(key) {
             self.store.remove(key);
         }
     }
@@ -390,5 +388,36 @@ impl Shard {
             self.tier.spilled = true;
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_doorkeeper_promotes_keys_fetched_twice_and_few_of_a_scan() {
+        let mut d = Doorkeeper::default();
+        let hash = |i: u64| key_hash(format!("key:{i}").as_bytes());
+        // A scan of as many distinct keys as the window holds: ≈ 2.4 % false positives
+        // at the end of the window, fewer on average.
+        let scan = u64::from(DOORKEEPER_WINDOW);
+        let warm = (0..scan).filter(|&i| d.fetched(hash(i))).count();
+        assert!(
+            warm < scan as usize / 50,
+            "{warm} of {scan} scanned keys looked warm"
+        );
+        // A key fetched again within the window is warm.
+        let mut d = Doorkeeper::default();
+        assert!(!d.fetched(hash(7)));
+        assert!(d.fetched(hash(7)));
+        // The window clears it.
+        for i in 0..scan {
+            d.fetched(hash(1_000_000 + i));
+        }
+        assert!(
+            !d.fetched(hash(7)),
+            "the window did not clear the doorkeeper"
+        );
     }
 }
