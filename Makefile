@@ -12,13 +12,19 @@ export CARGO_TERM_COLOR ?= never
 ## and the partition test in Docker containers.
 test: deps lint build unit python-test bench-smoke docker-test
 
-## Tools the tests drive: redis-cli (and redis-server for benchmarks), the redis and pytest
-## Python packages. Installed only when missing.
+## Tools the tests drive: redis-cli (and redis-server for benchmarks), PostgreSQL's server
+## binaries (the backing-store tests start throwaway clusters of their own with them; the
+## package's own cluster is never used), the redis and pytest Python packages. Installed only
+## when missing.
 deps:
 	@(command -v redis-cli && command -v redis-server && command -v redis-benchmark) >/dev/null 2>&1 || { \
 	  echo "installing redis-tools"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-tools redis-server) \
 	    || { echo "cannot install redis-tools (need root and apt)"; exit 1; }; }
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  echo "installing postgresql"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) \
+	    || { echo "cannot install postgresql (need root and apt)"; exit 1; }; }
 	@$(PYTHON) -c "import redis, pytest, trustme" 2>/dev/null || \
 	  $(PYTHON) -m pip install --quiet --disable-pip-version-check redis pytest trustme
 

@@ -28,6 +28,8 @@
 //! - [`pki`]: [`Pki`], a throwaway CA and certificates for TLS tests.
 //! - [`tmpfs`]: [`Tmpfs`], a tmpfs mount for full-disk tests (needs root: tests that use it
 //!   fail without it, they never skip).
+//! - [`pg`]: [`PgServer`], a throwaway PostgreSQL server (Debian's package, installed by
+//!   `make deps`) for the backing-store tests; stopped and restarted at will.
 //!
 //! Depends on `wire` (frames and protobuf types) and nothing else of latticekv: it starts the
 //! node as a process, never links it.
@@ -35,6 +37,7 @@
 
 pub mod native;
 pub mod node;
+pub mod pg;
 pub mod pki;
 pub mod resp;
 pub mod tmpfs;
@@ -42,6 +45,7 @@ pub mod wait;
 
 pub use native::Native;
 pub use node::{NodeProc, SIGINT, SIGTERM};
+pub use pg::PgServer;
 pub use pki::Pki;
 pub use resp::Resp;
 pub use tmpfs::Tmpfs;
