@@ -127,6 +127,22 @@ pub struct NodeArgs {
     /// period).
     #[arg(long, env = "LATTICEKV_STATS_WINDOW_MS")]
     pub(crate) stats_window_ms: Option<u64>,
+    /// A backing store the node sits in front of, the system of record:
+    /// postgresql://user@host:port/db (table `latticekv_kv`, created if missing).
+    #[arg(long, env = "LATTICEKV_BACKING_STORE")]
+    pub(crate) backing_store: Option<String>,
+    /// Write policy of keys matching no `[[backing.prefixes]]`: write-through (default
+    /// with --backing-store), write-back or write-around.
+    #[arg(long, env = "LATTICEKV_WRITE_POLICY")]
+    pub(crate) write_policy: Option<String>,
+    /// What writes and reads do while the backing store recovers: tar, dis, tard or
+    /// tardis (default).
+    #[arg(long, env = "LATTICEKV_RECOVERY_TECHNIQUE")]
+    pub(crate) recovery_technique: Option<String>,
+    /// Batches each worker applies at once while the backing store recovers (0: only
+    /// foreground requests drain what was buffered). Default 4.
+    #[arg(long, env = "LATTICEKV_RECOVERY_WORKERS")]
+    pub(crate) recovery_workers: Option<usize>,
 }
 
 /// `latticekv local`: the embedded default.
@@ -351,6 +367,23 @@ pub fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     }
     if let Some(v) = args.stats_window_ms {
         config.stats.window_ms = v;
+    }
+    if let Some(v) = &args.backing_store {
+        config.backing.url = Some(v.clone());
+    }
+    if let Some(v) = &args.write_policy {
+        config.backing.policy = Some(
+            v.parse()
+                .map_err(|e| anyhow::anyhow!("--write-policy: {e}"))?,
+        );
+    }
+    if let Some(v) = &args.recovery_technique {
+        config.backing.technique = v
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--recovery-technique: {e}"))?;
+    }
+    if let Some(v) = args.recovery_workers {
+        config.backing.recovery_workers = v;
     }
     config.check_exposure()?;
     Ok(config)

@@ -206,6 +206,65 @@ fn latency_json(h: &Histogram, buckets: bool) -> Value {
     v
 }
 
+/// The name of a backing-store mode code.
+fn mode_name(code: u32) -> &'static str {
+    node::writeback::Mode::from_code(code).name()
+}
+
+fn backing_json(b: &pb::BackingStatus) -> Value {
+    json!({
+        "mode": mode_name(b.mode),
+        "mode_ms": b.mode_ms,
+        "dirty_keys": b.dirty_keys,
+        "buffered_bytes": b.dirty_bytes,
+        "failed_keys": b.failed_keys,
+        "applied_keys": b.applied_keys,
+        "applied_per_sec": b.applied_per_sec,
+        "apply_failures": b.apply_failures,
+        "fetched_keys": b.fetched_keys,
+        "refused_reads": b.refused_reads,
+        "refused_writes": b.refused_writes,
+        "failures": b.failures,
+        "last_error": b.last_error,
+    })
+}
+
+/// The node's backing-store state: the most severe mode of its workers (failed, then
+/// recovery, then normal), the others summed.
+fn node_backing(s: &pb::Status) -> Option<pb::BackingStatus> {
+    let severity = |m: u32| match node::writeback::Mode::from_code(m) {
+        node::writeback::Mode::Failed => 2,
+        node::writeback::Mode::Recovery => 1,
+        node::writeback::Mode::Normal => 0,
+    };
+    let mut out: Option<pb::BackingStatus> = None;
+    for b in s.workers.iter().filter_map(|w| w.backing.as_ref()) {
+        let o = out.get_or_insert_with(|| pb::BackingStatus {
+            mode: b.mode,
+            mode_ms: b.mode_ms,
+            ..Default::default()
+        });
+        if severity(b.mode) > severity(o.mode) {
+            o.mode = b.mode;
+            o.mode_ms = b.mode_ms;
+        }
+        o.dirty_keys += b.dirty_keys;
+        o.dirty_bytes += b.dirty_bytes;
+        o.failed_keys += b.failed_keys;
+        o.applied_keys += b.applied_keys;
+        o.applied_per_sec += b.applied_per_sec;
+        o.apply_failures += b.apply_failures;
+        o.fetched_keys += b.fetched_keys;
+        o.refused_reads += b.refused_reads;
+        o.refused_writes += b.refused_writes;
+        o.failures += b.failures;
+        if !b.last_error.is_empty() {
+            o.last_error = b.last_error.clone();
+        }
+    }
+    out
+}
+
 fn worker_json(w: &pb::WorkerStatus) -> Value {
     let s = stats_of(w);
     json!({
@@ -219,6 +278,7 @@ fn worker_json(w: &pb::WorkerStatus) -> Value {
         "subscriptions": w.subscriptions,
         "evictions": w.evictions,
         "disk_fetches": w.disk_fetches,
+        "backing": w.backing.as_ref().map(backing_json),
         "stats": {
             "window_seq": s.window_seq,
             "window_ms": s.window_ms,
@@ -279,6 +339,7 @@ pub fn to_json(s: &pb::Status) -> Value {
         "resp_address": s.resp_address,
         "memory_budget_bytes": s.memory_budget_bytes,
         "workers": s.workers.iter().map(worker_json).collect::<Vec<_>>(),
+        "backing": node_backing(s).as_ref().map(backing_json),
         "hot_keys": node_hot_keys(s, NODE_HOT_KEYS)
             .iter()
             .map(|(k, a)| key_json(k, *a))
@@ -376,6 +437,27 @@ async fn print_tables(
             w.evictions,
             w.disk_fetches
         );
+    }
+    if let Some(b) = node_backing(s) {
+        println!();
+        println!(
+            "backing store: {} for {:.1} s, {} dirty keys ({} buffered), {} on the failed \
+             list, applying {:.0} keys/s; {} applied, {} read through, {} reads and {} writes \
+             refused",
+            mode_name(b.mode),
+            b.mode_ms as f64 / 1000.0,
+            b.dirty_keys,
+            b.dirty_bytes,
+            b.failed_keys,
+            b.applied_per_sec,
+            b.applied_keys,
+            b.fetched_keys,
+            b.refused_reads,
+            b.refused_writes
+        );
+        if !b.last_error.is_empty() {
+            println!("  last store error: {}", b.last_error);
+        }
     }
     let window_ms = s
         .workers

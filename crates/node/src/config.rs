@@ -100,6 +100,10 @@ pub struct NodeConfig {
     /// Statistics each worker publishes for the elasticity policy (`[stats]`: `period_ms`,
     /// `window_ms`, `hot_keys`; see `docs/elasticity.md`).
     pub stats: crate::stats::StatsConfig,
+    /// A backing store and the write policies of keys (`[backing]`: `url`, `policy`,
+    /// `[[backing.prefixes]]`, `technique`, `recovery_workers`, …; see docs/writeback.md).
+    /// Default: none.
+    pub backing: crate::writeback::BackingConfig,
 }
 
 /// Testing only: faults a node can be started with (`LATTICEKV_FAULT`), so integration
@@ -270,6 +274,7 @@ impl Default for NodeConfig {
             insecure_no_auth: false,
             tls: crate::tls::TlsConfig::default(),
             stats: crate::stats::StatsConfig::default(),
+            backing: crate::writeback::BackingConfig::default(),
         }
     }
 }
@@ -393,6 +398,9 @@ impl NodeConfig {
         self.stats
             .validate()
             .map_err(|e| ConfigError(format!("[stats]: {e}")))?;
+        self.backing
+            .validate()
+            .map_err(|e| ConfigError(format!("[backing]: {e}")))?;
         crate::auth::Users::from_config(&self.users).map_err(|e| ConfigError(e.to_string()))
     }
 }

@@ -56,6 +56,7 @@ pub mod subscribe;
 pub mod tls;
 pub mod vectors;
 pub mod view;
+pub mod writeback;
 
 pub use config::{ClusterConfig, DiskConfig, Limits, NodeConfig, NodeTier};
 pub use error::NodeError;

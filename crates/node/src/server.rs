@@ -108,6 +108,8 @@ pub struct Node {
     fsync_thread: Option<JoinHandle<()>>,
     /// Held (locked) for the node's lifetime.
     _data_lock: Option<File>,
+    /// The backing store's runtime (stopped when the node is dropped, after its workers).
+    _backing: Option<crate::driver::backing::BackingRuntime>,
 }
 
 fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
@@ -292,6 +294,13 @@ impl Node {
         let (mesh, inboxes) = Mesh::new(workers);
         let budget = (config.limits.memory_budget_bytes() / workers as u64) as usize;
         let (leaving, _) = watch::channel(false);
+        let (backing, backing_rt) = if config.backing.enabled() {
+            let (handle, rt) = crate::driver::backing::start(&config.backing)
+                .map_err(|e| StartError::Config(format!("backing store: {e}")))?;
+            (Some(handle), Some(rt))
+        } else {
+            (None, None)
+        };
         let shared = Arc::new(Shared {
             config: config.clone(),
             users: Arc::new(users),
@@ -311,6 +320,7 @@ impl Node {
             agent: agent.clone(),
             snapshots,
             policy: tokio::sync::watch::Sender::new(None),
+            backing,
         });
 
         let clock: crate::shard::SharedClock = Arc::new(SystemClock::new(config.clock_skew_ms));
@@ -364,6 +374,7 @@ impl Node {
             journals.extend((0..workers).map(|_| JournalSetup::None));
         }
         let core_config = core_config(&config);
+        let backing_config = Arc::new(config.backing.clone());
         let mut threads = Vec::with_capacity(workers);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut first = Some((front, resp, peer));
@@ -419,7 +430,10 @@ impl Node {
                     }
                 }));
             }
-            let core = Core::new(shard, core_config.clone(), fastrand::u64(..));
+            let mut shard = shard;
+            shard.set_backing(backing_config.clone(), workers);
+            let mut core = Core::new(shard, core_config.clone(), fastrand::u64(..));
+            core.start_backing();
             let setup = WorkerSetup {
                 shared: shared.clone(),
                 index: i as u32,
@@ -453,6 +467,7 @@ impl Node {
             agent_thread: Some(agent_thread),
             fsync_thread,
             _data_lock: data_lock,
+            _backing: backing_rt,
         })
     }
 

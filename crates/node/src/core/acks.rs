@@ -43,6 +43,8 @@ struct Write {
     next: usize,
     /// Copies sent and not yet answered.
     outstanding: usize,
+    /// Then wait for the backing store to have it.
+    wait_store: bool,
 }
 
 /// Writes in progress.
@@ -73,13 +75,22 @@ impl Core {
     ) {
         let key = op.key_bytes().clone();
         let write = op.is_write();
+        let wait_store = write && self.shard.write_waits_for_store(&key);
         let result = if forwarded {
             self.shard.execute_forwarded(op)
         } else {
             self.shard.execute(op)
         };
-        if !write || matches!(result, OpResult::Error(_)) || ack.is_default() {
+        if !write || matches!(result, OpResult::Error(_)) {
             self.fill(job, pos, result);
+            return;
+        }
+        if ack.is_default() {
+            if wait_store {
+                self.await_store(job, pos, result, key);
+            } else {
+                self.fill(job, pos, result);
+            }
             return;
         }
         let id = self.next_id();
@@ -95,6 +106,7 @@ impl Core {
                 targets: Vec::new(),
                 next: 0,
                 outstanding: 0,
+                wait_store,
             },
         );
         if ack.durable {
@@ -238,10 +250,10 @@ impl Core {
         let Some(w) = self.writes.map.remove(&id) else {
             return;
         };
-        let result = match outcome {
-            Ok(()) => w.result,
-            Err(e) => OpResult::Error(e),
-        };
-        self.fill(w.job, w.pos, result);
+        match outcome {
+            Ok(()) if w.wait_store => self.await_store(w.job, w.pos, w.result, w.key),
+            Ok(()) => self.fill(w.job, w.pos, w.result),
+            Err(e) => self.fill(w.job, w.pos, OpResult::Error(e)),
+        }
     }
 }

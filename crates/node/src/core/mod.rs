@@ -31,6 +31,7 @@
 //! [`Core::tick`].
 
 mod acks;
+mod backing;
 mod entropy;
 mod gossip;
 pub mod messages;
@@ -128,6 +129,22 @@ pub enum Effect {
     Unreachable {
         /// The worker.
         to: Replica,
+    },
+    /// Merge these records into the backing store, in one transaction (an empty batch:
+    /// ping it), and report with [`Core::on_backing_applied`].
+    BackingApply {
+        /// The batch.
+        id: u64,
+        /// Keys and their records.
+        batch: Vec<(bytes::Bytes, lattice::Record)>,
+    },
+    /// Read these keys from the backing store and report with
+    /// [`Core::on_backing_fetched`].
+    BackingFetch {
+        /// The request.
+        id: u64,
+        /// The keys.
+        keys: Vec<bytes::Bytes>,
     },
 }
 
@@ -236,6 +253,8 @@ pub struct Core {
     jobs: requests::Jobs,
     /// Fetches of evicted keys from the disk tier.
     tier: tier::TierFetches,
+    /// Batches to the backing store, clients waiting for it, the mode.
+    backing: backing::BackingState,
     /// Writes waiting for their acknowledgement level.
     writes: acks::Writes,
     /// Disk syncs awaited.
@@ -277,6 +296,7 @@ impl Core {
             pending: Map::with_hasher(hasher.clone()),
             jobs: requests::Jobs::new(hasher.clone()),
             tier: tier::TierFetches::new(hasher.clone()),
+            backing: backing::BackingState::new(hasher.clone(), now),
             writes: acks::Writes::new(hasher.clone()),
             syncs: Map::with_hasher(hasher.clone()),
             gossip: gossip::GossipState::default(),
@@ -376,6 +396,10 @@ impl Core {
         let rings_changed = self.shard.view().rings != view.rings;
         self.view_since = self.now();
         self.shard.set_view(view);
+        if rings_changed {
+            // Keys this worker became the primary of: it does not know what the store has.
+            self.shard.mark_backed_keys_dirty();
+        }
         // Hand-offs go out now rather than at the next tick.
         self.gossip.urgent = true;
         if rings_changed {
@@ -406,6 +430,9 @@ impl Core {
             // Between requests, as soon as they let it.
             next = next.min(self.now());
         }
+        if let Some(b) = self.backing_deadline() {
+            next = next.min(b);
+        }
         next.min(self.stats.next_close())
     }
 
@@ -429,6 +456,7 @@ impl Core {
         }
         self.entropy_step(now);
         self.reclaim_step(now);
+        self.pump_backing();
         if self.timers.journal.is_some_and(|j| now >= j) {
             self.flush_journal();
         }
@@ -538,5 +566,7 @@ impl Core {
     }
 }
 
+#[cfg(test)]
+mod backing_tests;
 #[cfg(test)]
 mod tier_tests;

@@ -136,7 +136,10 @@ impl Core {
         ack: Ack,
         routing: Routing,
     ) -> Result<OpResult, Op<B>> {
-        if op.is_write() && !ack.at_least(self.config.default_ack).is_default() {
+        if op.is_write()
+            && (!ack.at_least(self.config.default_ack).is_default()
+                || self.shard.write_waits_for_store(op.key()))
+        {
             return Err(op);
         }
         match self.shard.route(op.key()) {
@@ -172,7 +175,7 @@ impl Core {
         if self.shard.route(key) != Route::Local || self.shard.settling().is_some() {
             return None;
         }
-        if self.shard.spilled() && self.must_wait(&Op::Get { key }) {
+        if self.must_wait(&Op::Get { key }) {
             return None;
         }
         self.stats.access(key);
@@ -235,7 +238,10 @@ impl Core {
         for (pos, op) in ops.into_iter().enumerate() {
             match self.shard.route(op.key()) {
                 Route::Local if self.defer_for_fetch(job, pos, &op, ack, false) => {}
-                Route::Local if op.is_write() && !ack.is_default() => {
+                Route::Local
+                    if op.is_write()
+                        && (!ack.is_default() || self.shard.write_waits_for_store(op.key())) =>
+                {
                     self.stats.access(op.key());
                     self.run_acked(job, pos, op.to_owned_op(), ack, false, &mut syncs);
                 }
@@ -273,6 +279,7 @@ impl Core {
             self.settle_reads(job, misses);
         }
         self.start_tier_fetches();
+        self.pump_backing();
         self.gossip_if_full();
         self.arm_journal();
     }

@@ -40,8 +40,23 @@ struct KeyFetch {
     answered: bool,
     /// What the answers held, merged.
     record: Option<Record>,
+    /// The key is backed: the backing store's part in the fetch.
+    store: StorePart,
     /// Ops waiting, in arrival order.
     ops: Vec<Deferred>,
+}
+
+/// A backed key's fetch from the backing store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StorePart {
+    /// Not a backed key.
+    None,
+    /// Asked.
+    Waiting,
+    /// The store answered.
+    Answered,
+    /// The store failed, or may not be read now (failed mode; recovery under TAR or DIS).
+    Unavailable,
 }
 
 /// Fetches of evicted keys in progress.
@@ -68,7 +83,8 @@ impl TierFetches {
 impl Core {
     /// True if `op` must wait for its key's record (see the module docs).
     pub(super) fn must_wait<B: AsRef<[u8]>>(&self, op: &Op<B>) -> bool {
-        self.shard.spilled() && (self.tier.fetching(op.key()) || self.shard.must_fetch(op))
+        (self.shard.spilled() || self.shard.has_backing())
+            && (self.tier.fetching(op.key()) || self.shard.must_fetch(op))
     }
 
     /// Defers `op` until its key's record arrived, if it must wait; false if it can run
@@ -105,6 +121,7 @@ impl Core {
                         left: 0,
                         answered: false,
                         record: None,
+                        store: StorePart::None,
                         ops: vec![deferred],
                     },
                 );
@@ -123,14 +140,26 @@ impl Core {
         let keys = std::mem::take(&mut self.tier.new);
         let mut targets: Vec<(Replica, Vec<Bytes>)> = Vec::new();
         let mut unreachable: Vec<Bytes> = Vec::new();
+        let mut from_store: Vec<Bytes> = Vec::new();
         for key in keys {
-            let to = self.shard.fetch_targets(&key);
-            if to.is_empty() {
+            let to = if self.shard.fetches_from_disk(&key) {
+                self.shard.fetch_targets(&key)
+            } else {
+                Vec::new()
+            };
+            let backed = self.shard.backed(&key).is_some();
+            if backed {
+                from_store.push(key.clone());
+            }
+            if to.is_empty() && !backed {
                 unreachable.push(key);
                 continue;
             }
             if let Some(f) = self.tier.keys.get_mut(&key) {
-                f.left = to.len();
+                f.left = to.len() + backed as usize;
+                if backed {
+                    f.store = StorePart::Waiting;
+                }
             }
             for r in to {
                 match targets.iter_mut().find(|t| t.0 == r) {
@@ -150,6 +179,45 @@ impl Core {
             let msg = PeerMsg::Fetch { keys: keys.clone() };
             self.send(to, msg, super::gossip::Waiting::TierFetch(keys));
         }
+        if !from_store.is_empty() && !self.fetch_from_store(from_store.clone()) {
+            self.shard.note_backing_reads(0, from_store.len());
+            self.on_store_records(from_store, None);
+        }
+    }
+
+    /// The backing store's answer for `keys` (`None`: it failed, or was not asked).
+    pub(super) fn on_store_records(
+        &mut self,
+        keys: Vec<Bytes>,
+        records: Option<Vec<Option<Record>>>,
+    ) {
+        let answered = records.is_some();
+        let mut records = records.map(Vec::into_iter);
+        for key in keys {
+            let record = records.as_mut().and_then(Iterator::next).flatten();
+            let Some(f) = self.tier.keys.get_mut(&key) else {
+                continue;
+            };
+            f.store = if answered {
+                StorePart::Answered
+            } else {
+                StorePart::Unavailable
+            };
+            if let Some(record) = record {
+                match f.record.as_mut() {
+                    Some(r) => {
+                        r.merge(record);
+                    }
+                    None => f.record = Some(record),
+                }
+            }
+            f.left = f.left.saturating_sub(1);
+            if f.left == 0 {
+                self.finish_tier_fetch(key);
+            }
+        }
+        self.start_tier_fetches();
+        self.gossip_if_full();
     }
 
     /// One worker's answer to a fetch of `keys`.
@@ -192,19 +260,42 @@ impl Core {
         let Some(f) = self.tier.keys.remove(&key) else {
             return;
         };
-        if !f.answered {
-            let e = NodeError::Unavailable(
-                "the key is on the disk tier, which could not be reached".into(),
-            );
+        let refused = match f.store {
+            // The store was the authority on a backed key: without it, only what the disk
+            // tier found, or what RAM holds (a partial record: the latest blind writes made
+            // here, as the thesis's failed-mode writes update the cache), may be served.
+            StorePart::Unavailable
+                if f.record.is_none() && self.shard.store().get(&key).is_none() =>
+            {
+                Some("the backing store is unavailable and the key is not in the cache".to_string())
+            }
+            StorePart::None if !f.answered => {
+                Some("the key is on the disk tier, which could not be reached".to_string())
+            }
+            _ => None,
+        };
+        if let Some(why) = refused {
+            let e = NodeError::Unavailable(why);
             for d in f.ops {
                 self.fill(d.job, d.pos, crate::op::OpResult::Error(e.clone()));
             }
             return;
         }
-        let keep = self.shard.merge_fetched(&key, f.record);
+        // Without the store, what RAM holds stays partial (the store may hold more); what
+        // the disk tier found is merged.
+        let complete = f.store != StorePart::Unavailable;
+        let keep = if complete {
+            self.shard.merge_fetched(&key, f.record)
+        } else {
+            if let Some(record) = f.record {
+                self.shard.merge_fetched(&key, Some(record));
+                self.shard.mark_partial(&key);
+            }
+            true
+        };
         let mut syncs = Vec::new();
         for d in f.ops {
-            if d.forwarded || (d.op.is_write() && !d.ack.is_default()) {
+            if d.forwarded || d.op.is_write() {
                 self.run_acked(d.job, d.pos, d.op, d.ack, d.forwarded, &mut syncs);
             } else {
                 let result = self.shard.execute(d.op);

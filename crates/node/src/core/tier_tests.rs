@@ -172,6 +172,9 @@ impl Rig {
                     }
                     Effect::Journal(_) | Effect::Sync { .. } | Effect::Respond { .. } => {}
                     Effect::Unreachable { .. } => panic!("nothing times out here"),
+                    Effect::BackingApply { .. } | Effect::BackingFetch { .. } => {
+                        panic!("no backing store here")
+                    }
                 }
             }
         }

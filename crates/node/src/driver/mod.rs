@@ -12,6 +12,7 @@
 //! - [`shared`]: what a node's workers share;
 //! - [`conns`]: connection accounting.
 
+pub mod backing;
 pub mod conns;
 pub mod journal;
 pub mod mesh;

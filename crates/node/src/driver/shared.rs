@@ -62,6 +62,8 @@ pub struct Shared {
     pub snapshots: watch::Receiver<Arc<Snapshot>>,
     /// The elasticity monitor's latest report (`Admin.policy_report`), shown in status.
     pub policy: watch::Sender<Option<Arc<wire::pb::PolicyReport>>>,
+    /// The backing store, if the node has one (`[backing]`).
+    pub backing: Option<super::backing::BackingHandle>,
 }
 
 impl Shared {

@@ -131,6 +131,8 @@ pub struct WorkerStats {
     pub subscriptions: u64,
     /// The statistics of its last completed window.
     pub window: Arc<crate::stats::Window>,
+    /// Its side of the backing store, if the node has one.
+    pub backing: Option<pb::BackingStatus>,
 }
 
 /// One worker (see the module docs).
@@ -253,7 +255,31 @@ impl Worker {
             connections: self.conns.open(),
             subscriptions: self.subscriptions.borrow().len() as u64,
             window: self.core.borrow().window(),
+            backing: self.backing_status(),
         }
+    }
+
+    /// The worker's write-back state, if the node has a backing store.
+    fn backing_status(&self) -> Option<pb::BackingStatus> {
+        self.shared.backing.as_ref()?;
+        let core = self.core.borrow();
+        let s = core.shard().backing_stats();
+        let m = core.backing_machine();
+        Some(pb::BackingStatus {
+            mode: s.mode,
+            dirty_keys: s.dirty_keys,
+            dirty_bytes: s.dirty_bytes,
+            failed_keys: s.failed_keys,
+            applied_keys: s.applied_keys,
+            apply_failures: s.apply_failures,
+            fetched_keys: s.fetched_keys,
+            refused_reads: s.refused_reads,
+            refused_writes: s.refused_writes,
+            failures: m.failures(),
+            mode_ms: core.shard().clock().mono_ms().saturating_sub(m.since()),
+            last_error: m.last_error().unwrap_or_default().to_string(),
+            applied_per_sec: core.backing_rate(),
+        })
     }
 
     /// `requests` client requests were answered `elapsed` after they arrived (the
@@ -427,6 +453,28 @@ impl Worker {
                 if let Some(conn) = self.peers.borrow_mut().remove(&to) {
                     conn.abandon();
                 }
+            }
+            Effect::BackingApply { id, batch } => {
+                let store = self.shared.backing.clone();
+                let w = self.clone();
+                spawn_local(async move {
+                    let result = match store {
+                        Some(s) => s.apply(batch).await,
+                        None => Err("the node has no backing store".into()),
+                    };
+                    w.with_core(|c| c.on_backing_applied(id, result));
+                });
+            }
+            Effect::BackingFetch { id, keys } => {
+                let store = self.shared.backing.clone();
+                let w = self.clone();
+                spawn_local(async move {
+                    let result = match store {
+                        Some(s) => s.fetch(keys).await,
+                        None => Err("the node has no backing store".into()),
+                    };
+                    w.with_core(|c| c.on_backing_fetched(id, result));
+                });
             }
         }
     }

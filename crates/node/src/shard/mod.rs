@@ -19,6 +19,7 @@
 //! - `tier`: tiering — a memory-tier shard as a recency cache over the disk tier (eviction
 //!   of clean records, partial records, fetches), and the disk cache's recency eviction.
 
+mod backing;
 mod disk;
 mod entropy;
 mod journal;
@@ -41,6 +42,7 @@ use crate::config::Limits;
 use crate::view::ViewState;
 
 pub use crate::codec::GossipBatch;
+pub use backing::{BackingStats, Taken};
 pub use entropy::{bucket_of, AntiEntropyDigest, RepairCursor, BUCKETS};
 pub use sync::Outgoing;
 pub use tier::{EVICT_STEP, HARD_CEILING_FACTOR, LOW_WATERMARK_PERCENT};
@@ -224,6 +226,8 @@ pub struct Shard {
     disk: Option<disk::DiskSide>,
     /// Tiering: eviction, partial records, fetch counters.
     tier: tier::Tiering,
+    /// Keys under a write policy: dirty keys, batches, the mode.
+    backing: backing::Backing,
     /// Changes waiting to be written to the write-ahead log (`None`: no log).
     journal: Option<Vec<JournalEntry>>,
     /// Why the write-ahead log refuses appends, while it does: writes are refused too.
@@ -271,6 +275,7 @@ impl Shard {
             next_handoff: 0,
             retiring: Map::with_hasher(hasher.clone()),
             tier: tier::Tiering::new(hasher.clone()),
+            backing: backing::Backing::new(hasher.clone()),
             reclaimed: Map::with_hasher(hasher),
             primary_keys: 0,
             metadata_keys: 0,

@@ -46,7 +46,7 @@ impl Shard {
         }
         // A key with disk replicas: RAM is a cache of clean records; writes go on while
         // dirty records wait for the disk's acknowledgement, up to the hard ceiling.
-        let limit = if self.tiered(key) {
+        let limit = if self.tiered(key) || self.backed(key).is_some() {
             self.hard_ceiling()
         } else {
             self.config.memory_budget
@@ -169,9 +169,11 @@ impl Shard {
                 return self.execute_here(op);
             }
             // Room first (bounded steps), then the write; a blind write to a key not in
-            // RAM leaves a partial record once this worker has evicted.
+            // RAM leaves a partial record once this worker has evicted, or if the key is
+            // backed (the store may hold the rest).
             self.maintain_memory();
-            let absent = self.tier.spilled && self.store.get(op.key()).is_none();
+            let absent = (self.tier.spilled || self.backed(op.key()).is_some())
+                && self.store.get(op.key()).is_none();
             let key = absent.then(|| Blob::from(op.key()));
             let result = self.execute_here(op);
             if let Some(key) = key {
@@ -202,6 +204,20 @@ impl Shard {
                 return OpResult::Error(e);
             }
         }
+        if op.is_write() {
+            if let Err(e) = self.check_backing(op.key()) {
+                return OpResult::Error(e);
+            }
+            self.begin_client_write();
+            let result = self.execute_op(op);
+            self.end_client_write();
+            return result;
+        }
+        self.execute_op(op)
+    }
+
+    /// Executes one checked operation.
+    fn execute_op<B: AsRef<[u8]>>(&mut self, op: Op<B>) -> OpResult {
         match op {
             Op::Get { key } => OpResult::Value(self.live(key.as_ref()).and_then(|r| r.to_value())),
             Op::Exists { key } => OpResult::Int(self.live(key.as_ref()).is_some() as i64),
@@ -548,6 +564,7 @@ impl Shard {
         self.track_liveness(key, outcome);
         if outcome.changed {
             self.write_through(key)?;
+            self.note_backing_change(key);
         }
         Ok(outcome.changed)
     }

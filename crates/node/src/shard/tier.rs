@@ -192,15 +192,25 @@ impl Shard {
     /// True if `op` must wait for its key's record from the disk tier: this worker spilled,
     /// the key is tiered, not in RAM (or only partially), and `op` needs its state.
     pub fn must_fetch<B: AsRef<[u8]>>(&self, op: &Op<B>) -> bool {
-        if !self.tier.spilled || is_blind(op) {
+        if is_blind(op) {
             return false;
         }
         let key = op.key();
+        let backed = self.backed(key).is_some();
+        if !backed && !self.tier.spilled {
+            return false;
+        }
         let absent = match self.store.get(key) {
             None => true,
             Some(_) => self.store.is_partial(key),
         };
-        absent && self.tiered(key)
+        absent && (backed || self.tiered(key))
+    }
+
+    /// True if a record of `key` fetched for a read comes from the disk tier too (not only
+    /// from the backing store).
+    pub fn fetches_from_disk(&self, key: &[u8]) -> bool {
+        self.tier.spilled && self.tiered(key)
     }
 
     /// The workers a record of `key` may be fetched from: its disk replicas and, while a
@@ -240,11 +250,18 @@ impl Shard {
             self.store.merge(key, record);
         }
         self.store.set_partial(key, false);
-        let warm = self.tier.doorkeeper.fetched(key_hash(key));
+        // A backed key read through is a cache fill: it stays (eviction makes room).
+        let backed = self.backed(key).is_some();
+        let warm = backed || self.tier.doorkeeper.fetched(key_hash(key));
         if warm && !cached {
             self.tier.promotions += 1;
         }
         warm || cached
+    }
+
+    /// Marks `key`'s record partial again (a fetch the backing store could not answer).
+    pub fn mark_partial(&mut self, key: &[u8]) {
+        self.store.set_partial(key, true);
     }
 
     /// After the ops waiting for a fetched key ran: drops it from RAM again unless it is
@@ -259,7 +276,7 @@ impl Shard {
 
     /// Marks a record written blind to a key that was not in RAM as partial.
     pub(super) fn note_blind_write(&mut self, key: &[u8], was_absent: bool) {
-        if was_absent && self.tier.spilled && self.tiered(key) {
+        if was_absent && ((self.tier.spilled && self.tiered(key)) || self.backed(key).is_some()) {
             self.store.set_partial(key, true);
         }
     }
@@ -292,7 +309,8 @@ impl Shard {
 
     /// True if this worker's changes to `key` may not all be durable on its disk replicas.
     fn is_dirty(&self, key: &[u8]) -> bool {
-        self.changeset.contains_key(key)
+        self.backing_dirty(key)
+            || self.changeset.contains_key(key)
             || self.tier.unacked.contains_key(key)
             || self.handoff.contains_key(key)
             || self.retiring.contains_key(key)
@@ -306,7 +324,9 @@ impl Shard {
             // read from disk too).
             return true;
         }
-        !replication::is_metadata_key(key) && self.tiered(key) && !self.is_dirty(key)
+        !replication::is_metadata_key(key)
+            && (self.tiered(key) || self.backed(key).is_some())
+            && !self.is_dirty(key)
     }
 
     /// True if the store is above its budget share with nothing evictable: the core should

@@ -829,6 +829,8 @@ impl World {
             }
             Effect::Complete { results, .. } => self.client_results(&results),
             Effect::Journal(_) | Effect::Unreachable { .. } => {}
+            // The simulated nodes have no backing store.
+            Effect::BackingApply { .. } | Effect::BackingFetch { .. } => {}
             Effect::Sync { id, strict } => {
                 let delay = self.rng.u64(0..=1);
                 self.schedule(delay, Event::Synced(r, inc, id, strict));

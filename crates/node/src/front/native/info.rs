@@ -221,6 +221,7 @@ async fn status(w: &Worker) -> pb::Status {
                 )),
                 evictions: s.core.shard.evictions,
                 disk_fetches: s.core.shard.disk_fetches,
+                backing: s.backing.clone(),
             })
             .collect(),
         memory_budget_bytes: shared.config.limits.memory_budget_bytes(),
