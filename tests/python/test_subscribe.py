@@ -170,8 +170,11 @@ def test_waiting_releases_the_gil(client):
 
 
 def test_ctrl_c_interrupts_a_blocked_iteration(node):
+    # If the child hangs, faulthandler prints where its threads are (to the test's
+    # captured stderr) before the timeout below kills it.
     code = (
-        "import latticekv\n"
+        "import faulthandler, latticekv\n"
+        "faulthandler.dump_traceback_later(8)\n"
         "c = latticekv.connect(%r)\n"
         "try:\n"
         "    with c.subscribe(['sigint']) as sub:\n"
