@@ -387,3 +387,36 @@ fn a_full_buffer_refuses_writes_while_the_store_is_down() {
     // Refused writes were not applied: nothing beyond the bound is held.
     assert!(rig.stats().dirty_bytes <= 4 * 1024 + 1100);
 }
+
+#[test]
+fn in_place_counter_and_set_updates_reach_the_store() {
+    let mut rig = Rig::new(WritePolicy::WriteBack, Technique::Tardis, 1 << 30);
+    let add = |delta| Op::CounterAdd {
+        key: Bytes::from_static(b"ctr"),
+        delta,
+    };
+    let member = |m: &'static [u8]| Op::SetAdd {
+        key: Bytes::from_static(b"set"),
+        members: vec![Bytes::from_static(m)],
+    };
+    // The first write of each creates it; the next ones update it in place.
+    for op in [add(1), member(b"a")] {
+        let s = rig.submit(op);
+        rig.result(s);
+    }
+    rig.wait(150);
+    for op in [add(2), add(3), member(b"b")] {
+        let s = rig.submit(op);
+        rig.result(s);
+    }
+    rig.wait(150);
+    assert_eq!(rig.stats().dirty_keys, 0);
+    match rig.store[&b"ctr"[..]].value.as_ref() {
+        Some(Value::Counter(c)) => assert_eq!(c.value(), 6, "increments in place were lost"),
+        other => panic!("{other:?}"),
+    }
+    match rig.store[&b"set"[..]].value.as_ref() {
+        Some(Value::OrSet(s)) => assert!(s.contains(&b"b"[..]), "a set add was lost"),
+        other => panic!("{other:?}"),
+    }
+}

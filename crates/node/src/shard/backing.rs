@@ -217,6 +217,8 @@ impl Shard {
     }
 
     /// `key`'s record changed here: dirty if this worker applies it (see the module docs).
+    /// Every change of the store passes here (`merge_into_store`, and the in-place
+    /// updates of counters and OR-sets).
     pub(super) fn note_backing_change(&mut self, key: &[u8]) {
         let Some(policy) = self.backed(key) else {
             return;

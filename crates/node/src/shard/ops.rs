@@ -420,6 +420,7 @@ impl Shard {
         };
         self.track_liveness(key, outcome);
         self.write_through(key)?;
+        self.note_backing_change(key);
         let Some(delta) = delta else {
             return Ok(None);
         };
@@ -507,6 +508,7 @@ impl Shard {
         if let Some((Some((epoch, added)), outcome)) = in_place {
             self.track_liveness(key, outcome);
             self.write_through(key)?;
+            self.note_backing_change(key);
             let (new_value, counter_delta) = added.ok_or(NodeError::Overflow)?;
             let replicated = self.replicated(key);
             if replicated || self.journal_enabled() {
