@@ -366,3 +366,46 @@ fn past_the_buffer_bound_writes_go_through_or_fail_clearly() {
         assert_eq!(n.trim(), "1", "acknowledged {key} is not in the table");
     }
 }
+
+#[test]
+fn buffered_writes_survive_the_loss_of_a_memory_node() {
+    let pg = PgServer::start();
+    let url = pg.url();
+    let flags = [
+        "--replication",
+        "2",
+        "--ack-replicas",
+        "2",
+        "--backing-store",
+        url.as_str(),
+        "--write-policy",
+        "write-back",
+    ];
+    let mut a = NodeProc::server("a", None, &flags);
+    let b = NodeProc::server("b", Some(a.native), &flags);
+    // Two acknowledgements: the write succeeds once the nodes see each other.
+    assert!(
+        eventually(Duration::from_secs(20), || b
+            .cli(&["put", "first", "0"])
+            .status
+            .success()),
+        "the nodes never saw each other: {:?}",
+        b.cli(&["put", "first", "0"])
+    );
+    assert!(eventually(Duration::from_secs(20), || rows(&pg) == 1));
+    pg.stop_immediate();
+    // Each write is held by both nodes before it is acknowledged; about half of the keys
+    // have node a as their primary, the one that applies them.
+    for i in 0..50 {
+        b.cli_ok(&["put", &format!("k{i}"), &format!("v{i}")]);
+    }
+    a.stop_with(libc::SIGKILL);
+    pg.start_again();
+    // Node b declares a dead, becomes the primary of a's keys and applies them too.
+    assert!(
+        eventually(Duration::from_secs(60), || rows(&pg) == 51),
+        "{} of 51 acknowledged writes in the table after losing node a: {}",
+        rows(&pg),
+        status(&b)["backing"]
+    );
+}
