@@ -39,14 +39,8 @@ fn rows(pg: &PgServer) -> u64 {
 fn write_back_takes_writes_through_an_outage_and_drains_them_after() {
     let pg = PgServer::start();
     let url = pg.url();
-    let node = NodeProc::start(&[
-        "--disk-nodes",
-        "0",
-        "--backing-store",
-        &url,
-        "--write-policy",
-        "write-back",
-    ]);
+    // The README's default (a memory node and a disk node) in front of the store.
+    let node = NodeProc::start(&["--backing-store", &url, "--write-policy", "write-back"]);
     for i in 0..50 {
         node.cli_ok(&["put", &format!("k{i}"), &format!("v{i}")]);
     }

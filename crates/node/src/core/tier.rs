@@ -142,12 +142,17 @@ impl Core {
         let mut unreachable: Vec<Bytes> = Vec::new();
         let mut from_store: Vec<Bytes> = Vec::new();
         for key in keys {
-            let to = if self.shard.fetches_from_disk(&key) {
+            let backed = self.shard.backed(&key).is_some();
+            // A backed key's record comes from the store; from the disk tier too when this
+            // worker evicted, or when the store cannot be read now (what the disk tier has
+            // may then be served).
+            let from_disk = self.shard.fetches_from_disk(&key)
+                || (backed && !self.shard.reads_through() && self.shard.tiered(&key));
+            let to = if from_disk {
                 self.shard.fetch_targets(&key)
             } else {
                 Vec::new()
             };
-            let backed = self.shard.backed(&key).is_some();
             if backed {
                 from_store.push(key.clone());
             }

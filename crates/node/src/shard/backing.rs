@@ -195,6 +195,23 @@ impl Shard {
         Ok(())
     }
 
+    /// Refuses a read of a backed key a disk-tier worker does not hold: the backing store
+    /// may have it, and only the memory tier reads it through (a client that retried here
+    /// after the memory tier refused must not get "absent").
+    pub(super) fn check_backed_read(&self, key: &[u8]) -> Result<(), NodeError> {
+        if !self.is_disk()
+            || self.backing.config.policy_of(key).is_none()
+            || self.store.get(key).is_some()
+        {
+            return Ok(());
+        }
+        Err(NodeError::Unavailable(
+            "this disk-tier replica does not hold the key, and the backing store is read \
+             through by the memory tier"
+                .into(),
+        ))
+    }
+
     /// True if a read of `key`, not in RAM, may go to the store now: normal mode, or
     /// recovery under TARD and TARDIS.
     pub fn reads_through(&self) -> bool {

@@ -213,6 +213,9 @@ impl Shard {
             self.end_client_write();
             return result;
         }
+        if let Err(e) = self.check_backed_read(op.key()) {
+            return OpResult::Error(e);
+        }
         self.execute_op(op)
     }
 
