@@ -403,3 +403,60 @@ fn buffered_writes_survive_the_loss_of_a_memory_node() {
         status(&b)["backing"]
     );
 }
+
+#[test]
+fn two_nodes_writing_the_same_keys_leave_the_row_at_the_value_they_agree_on() {
+    let pg = PgServer::start();
+    let url = pg.url();
+    let flags = [
+        "--replication",
+        "2",
+        "--backing-store",
+        url.as_str(),
+        "--write-policy",
+        "write-back",
+    ];
+    let a = NodeProc::server("a", None, &flags);
+    let b = NodeProc::server("b", Some(a.native), &flags);
+    assert!(
+        eventually(Duration::from_secs(20), || status(&a)["backing"]
+            .is_object()
+            && a.cli_ok(&["status"]).matches(" alive ").count() >= 2),
+        "the nodes never saw each other: {}",
+        a.cli_ok(&["status"])
+    );
+    // Both nodes take writes of the same keys at once (multi-master): each applies what
+    // it is the primary of, merged with what gossip brings from the other.
+    let keys: Vec<String> = (0..20).map(|i| format!("race{i}")).collect();
+    std::thread::scope(|s| {
+        for (node, tag) in [(&a, "a"), (&b, "b")] {
+            let keys = &keys;
+            s.spawn(move || {
+                for round in 0..5 {
+                    for k in keys {
+                        node.cli_ok(&["put", k, &format!("{tag}{round}")]);
+                    }
+                }
+            });
+        }
+    });
+    // The replicas converge, and so does the table: each row holds the value both nodes
+    // read (the write with the highest timestamp), whoever applied it last.
+    for k in &keys {
+        assert!(
+            eventually(Duration::from_secs(30), || {
+                let (va, vb) = (a.cli_ok(&["get", k]), b.cli_ok(&["get", k]));
+                let row = pg.try_psql(&format!(
+                    "SELECT convert_from(value, 'UTF8') FROM latticekv_kv WHERE key = '{k}'::bytea"
+                ));
+                va == vb && row.is_ok_and(|r| r.trim() == va.trim())
+            }),
+            "{k}: a={:?} b={:?} row={:?}",
+            a.cli_ok(&["get", k]),
+            b.cli_ok(&["get", k]),
+            pg.try_psql(&format!(
+                "SELECT convert_from(value, 'UTF8') FROM latticekv_kv WHERE key = '{k}'::bytea"
+            ))
+        );
+    }
+}
