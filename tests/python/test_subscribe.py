@@ -170,10 +170,14 @@ def test_waiting_releases_the_gil(client):
 
 
 def test_ctrl_c_interrupts_a_blocked_iteration(node):
-    # If the child hangs, faulthandler prints where its threads are (to the test's
-    # captured stderr) before the timeout below kills it.
+    # The child handles SIGINT as an interactive Python does. Set explicitly: a process
+    # started in the background without job control (as CI runs `make test`) inherits
+    # SIGINT ignored, and Python then never installs its handler — the cause of this
+    # test's hangs in CI. If the child hangs anyway, faulthandler prints where its
+    # threads are (to the test's captured stderr) before the timeout below kills it.
     code = (
-        "import faulthandler, latticekv\n"
+        "import faulthandler, signal, latticekv\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "faulthandler.dump_traceback_later(8)\n"
         "c = latticekv.connect(%r)\n"
         "try:\n"
