@@ -569,4 +569,6 @@ impl Core {
 #[cfg(test)]
 mod backing_tests;
 #[cfg(test)]
+mod settle_tests;
+#[cfg(test)]
 mod tier_tests;

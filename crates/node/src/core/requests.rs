@@ -88,10 +88,14 @@ struct FetchGroup {
 }
 
 enum FetchPurpose {
-    /// Reads that missed while keys move: re-read them once the records arrived.
+    /// Reads that missed while keys move: re-read them once the records arrived. Reads
+    /// of the same keys that miss meanwhile join the group (one fetch per key, however
+    /// many reads wait for it).
     Settle {
-        job: u64,
-        reads: Vec<(usize, Bytes)>,
+        /// (job, slot, key) of each read.
+        reads: Vec<(u64, usize, Bytes)>,
+        /// The keys asked for.
+        keys: Vec<Bytes>,
     },
     /// A read from every replica.
     All {
@@ -107,13 +111,16 @@ enum FetchPurpose {
 pub(super) struct Jobs {
     jobs: Map<u64, Job>,
     fetches: Map<u64, FetchGroup>,
+    /// Keys being fetched for reads that missed while keys move, and their group.
+    settling: Map<Bytes, u64>,
 }
 
 impl Jobs {
     pub(super) fn new(hasher: FixedState) -> Jobs {
         Jobs {
             jobs: Map::with_hasher(hasher.clone()),
-            fetches: Map::with_hasher(hasher),
+            fetches: Map::with_hasher(hasher.clone()),
+            settling: Map::with_hasher(hasher),
         }
     }
 
@@ -430,10 +437,40 @@ impl Core {
     /// Asks where `reads`' keys lived before the last view change for their records; the
     /// reads are answered once those arrive (or fail).
     fn settle_reads(&mut self, job: u64, reads: Vec<(usize, Bytes)>) {
+        // Reads of keys already being fetched wait for that fetch (a hot key replicated
+        // to this worker is missed by every read until its record arrives: one fetch of
+        // it, not one per read).
+        let mut reads_new: Vec<(u64, usize, Bytes)> = Vec::new();
+        for (pos, key) in reads {
+            let joined = match self.jobs.settling.get(&key) {
+                Some(group) => match self.jobs.fetches.get_mut(group) {
+                    Some(FetchGroup {
+                        purpose: FetchPurpose::Settle { reads, .. },
+                        ..
+                    }) => {
+                        reads.push((job, pos, key.clone()));
+                        true
+                    }
+                    _ => false,
+                },
+                None => false,
+            };
+            if !joined {
+                reads_new.push((job, pos, key));
+            }
+        }
+        if reads_new.is_empty() {
+            return;
+        }
+        let reads = reads_new;
         let me = self.me();
+        let mut keys: Vec<Bytes> = Vec::new();
         let mut targets: Vec<(Replica, Vec<Bytes>)> = Vec::new();
         if let Some(views) = self.shard.settling() {
-            for (_, key) in &reads {
+            for (_, _, key) in &reads {
+                if !keys.contains(key) {
+                    keys.push(key.clone());
+                }
                 for view in views {
                     for r in view.replicas(key) {
                         if r == me {
@@ -450,11 +487,14 @@ impl Core {
         }
         let group = self.next_id();
         let waiting = targets.len();
+        for key in &keys {
+            self.jobs.settling.insert(key.clone(), group);
+        }
         self.jobs.fetches.insert(
             group,
             FetchGroup {
                 waiting,
-                purpose: FetchPurpose::Settle { job, reads },
+                purpose: FetchPurpose::Settle { reads, keys },
             },
         );
         if waiting == 0 {
@@ -558,8 +598,13 @@ impl Core {
             return;
         };
         match g.purpose {
-            FetchPurpose::Settle { job, reads } => {
-                for (pos, key) in reads {
+            FetchPurpose::Settle { reads, keys } => {
+                for key in &keys {
+                    if self.jobs.settling.get(key) == Some(&group) {
+                        self.jobs.settling.remove(key);
+                    }
+                }
+                for (job, pos, key) in reads {
                     let result = self.shard.execute(Op::Get { key: &key[..] });
                     self.fill(job, pos, result);
                 }

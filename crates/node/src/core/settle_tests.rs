@@ -1,0 +1,121 @@
+//! Reads that miss while keys move: concurrent reads of a key share one fetch from its
+//! previous replicas.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use lattice::{Lww, Record, Timestamp, Value};
+use placement::{node_key, NodeInfo, Replica, Replication, ReplicationVector, Tier};
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::config::Limits;
+use crate::op::{Op, OpResult};
+use crate::shard::{Shard, ShardConfig};
+use crate::view::{ReplicationTable, ViewState};
+
+fn info(id: &str) -> NodeInfo {
+    NodeInfo {
+        id: id.to_string(),
+        tier: Tier::Memory,
+        workers: vec![format!("{id}/0")],
+        front: format!("{id}/front"),
+        resp: format!("{id}/resp"),
+        peer: format!("{id}/peer"),
+        vnodes: 32,
+    }
+}
+
+fn view(nodes: &[&str], global: u32) -> Arc<ViewState> {
+    Arc::new(ViewState::of(
+        nodes.iter().map(|n| info(n)).collect(),
+        ReplicationTable::new(),
+        ReplicationVector {
+            memory: Replication { global, local: 1 },
+            disk: Replication {
+                global: 0,
+                local: 1,
+            },
+        },
+    ))
+}
+
+#[test]
+fn concurrent_reads_of_a_moving_key_share_one_fetch() {
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let me = Replica {
+        node: node_key("b"),
+        worker: 0,
+    };
+    let a = Replica {
+        node: node_key("a"),
+        worker: 0,
+    };
+    // Node b's worker knew a view of node a alone; in the new one every key is on both
+    // nodes: until hand-off brings a's keys, reads of them miss here and ask a.
+    let shard = Shard::new(
+        ShardConfig {
+            me,
+            limits: Limits::default(),
+            memory_budget: 64 << 20,
+            max_changeset_keys: 1 << 20,
+            settle_ms: 60_000,
+            tombstone_memory_ms: 1_000,
+        },
+        view(&["a"], 1),
+        7,
+        clock.clone(),
+    );
+    let mut core = Core::new(shard, CoreConfig::default(), 7);
+    core.set_view(view(&["a", "b"], 2));
+    core.take_effects();
+    assert!(core.shard().settling().is_some());
+
+    let key = Bytes::from_static(b"hot");
+    let mut tickets = Vec::new();
+    for _ in 0..5 {
+        match core.submit(
+            vec![Op::Get { key: key.clone() }],
+            crate::ack::Ack::MERGED,
+            Routing::Forward,
+        ) {
+            Submitted::Pending(t) => tickets.push(t),
+            Submitted::Done(r) => panic!("a read of a moving key answered at once: {r:?}"),
+        }
+    }
+    let fetches: Vec<(ReqId, Replica)> = core
+        .take_effects()
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::Send {
+                req,
+                to,
+                msg: PeerMsg::Fetch { keys },
+                ..
+            } => {
+                assert_eq!(keys, vec![key.clone()]);
+                Some((req, to))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(fetches.len(), 1, "one fetch per read: {fetches:?}");
+    assert_eq!(fetches[0].1, a);
+
+    // The record arrives: every read answers with it.
+    let ts = Timestamp::new(5 << 16, 1);
+    let record = Record::new(ts, Some(Value::Lww(Lww::new(ts, Box::from(&b"v"[..])))));
+    core.on_reply(
+        fetches[0].0,
+        Ok(PeerReply::Records(vec![(key.clone(), record.clone())])),
+    );
+    let mut answered = 0;
+    for e in core.take_effects() {
+        if let Effect::Complete { ticket, results } = e {
+            assert!(tickets.contains(&ticket));
+            assert_eq!(results, vec![OpResult::Value(record.value.clone())]);
+            answered += 1;
+        }
+    }
+    assert_eq!(answered, 5);
+}
