@@ -158,13 +158,16 @@ pub struct LocalArgs {
     /// directory, default ./latticekv-data). 0: the memory tier only.
     #[arg(long, default_value_t = 1)]
     pub(crate) disk_nodes: usize,
-    /// Run the elasticity monitor beside the node: it replicates hot keys across the
-    /// workers and reports what it did in `latticekv status` (docs/elasticity.md). Off by
-    /// default until reads of a key whose replication just changed share one fetch of its
-    /// value (see the known issues there).
+    /// Run the elasticity monitor beside the node (default): it replicates hot keys across
+    /// the workers and reports what it did in `latticekv status` (docs/elasticity.md).
+    /// `--monitor false` turns it off.
     #[arg(
         long,
         env = "LATTICEKV_MONITOR",
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        default_value_t = true,
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub(crate) monitor: bool,
