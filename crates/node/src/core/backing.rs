@@ -137,10 +137,24 @@ impl Core {
         if !self.shard.has_backing() {
             return None;
         }
-        match self.backing.machine.mode() {
-            Mode::Failed => self.backing.machine.probe_at(),
-            _ => self.shard.backing_due(),
+        let config = self.shard.backing_config();
+        let (appliers, background) = match self.backing.machine.mode() {
+            Mode::Failed => return self.backing.machine.probe_at(),
+            Mode::Recovery => (config.appliers, config.recovery_workers),
+            Mode::Normal => (config.appliers, config.appliers),
+        };
+        // Due only what a batch could go out for now: a batch returning calls the pump
+        // anyway (no waking up for keys nothing may take — recovery without workers).
+        let mut next = None;
+        if self.backing.in_flight(Kind::Foreground) < appliers && self.shard.backing_urgent() {
+            next = Some(self.now());
         }
+        if self.backing.in_flight(Kind::Background) < background {
+            if let Some(due) = self.shard.backing_due() {
+                next = Some(next.map_or(due, |n: u64| n.min(due)));
+            }
+        }
+        next
     }
 
     /// Sends whatever batches are due (see the module docs).
@@ -237,6 +251,7 @@ impl Core {
             tracing::warn!(error = %why, "the backing store is unavailable: buffering writes");
             self.shard.set_backing_mode(Mode::Failed);
         }
+        self.shard.clear_urgent();
         let keys: Vec<Bytes> = self.backing.waiters.keys().cloned().collect();
         for key in keys {
             self.release_waiters(&key, None);

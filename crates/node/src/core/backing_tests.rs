@@ -11,7 +11,7 @@ use lattice::{Lattice, Lww, Record, Timestamp, Value};
 use placement::{node_key, NodeInfo, Replica, Replication, ReplicationVector, Tier};
 
 use super::*;
-use crate::clock::ManualClock;
+use crate::clock::{Clock, ManualClock};
 use crate::config::Limits;
 use crate::op::{Condition, Op, OpResult};
 use crate::shard::{Shard, ShardConfig};
@@ -419,4 +419,67 @@ fn in_place_counter_and_set_updates_reach_the_store() {
         Some(Value::OrSet(s)) => assert!(s.contains(&b"b"[..]), "a set add was lost"),
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_write_through_write_goes_out_at_once_behind_many_buffered_write_back_keys() {
+    let mut rig = Rig::new(WritePolicy::WriteThrough, Technique::Tardis, 1 << 30);
+    let mut config = rig.core.shard().backing_config().as_ref().clone();
+    config.prefixes = vec![crate::writeback::PrefixPolicy {
+        prefix: "wb:".into(),
+        policy: WritePolicy::WriteBack,
+    }];
+    config.apply_delay_ms = 60_000;
+    rig.core.shard_mut().set_backing(Arc::new(config), 1);
+    for i in 0..3_000 {
+        let s = rig.put(&format!("wb:{i}"), b"x");
+        assert!(matches!(s, Submitted::Done(_)));
+    }
+    rig.play();
+    assert_eq!(rig.applies, 0, "write-back keys applied before their delay");
+    let s = rig.put("now", b"y");
+    assert_eq!(rig.result(s), Some(OpResult::Int(1)));
+    assert_eq!(
+        rig.applies, 1,
+        "the write-through write waited for other batches"
+    );
+    assert_eq!(rig.store.len(), 1);
+    assert_eq!(rig.stats().dirty_keys, 3_000);
+}
+
+#[test]
+fn recovery_without_workers_answers_writes_behind_a_long_failed_list_and_sleeps() {
+    let mut rig = Rig::new(WritePolicy::WriteThrough, Technique::Tardis, 1 << 30);
+    let mut config = rig.core.shard().backing_config().as_ref().clone();
+    config.recovery_workers = 0;
+    rig.core.shard_mut().set_backing(Arc::new(config), 1);
+    rig.up = false;
+    for i in 0..2_000 {
+        let s = rig.put(&format!("k{i}"), b"x");
+        rig.result(s);
+    }
+    assert_eq!(rig.mode(), Mode::Failed);
+    rig.up = true;
+    rig.wait(5_000);
+    assert_eq!(rig.mode(), Mode::Recovery);
+    // Nothing can go out (no recovery workers, no client waiting): the worker sleeps
+    // rather than waking at once for keys nothing may take.
+    let now = rig.clock.mono_ms();
+    assert!(
+        rig.core.next_deadline() > now,
+        "the worker spins in recovery without workers"
+    );
+    // Writes are applied at once (TARDIS), wherever their key is on the failed list, and
+    // new keys too.
+    let applies = rig.applies;
+    for key in ["k1999", "k0", "new"] {
+        let s = rig.put(key, b"y");
+        assert_eq!(
+            rig.result(s),
+            Some(OpResult::Int(1)),
+            "{key} never answered"
+        );
+        assert_eq!(rig.stored(key).as_deref(), Some(&b"y"[..]));
+    }
+    assert_eq!(rig.applies - applies, 3);
 }

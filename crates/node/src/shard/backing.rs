@@ -83,6 +83,8 @@ pub(crate) struct Backing {
     /// Keys in the order they became dirty (entries of keys since cleaned or in flight
     /// are skipped when met).
     queue: VecDeque<Blob>,
+    /// Keys a client waits for, in the order they were asked (also in `queue`).
+    urgent: VecDeque<Blob>,
     next_gen: u64,
     bytes: usize,
     /// Most dirty bytes (this worker's share of the node's bound).
@@ -100,6 +102,7 @@ impl Backing {
             mode: Mode::Normal,
             dirty: Map::with_hasher(hasher),
             queue: VecDeque::new(),
+            urgent: VecDeque::new(),
             next_gen: 0,
             bytes: 0,
             bound: usize::MAX,
@@ -287,8 +290,20 @@ impl Shard {
     /// key is clean, nothing to wait for); marks the key urgent.
     pub fn await_backing(&mut self, key: &[u8]) -> Option<u64> {
         let d = self.backing.dirty.get_mut(key)?;
-        d.urgent = true;
+        if !d.urgent {
+            d.urgent = true;
+            self.backing.urgent.push_back(Blob::from(key));
+        }
         Some(d.gen)
+    }
+
+    /// No client waits any more (the store failed: their writes are buffered).
+    pub fn clear_urgent(&mut self) {
+        for key in self.backing.urgent.drain(..) {
+            if let Some(d) = self.backing.dirty.get_mut(&key) {
+                d.urgent = false;
+            }
+        }
     }
 
     /// True if `key` has changes the store lacks.
@@ -301,7 +316,17 @@ impl Shard {
         self.backing.failed
     }
 
-    /// When the oldest dirty key not in flight is due (monotonic ms), if any.
+    /// True if a client waits for a dirty key not in flight.
+    pub fn backing_urgent(&self) -> bool {
+        self.backing
+            .urgent
+            .iter()
+            .filter_map(|k| self.backing.dirty.get(k))
+            .any(|d| d.urgent && !d.in_flight)
+    }
+
+    /// When the oldest dirty key not in flight is due for a background batch (monotonic
+    /// ms), if any.
     pub fn backing_due(&self) -> Option<u64> {
         let delay = self.backing.config.apply_delay_ms;
         self.backing
@@ -309,24 +334,37 @@ impl Shard {
             .iter()
             .filter_map(|k| self.backing.dirty.get(k))
             .find(|d| !d.in_flight)
-            .map(|d| if d.urgent { d.since } else { d.since + delay })
+            .map(|d| d.since + delay)
     }
 
-    /// Takes up to `max` (and `batch_keys`) dirty keys into a batch: `urgent_only` takes only keys a
-    /// client waits for; `failed_only` only keys on the failed list; otherwise keys whose
-    /// delay is over (and urgent ones). Keys taken are in flight until
-    /// [`backing_applied`](Self::backing_applied).
+    /// Takes up to `max` (and `batch_keys`) dirty keys into a batch: first keys a client
+    /// waits for; then, unless `urgent_only`, keys on the failed list (`failed_only`) or
+    /// keys whose delay is over (all of them beyond the buffer bound). Keys taken are in
+    /// flight until [`backing_applied`](Self::backing_applied).
     pub fn take_backing_batch(
         &mut self,
         urgent_only: bool,
         failed_only: bool,
         max: usize,
     ) -> Vec<Taken> {
+        let max = max.min(self.backing.config.batch_keys);
+        let mut out = Vec::new();
+        while out.len() < max {
+            let Some(key) = self.backing.urgent.pop_front() else {
+                break;
+            };
+            match self.backing.dirty.get(&key) {
+                Some(d) if d.urgent && !d.in_flight => self.take_key(key, &mut out),
+                // In flight: back in the urgent queue when its batch returns.
+                _ => {}
+            }
+        }
+        if urgent_only {
+            return out;
+        }
         let now = self.clock.mono_ms();
         let delay = self.backing.config.apply_delay_ms;
         let over_bound = self.backing.bytes >= self.backing_bound();
-        let max = max.min(self.backing.config.batch_keys);
-        let mut out = Vec::new();
         let mut skipped = Vec::new();
         let mut looked = 0;
         // Bounded work per call: at most a few batches' worth of queue entries.
@@ -341,33 +379,44 @@ impl Shard {
             if d.in_flight {
                 continue;
             }
-            let due = d.urgent
-                || (!urgent_only
-                    && (over_bound
-                        || (failed_only && d.failed)
-                        || (!failed_only && now >= d.since + delay)));
-            if !due || (failed_only && !d.failed && !d.urgent) {
+            let due = if failed_only {
+                d.failed
+            } else {
+                over_bound || now >= d.since + delay
+            };
+            if !due {
                 skipped.push(key);
+                if !failed_only && !over_bound {
+                    // The queue is in the order keys became dirty: none behind is due.
+                    break;
+                }
                 continue;
             }
-            let Some(record) = self.store.get(&key).map(|r| r.to_record()) else {
-                // Gone from RAM (handed away): its new owner applies it.
-                self.forget_dirty(&key);
-                continue;
-            };
-            let d = self.backing.dirty.get_mut(&key).expect("checked above");
-            d.in_flight = true;
-            out.push(Taken {
-                key: Bytes::copy_from_slice(&key),
-                gen: d.gen,
-                record,
-            });
+            self.take_key(key, &mut out);
         }
-        // Not yet due: back at the front, in their order.
+        // Not taken: back at the front, in their order.
         for key in skipped.into_iter().rev() {
             self.backing.queue.push_front(key);
         }
         out
+    }
+
+    /// Takes dirty `key` (not in flight) into `out`, or forgets it if it left RAM.
+    fn take_key(&mut self, key: Blob, out: &mut Vec<Taken>) {
+        let Some(record) = self.store.get(&key).map(|r| r.to_record()) else {
+            // Gone from RAM (handed away): its new owner applies it.
+            self.forget_dirty(&key);
+            return;
+        };
+        let Some(d) = self.backing.dirty.get_mut(&key) else {
+            return;
+        };
+        d.in_flight = true;
+        out.push(Taken {
+            key: Bytes::copy_from_slice(&key),
+            gen: d.gen,
+            record,
+        });
     }
 
     /// The outcome of a batch: applied (`ok`) keys are clean unless they changed since
@@ -388,7 +437,11 @@ impl Shard {
             }
             self.backing.stats.applied_keys += 1;
             if d.gen != *gen {
-                // Changed meanwhile: the next batch takes the new record.
+                // Changed meanwhile: the next batch takes the new record (at once if a
+                // client waits for it).
+                if d.urgent {
+                    self.backing.urgent.push_back(Blob::from(&key[..]));
+                }
                 self.backing.queue.push_back(Blob::from(&key[..]));
                 continue;
             }
