@@ -63,6 +63,7 @@ bench-smoke: build
 	bench/redis-benchmark --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/security --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/elasticity --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
+	bench/writeback --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 
 ## A FROM-scratch image of the statically linked binary, tagged latticekv:dev (no registry).
 docker-image:
@@ -87,6 +88,7 @@ bench: release
 	bench/consistency
 	bench/redis-benchmark
 	bench/security
+	bench/writeback
 
 ## The embedded default, as the README says.
 run:
