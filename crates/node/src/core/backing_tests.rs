@@ -483,3 +483,30 @@ fn recovery_without_workers_answers_writes_behind_a_long_failed_list_and_sleeps(
     }
     assert_eq!(rig.applies - applies, 3);
 }
+
+#[test]
+fn a_write_waiting_when_the_store_failed_does_not_strand_the_next_one() {
+    let mut rig = Rig::new(WritePolicy::WriteThrough, Technique::Dis, 1 << 30);
+    let mut config = rig.core.shard().backing_config().as_ref().clone();
+    config.recovery_workers = 0;
+    rig.core.shard_mut().set_backing(Arc::new(config), 1);
+    // Two write-through writes are in flight (one batch each) when the store fails: both
+    // are answered (buffered).
+    rig.up = false;
+    let first = [rig.put("k1", b"1"), rig.put("k2", b"1")];
+    for s in first {
+        assert_eq!(rig.result(s), Some(OpResult::Int(1)));
+    }
+    assert_eq!(rig.mode(), Mode::Failed);
+    rig.up = true;
+    // The probe applies one of them; recovery without workers leaves the other dirty.
+    rig.wait(5_000);
+    assert_eq!(rig.mode(), Mode::Recovery);
+    assert_eq!(rig.stats().failed_keys, 1);
+    // The next writes of the keys, in recovery under DIS without workers, go out.
+    for k in ["k1", "k2"] {
+        let s = rig.put(k, b"2");
+        assert_eq!(rig.result(s), Some(OpResult::Int(1)), "{k} stranded");
+        assert_eq!(rig.stored(k).as_deref(), Some(&b"2"[..]));
+    }
+}

@@ -297,12 +297,13 @@ impl Shard {
         Some(d.gen)
     }
 
-    /// No client waits any more (the store failed: their writes are buffered).
+    /// No client waits any more (the store failed: their writes are buffered). Every
+    /// dirty key loses the mark, those in flight too (a key marked urgent but in no
+    /// queue would never be taken for the next client waiting for it).
     pub fn clear_urgent(&mut self) {
-        for key in self.backing.urgent.drain(..) {
-            if let Some(d) = self.backing.dirty.get_mut(&key) {
-                d.urgent = false;
-            }
+        self.backing.urgent.clear();
+        for d in self.backing.dirty.values_mut() {
+            d.urgent = false;
         }
     }
 
