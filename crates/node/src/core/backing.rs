@@ -162,7 +162,6 @@ impl Core {
         if !self.shard.has_backing() {
             return;
         }
-        self.release_clean_waiters();
         let now = self.now();
         let appliers = self.shard.backing_config().appliers;
         match self.backing.machine.mode() {
@@ -197,6 +196,11 @@ impl Core {
                 }
                 self.check_drained();
             }
+        }
+        // Keys a batch found gone from RAM (handed away): nobody here applies them any
+        // more, and their new owner has them; the clients waiting for them are answered.
+        for key in self.shard.take_forgotten_backing() {
+            self.release_waiters(&key, None);
         }
     }
 
@@ -276,23 +280,6 @@ impl Core {
         }
     }
 
-    /// Answers clients waiting for keys that are clean by other means (handed away).
-    fn release_clean_waiters(&mut self) {
-        if self.backing.waiters.is_empty() {
-            return;
-        }
-        let clean: Vec<Bytes> = self
-            .backing
-            .waiters
-            .keys()
-            .filter(|k| !self.shard.backing_dirty(k))
-            .cloned()
-            .collect();
-        for key in clean {
-            self.release_waiters(&key, None);
-        }
-    }
-
     /// Recovery ends once the failed list is empty.
     fn check_drained(&mut self) {
         if self.backing.machine.mode() == Mode::Recovery && self.shard.failed_keys() == 0 {
@@ -309,9 +296,18 @@ impl Core {
         if !self.shard.reads_through() {
             return false;
         }
-        let id = self.next_id();
-        self.backing.fetching.insert(id, keys.clone());
-        self.effects.push(Effect::BackingFetch { id, keys });
+        // In reads of at most `batch_keys` keys: a request for many uncached keys must not
+        // become one read the store refuses as too large (and take the worker to failed
+        // mode).
+        let chunk = self.shard.backing_config().batch_keys.max(1);
+        for keys in keys.chunks(chunk) {
+            let id = self.next_id();
+            self.backing.fetching.insert(id, keys.to_vec());
+            self.effects.push(Effect::BackingFetch {
+                id,
+                keys: keys.to_vec(),
+            });
+        }
         true
     }
 

@@ -510,3 +510,24 @@ fn a_write_waiting_when_the_store_failed_does_not_strand_the_next_one() {
         assert_eq!(rig.stored(k).as_deref(), Some(&b"2"[..]));
     }
 }
+
+#[test]
+fn a_read_of_many_uncached_keys_asks_the_store_in_bounded_reads() {
+    let mut rig = Rig::new(WritePolicy::WriteThrough, Technique::Tardis, 1 << 30);
+    let keys: Vec<Op<Bytes>> = (0..1_000)
+        .map(|i| Op::Get {
+            key: Bytes::from(format!("k{i}")),
+        })
+        .collect();
+    let s = rig
+        .core
+        .submit(keys, crate::ack::Ack::MERGED, Routing::Forward);
+    let Submitted::Pending(t) = s else {
+        panic!("uncached keys answered without the store");
+    };
+    rig.play();
+    assert_eq!(rig.done.remove(&t).map(|r| r.len()), Some(1_000));
+    // batch_keys is 256: four reads, and the worker stays in normal mode.
+    assert_eq!(rig.fetches, 4);
+    assert_eq!(rig.mode(), Mode::Normal);
+}

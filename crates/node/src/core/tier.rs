@@ -42,6 +42,8 @@ struct KeyFetch {
     record: Option<Record>,
     /// The key is backed: the backing store's part in the fetch.
     store: StorePart,
+    /// Disk-tier workers were asked.
+    from_disk: bool,
     /// Ops waiting, in arrival order.
     ops: Vec<Deferred>,
 }
@@ -122,6 +124,7 @@ impl Core {
                         answered: false,
                         record: None,
                         store: StorePart::None,
+                        from_disk: false,
                         ops: vec![deferred],
                     },
                 );
@@ -162,6 +165,7 @@ impl Core {
             }
             if let Some(f) = self.tier.keys.get_mut(&key) {
                 f.left = to.len() + backed as usize;
+                f.from_disk = !to.is_empty();
                 if backed {
                     f.store = StorePart::Waiting;
                 }
@@ -286,18 +290,12 @@ impl Core {
             }
             return;
         }
-        // Without the store, what RAM holds stays partial (the store may hold more); what
-        // the disk tier found is merged.
+        // Without the store, what the disk tier found is merged but the record stays
+        // partial (the store may hold more).
         let complete = f.store != StorePart::Unavailable;
-        let keep = if complete {
-            self.shard.merge_fetched(&key, f.record)
-        } else {
-            if let Some(record) = f.record {
-                self.shard.merge_fetched(&key, Some(record));
-                self.shard.mark_partial(&key);
-            }
-            true
-        };
+        let keep = self
+            .shard
+            .merge_fetched(&key, f.record, f.from_disk, complete);
         let mut syncs = Vec::new();
         for d in f.ops {
             if d.forwarded || d.op.is_write() {

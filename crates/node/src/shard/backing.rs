@@ -89,6 +89,8 @@ pub(crate) struct Backing {
     bytes: usize,
     /// Most dirty bytes (this worker's share of the node's bound).
     bound: usize,
+    /// Dirty keys a batch found gone from RAM, until the core answers their waiters.
+    forgotten: Vec<Blob>,
     failed: usize,
     /// The change being made comes from this worker's client.
     client_write: bool,
@@ -106,6 +108,7 @@ impl Backing {
             next_gen: 0,
             bytes: 0,
             bound: usize::MAX,
+            forgotten: Vec::new(),
             failed: 0,
             client_write: false,
             stats: BackingStats::default(),
@@ -407,6 +410,7 @@ impl Shard {
         let Some(record) = self.store.get(&key).map(|r| r.to_record()) else {
             // Gone from RAM (handed away): its new owner applies it.
             self.forget_dirty(&key);
+            self.backing.forgotten.push(key);
             return;
         };
         let Some(d) = self.backing.dirty.get_mut(&key) else {
@@ -422,7 +426,6 @@ impl Shard {
 
     /// The outcome of a batch: applied (`ok`) keys are clean unless they changed since
     /// they were taken (their write-around records leave RAM); failed ones stay dirty.
-    /// Returns the (key, generation) pairs applied.
     pub fn backing_applied(&mut self, taken: &[(Bytes, u64)], ok: bool) {
         if !ok {
             self.backing.stats.apply_failures += 1;
@@ -447,10 +450,15 @@ impl Shard {
                 continue;
             }
             self.forget_dirty(key);
-            if self.backed(key) == Some(WritePolicy::WriteAround) && self.evictable_backed(key) {
+            if self.backed(key) == Some(WritePolicy::WriteAround) && self.evictable(key) {
                 self.store.remove(key);
             }
         }
+    }
+
+    /// The dirty keys batches found gone from RAM since the last call.
+    pub fn take_forgotten_backing(&mut self) -> Vec<Blob> {
+        std::mem::take(&mut self.backing.forgotten)
     }
 
     /// Drops `key` from the dirty set.
@@ -461,15 +469,6 @@ impl Shard {
                 self.backing.failed -= 1;
             }
         }
-    }
-
-    /// A backed key's record may leave RAM: nothing about it is pending anywhere.
-    fn evictable_backed(&self, key: &[u8]) -> bool {
-        !self.backing_dirty(key)
-            && !self.changeset.contains_key(key)
-            && !self.handoff.contains_key(key)
-            && !self.retiring.contains_key(key)
-            && !self.outbox.values().any(|q| q.contains(key))
     }
 
     /// Marks every backed key this worker holds and is primary of as dirty: after a

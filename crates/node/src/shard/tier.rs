@@ -234,12 +234,21 @@ impl Shard {
         out
     }
 
-    /// Merges a record fetched from the disk tier (`None`: none there) into RAM: the record
-    /// is complete afterwards. Not logged, not gossiped (the disk tier holds it), and not
-    /// counted as a new key. Returns whether to keep it in RAM after the ops waiting for it
-    /// ran (the key is warm, or its partial record was cached).
-    pub fn merge_fetched(&mut self, key: &[u8], record: Option<Record>) -> bool {
-        self.tier.disk_fetches += 1;
+    /// Merges a record fetched from the disk tier (`from_disk`) or the backing store
+    /// (`None`: none there) into RAM. Not logged, not gossiped (those tiers hold it), and
+    /// not counted as a new key. The record is complete afterwards unless the backing store
+    /// could not be read (`complete` false: it stays partial). Returns whether to keep it
+    /// in RAM after the ops waiting for it ran (the key is warm, backed, or was cached).
+    pub fn merge_fetched(
+        &mut self,
+        key: &[u8],
+        record: Option<Record>,
+        from_disk: bool,
+        complete: bool,
+    ) -> bool {
+        if from_disk {
+            self.tier.disk_fetches += 1;
+        }
         // A partial record was cached (written recently): completed, it stays.
         let cached = self.store.get(key).is_some();
         if let Some(record) = record {
@@ -249,7 +258,7 @@ impl Shard {
             }
             self.store.merge(key, record);
         }
-        self.store.set_partial(key, false);
+        self.store.set_partial(key, !complete);
         // A backed key read through is a cache fill: it stays (eviction makes room).
         let backed = self.backed(key).is_some();
         let warm = backed || self.tier.doorkeeper.fetched(key_hash(key));
@@ -257,11 +266,6 @@ impl Shard {
             self.tier.promotions += 1;
         }
         warm || cached
-    }
-
-    /// Marks `key`'s record partial again (a fetch the backing store could not answer).
-    pub fn mark_partial(&mut self, key: &[u8]) {
-        self.store.set_partial(key, true);
     }
 
     /// After the ops waiting for a fetched key ran: drops it from RAM again unless it is
@@ -318,7 +322,7 @@ impl Shard {
     }
 
     /// True if `key` may be evicted: every change is on disk.
-    fn evictable(&self, key: &[u8]) -> bool {
+    pub(super) fn evictable(&self, key: &[u8]) -> bool {
         if self.is_disk() {
             // Written through: the disk holds every record (keys being handed off are
             // read from disk too).
