@@ -8,10 +8,7 @@ use std::time::{Duration, Instant};
 
 use backing::{BackingError, BackingOptions, BackingStore, Postgres};
 use bytes::Bytes;
-use lattice::{
-    Bool, CausalVersion, CausalWriter, Counter, Lattice, Lww, Map, Max, Min, MultiKeyCausal, OrSet,
-    OrderedSet, Priority, Record, Set, SingleKeyCausal, Timestamp, Value, VectorClock,
-};
+use lattice::{Counter, Lattice, Lww, Max, Record, Set, Timestamp, Value};
 use testkit::PgServer;
 
 fn blob(s: &str) -> Box<[u8]> {
@@ -46,57 +43,6 @@ fn set(members: &[&str]) -> Record {
             members.iter().map(|m| blob(m)).collect::<Set<_>>(),
         )),
     )
-}
-
-/// One value of every lattice type (the same samples as wire's conversion tests).
-fn samples() -> Vec<Value> {
-    let ts = at(5, 3);
-    let mut orset: OrSet<Box<[u8]>> = OrSet::new();
-    let _ = orset.add(1, blob("a"));
-    let _ = orset.add(2, blob("b"));
-    let _ = orset.remove(&b"a"[..]);
-    let mut count = Counter::new();
-    count.merge(count.add_delta(9, -4).unwrap());
-    count.merge(count.add_delta(8, 10).unwrap());
-    let mut w1 = CausalWriter::new(1);
-    let mut w2 = CausalWriter::new(2);
-    let empty = VectorClock::new();
-    let mut causal = SingleKeyCausal::new(w1.next_clock(&empty), blob("x"));
-    causal.merge(SingleKeyCausal::new(w2.next_clock(&empty), blob("y")));
-    let dep = (blob("other"), w1.next_clock(&empty));
-    let multi = MultiKeyCausal::next_version(None, &mut w2, [dep], blob("z"));
-    let mut multi2 = MultiKeyCausal::new(CausalVersion {
-        clock: w1.next_clock(&empty),
-        deps: Default::default(),
-        value: blob("w"),
-    });
-    multi2.merge(multi);
-    let mut inner: Map<Box<[u8]>, Value> = Map::new();
-    inner.insert_merge(blob("n"), Value::Max(Max(2)));
-    let mut map: Map<Box<[u8]>, Value> = Map::new();
-    map.insert_merge(blob("nested"), Value::Map(inner));
-    map.insert_merge(blob("flag"), Value::Bool(Bool(true)));
-    vec![
-        Value::Lww(Lww::new(ts, blob("hello"))),
-        Value::Set([blob("p"), blob("q")].into_iter().collect::<Set<_>>()),
-        Value::OrderedSet(
-            [blob("b"), blob("a")]
-                .into_iter()
-                .collect::<OrderedSet<_>>(),
-        ),
-        Value::OrSet(Box::new(orset)),
-        Value::Max(Max(i64::MIN)),
-        Value::Min(Min(i64::MAX)),
-        Value::Bool(Bool(false)),
-        Value::Counter(count),
-        Value::Map(map),
-        Value::Priority(Priority {
-            priority: -1.5,
-            value: blob("job"),
-        }),
-        Value::SingleKeyCausal(causal),
-        Value::MultiKeyCausal(multi2),
-    ]
 }
 
 async fn store(pg: &PgServer) -> Postgres {
@@ -139,7 +85,7 @@ fn permutations(n: usize) -> Vec<Vec<usize>> {
 async fn every_type_round_trips_and_absent_keys_are_none() {
     let pg = PgServer::start();
     let store = store(&pg).await;
-    let mut batch: Vec<(Bytes, Record)> = samples()
+    let mut batch: Vec<(Bytes, Record)> = testkit::values::one_of_each()
         .into_iter()
         .map(|v| {
             let k = key(&format!("type-{}", v.lattice_type()));

@@ -28,11 +28,12 @@
 //! - [`pki`]: [`Pki`], a throwaway CA and certificates for TLS tests.
 //! - [`tmpfs`]: [`Tmpfs`], a tmpfs mount for full-disk tests (needs root: tests that use it
 //!   fail without it, they never skip).
+//! - [`values`]: one lattice value of every type.
 //! - [`pg`]: [`PgServer`], a throwaway PostgreSQL server (Debian's package, installed by
 //!   `make deps`) for the backing-store tests; stopped and restarted at will.
 //!
-//! Depends on `wire` (frames and protobuf types) and nothing else of latticekv: it starts the
-//! node as a process, never links it.
+//! Depends on `wire` (frames and protobuf types) and `lattice` (values) and nothing else of
+//! latticekv: it starts the node as a process, never links it.
 #![warn(missing_docs)]
 
 pub mod native;
@@ -41,6 +42,7 @@ pub mod pg;
 pub mod pki;
 pub mod resp;
 pub mod tmpfs;
+pub mod values;
 pub mod wait;
 
 pub use native::Native;

@@ -1,0 +1,62 @@
+//! Lattice values for tests: one of every type, non-trivial (tombstoned OR-set members,
+//! counters with decrements, nested maps, concurrent causal versions).
+
+use lattice::{
+    Bool, CausalVersion, CausalWriter, Counter, Lattice, Lww, Map, Max, Min, MultiKeyCausal, OrSet,
+    OrderedSet, Priority, Set, SingleKeyCausal, Timestamp, Value, VectorClock,
+};
+
+fn blob(s: &str) -> Box<[u8]> {
+    s.as_bytes().into()
+}
+
+/// One value of every lattice type, in the order of [`Value`]'s variants.
+pub fn one_of_each() -> Vec<Value> {
+    let ts = Timestamp::new(5 << 16, 3);
+    let mut orset: OrSet<Box<[u8]>> = OrSet::new();
+    let _ = orset.add(1, blob("a"));
+    let _ = orset.add(2, blob("b"));
+    let _ = orset.remove(&b"a"[..]);
+    let mut counter = Counter::new();
+    counter.merge(counter.add_delta(9, -4).unwrap());
+    counter.merge(counter.add_delta(8, 10).unwrap());
+    let mut w1 = CausalWriter::new(1);
+    let mut w2 = CausalWriter::new(2);
+    let empty = VectorClock::new();
+    let mut causal = SingleKeyCausal::new(w1.next_clock(&empty), blob("x"));
+    causal.merge(SingleKeyCausal::new(w2.next_clock(&empty), blob("y")));
+    let dep = (blob("other"), w1.next_clock(&empty));
+    let multi = MultiKeyCausal::next_version(None, &mut w2, [dep], blob("z"));
+    let mut multi2 = MultiKeyCausal::new(CausalVersion {
+        clock: w1.next_clock(&empty),
+        deps: Default::default(),
+        value: blob("w"),
+    });
+    multi2.merge(multi);
+    let mut inner: Map<Box<[u8]>, Value> = Map::new();
+    inner.insert_merge(blob("n"), Value::Max(Max(2)));
+    let mut map: Map<Box<[u8]>, Value> = Map::new();
+    map.insert_merge(blob("nested"), Value::Map(inner));
+    map.insert_merge(blob("flag"), Value::Bool(Bool(true)));
+    vec![
+        Value::Lww(Lww::new(ts, blob("hello"))),
+        Value::Set([blob("p"), blob("q")].into_iter().collect::<Set<_>>()),
+        Value::OrderedSet(
+            [blob("b"), blob("a")]
+                .into_iter()
+                .collect::<OrderedSet<_>>(),
+        ),
+        Value::OrSet(Box::new(orset)),
+        Value::Max(Max(i64::MIN)),
+        Value::Min(Min(i64::MAX)),
+        Value::Bool(Bool(false)),
+        Value::Counter(counter),
+        Value::Map(map),
+        Value::Priority(Priority {
+            priority: -1.5,
+            value: blob("job"),
+        }),
+        Value::SingleKeyCausal(causal),
+        Value::MultiKeyCausal(multi2),
+    ]
+}
