@@ -255,15 +255,30 @@ fn dry_run_prints_actions_and_changes_nothing() {
     );
 }
 
-/// A policy that adds a memory node as soon as requests wait at all on a busy node, then
-/// holds still (a long grace period after the membership changes).
+/// Every node of the growth test blocks its worker 1 ms per request it answers
+/// (`LATTICEKV_FAULT`, testing only): a node of known capacity, about 1,000 requests/s
+/// whatever the machine, so one node can be driven to a known occupancy.
+const SLOW: (&str, &str) = ("LATTICEKV_FAULT", "slow-request-us=1000");
+
+/// The offered load of the growth test, requests per second (open loop): 60 % of one slow
+/// node in blocking alone (≈ 90 % busy measured, with the debug build's own work), 30 % of
+/// each of two.
+const OFFERED: u64 = 600;
+
+/// The growth test's latency objective, µs. On one node the servers' latency, corrected
+/// for queueing (mean / (1 − ρ), docs/elasticity.md), measured 12–60 ms, above f_upper ·
+/// L_obj = 4.5 ms: the policy adds a node. Split over two nodes it measured 2.2–2.5 ms:
+/// under the objective again, with room for a slower machine.
+const OBJECTIVE_US: f64 = 6_000.0;
+
+/// A policy with a real latency objective, the default bands, one node per addition, then
+/// holding still (a long grace period after the membership changes).
 const GROW: &str = r#"
 fault_tolerance = 0
 period_ms = 500
 grace_ms = 600000
-latency_objective_us = 1
+latency_objective_us = 6000
 min_latency_samples = 10
-compute_band = { lower = 0.0, upper = 0.01 }
 node_addition_batch = 1
 "#;
 
@@ -304,9 +319,55 @@ fn server_pid(data_dir: &std::path::Path) -> Option<i32> {
         .copied()
 }
 
+/// The queueing-corrected mean latency (µs) of every round `--print-snapshot` logged, in
+/// order (rounds without a measured latency are left out).
+fn logged_latencies(log: &str) -> Vec<f64> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v.get("now_ms").is_some())
+        .filter_map(|v| v["latency"]["mean_us"].as_f64())
+        .collect()
+}
+
+/// Sends `OFFERED` requests a second to `addr` (writes over 2,000 keys), without waiting
+/// for answers (open loop: a slow server makes requests queue, not the load drop), until
+/// `stop`; at most 500 in flight.
+fn paced_load(addr: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        rt().block_on(async move {
+            let c = Client::connect(&addr).await.unwrap();
+            let in_flight = Arc::new(tokio::sync::Semaphore::new(500));
+            // Spread evenly (a request every 1.3 ms, not bursts every 10 ms): a burst
+            // arrives as one batch and every request in it waits for the whole batch.
+            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let start = Instant::now();
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                let due = (start.elapsed().as_secs_f64() * OFFERED as f64) as u64;
+                while sent < due {
+                    sent += 1;
+                    let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+                        continue;
+                    };
+                    let c = c.clone();
+                    let key = format!("u{}", sent % 2_000);
+                    tokio::spawn(async move {
+                        let _ = c.assign(key, "v").await;
+                        drop(permit);
+                    });
+                }
+            }
+            let _ = in_flight.acquire_many(500).await;
+        })
+    })
+}
+
 #[test]
-fn a_loaded_node_gets_a_new_node_from_the_local_manager_and_a_killed_one_is_replaced() {
-    let nodes = cluster(&["g1"], FLAGS, &[]);
+fn a_loaded_node_gets_a_new_node_latency_returns_under_the_objective_and_a_killed_node_is_replaced()
+{
+    let nodes = cluster(&["g1"], FLAGS, &[SLOW]);
     let addr = nodes[0].native.to_string();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("policy.toml");
@@ -322,6 +383,7 @@ fn a_loaded_node_gets_a_new_node_from_the_local_manager_and_a_killed_one_is_repl
         root.display().to_string(),
         "--config".into(),
         config.display().to_string(),
+        "--print-snapshot".into(),
     ];
     for f in FLAGS {
         args.push(format!("--server-arg={f}"));
@@ -330,45 +392,51 @@ fn a_loaded_node_gets_a_new_node_from_the_local_manager_and_a_killed_one_is_repl
     let mut monitor = Monitor(
         Command::new(bin())
             .args(&args)
+            // The nodes it starts inherit the fault: they are as slow as g1.
+            .env(SLOW.0, SLOW.1)
             .stdout(std::fs::File::create(&log).unwrap())
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
     );
-    let actions = || std::fs::read_to_string(&log).unwrap_or_default();
-    // A uniform load: no key is hot, every request waits on the one worker.
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = {
-        let (addr, stop) = (addr.clone(), stop.clone());
-        std::thread::spawn(move || {
-            rt().block_on(async move {
-                let c = Client::connect(&addr).await.unwrap();
-                let mut tasks = Vec::new();
-                for t in 0..8u64 {
-                    let (c, stop) = (c.clone(), stop.clone());
-                    tasks.push(tokio::spawn(async move {
-                        let mut i = t;
-                        while !stop.load(Ordering::Relaxed) {
-                            let _ = c.assign(format!("u{}", i % 2_000), "v").await;
-                            i += 8;
-                        }
-                    }));
-                }
-                for t in tasks {
-                    let _ = t.await;
-                }
-            })
-        })
+    let output = || std::fs::read_to_string(&log).unwrap_or_default();
+    let actions = || {
+        output()
+            .lines()
+            .filter(|l| !l.contains("\"now_ms\""))
+            .collect::<Vec<_>>()
+            .join("\n")
     };
+    // A uniform load at three quarters of the node's capacity: no key is hot, requests
+    // queue on the one worker.
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = paced_load(addr.clone(), stop.clone());
     assert!(
         eventually(Duration::from_secs(30), || alive_ids(&addr)
             .contains(&"mem1".to_string())),
         "no node added; the monitor's actions:\n{}",
         actions()
     );
+    assert!(actions().contains("add_nodes"), "{}", actions());
+    let before = logged_latencies(&output());
+    assert!(
+        before.iter().any(|&l| l > 0.75 * OBJECTIVE_US),
+        "a node was added although latency never passed f_upper · L_obj: {before:?}"
+    );
+    // Under the same load, once the new node holds its share and the statistics window
+    // (2 s) has forgotten the single-node rounds, latency is back under the objective.
+    let rounds = before.len();
+    let under = eventually(Duration::from_secs(30), || {
+        let after = logged_latencies(&output());
+        after.len() >= rounds + 4 && after[after.len() - 4..].iter().all(|&l| l < OBJECTIVE_US)
+    });
     stop.store(true, Ordering::Relaxed);
     load.join().unwrap();
-    assert!(actions().contains("add_nodes"), "{}", actions());
+    assert!(
+        under,
+        "latency did not return under {OBJECTIVE_US} µs after the node was added: {:?}",
+        &logged_latencies(&output())[rounds..]
+    );
     // Only one: the grace period holds the policy still after the membership changed.
     assert_eq!(alive_ids(&addr).len(), 2, "{}", actions());
 

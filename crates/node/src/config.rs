@@ -115,6 +115,10 @@ pub struct Faults {
     /// Abort the process right after acknowledging the first hand-off batch (a crash at
     /// the worst moment for the sender).
     pub abort_after_handoff_ack: bool,
+    /// Block the worker this long per client request it answers (`slow-request-us=N`): a
+    /// server whose capacity is known, so the elasticity tests can saturate one node and
+    /// watch latency fall when the monitor adds another, whatever the machine's speed.
+    pub slow_request: Option<std::time::Duration>,
 }
 
 impl Faults {
@@ -127,6 +131,12 @@ impl Faults {
                     "drop-after-first-ack" => f.drop_after_first_ack = true,
                     "abort-after-handoff-ack" => f.abort_after_handoff_ack = true,
                     "" => {}
+                    other if other.starts_with("slow-request-us=") => {
+                        match other["slow-request-us=".len()..].parse::<u64>() {
+                            Ok(us) => f.slow_request = Some(std::time::Duration::from_micros(us)),
+                            Err(_) => tracing::warn!(fault = other, "bad LATTICEKV_FAULT ignored"),
+                        }
+                    }
                     other => tracing::warn!(fault = other, "unknown LATTICEKV_FAULT ignored"),
                 }
             }

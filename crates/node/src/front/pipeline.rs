@@ -355,6 +355,12 @@ pub async fn serve<C: Codec>(
         // And while RAM is full of records the disk tier has not acknowledged yet.
         w.wait_memory_room().await;
         let batch = run_batch(&w, &mut codec, &mut inbuf, &mut replies, max_batch_reply).await;
+        if let (Some(per_request), true) = (w.shared.faults.slow_request, batch.requests > 0) {
+            // Testing only (`LATTICEKV_FAULT=slow-request-us=N`): a worker of known capacity.
+            std::thread::sleep(
+                per_request.saturating_mul(u32::try_from(batch.requests).unwrap_or(u32::MAX)),
+            );
+        }
         if batch.requests > 0 {
             // Every request of the batch arrived by the last read, and every reply is
             // ready now: one clock reading per batch, not per request.
