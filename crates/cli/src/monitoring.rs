@@ -254,7 +254,7 @@ impl Monitor {
         let seed = self.seed().await?;
         match action {
             Action::SetReplication { key, vector, .. } => {
-                seed.set_vector(key, (*vector).into()).await?;
+                seed.set_policy_vector(key, (*vector).into()).await?;
                 self.managed.insert(key.clone());
             }
             Action::ResetReplication { key, .. } => {

@@ -106,16 +106,24 @@ fn a_hot_key_is_replicated_within_seconds_and_returns_to_the_default_when_the_lo
         .write_all(POLICY.as_bytes())
         .unwrap();
     let log = dir.path().join("monitor.log");
-    let _monitor = Monitor(
-        Command::new(bin())
-            .args(["monitor", "--addr", &addr, "--config"])
-            .arg(&config)
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let actions = || std::fs::read_to_string(&log).unwrap_or_default();
+    let log2 = dir.path().join("monitor2.log");
+    let start_monitor = |log: &std::path::Path| {
+        Monitor(
+            Command::new(bin())
+                .args(["monitor", "--addr", &addr, "--config"])
+                .arg(&config)
+                .stdout(std::fs::File::create(log).unwrap())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let monitor = start_monitor(&log);
+    let actions = || {
+        std::fs::read_to_string(&log).unwrap_or_default()
+            + "--- the second monitor:\n"
+            + &std::fs::read_to_string(&log2).unwrap_or_default()
+    };
 
     // The hot key gets a replica on the other node within seconds (the paper: ~10 s).
     let stop = Arc::new(AtomicBool::new(false));
@@ -153,6 +161,11 @@ fn a_hot_key_is_replicated_within_seconds_and_returns_to_the_default_when_the_lo
     }
     stop.store(true, Ordering::Relaxed);
     hot.join().unwrap();
+
+    // A new monitor takes over: the vector the first one set is marked as the policy's on
+    // the entry, so the new one treats it as its own (not as an operator's, pinned).
+    drop(monitor);
+    let _monitor = start_monitor(&log2);
 
     // The load moves: the formerly hot key cools below the mean and goes back to the
     // default, and the new one is replicated.

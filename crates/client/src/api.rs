@@ -634,11 +634,32 @@ impl Client {
     }
 
     /// Sets the whole replication vector of `key`: memory-tier nodes × workers and
-    /// disk-tier nodes × workers.
+    /// disk-tier nodes × workers. An operator's setting: the elasticity policy leaves it
+    /// alone.
     pub async fn set_vector(
         &self,
         key: impl AsRef<[u8]>,
         vector: placement::ReplicationVector,
+    ) -> Result<(), ClientError> {
+        self.send_vector(key, vector, false).await
+    }
+
+    /// [`set_vector`](Self::set_vector) on behalf of the elasticity policy: the entry is
+    /// marked as the policy's, so the policy (even a restarted monitor) may change or reset
+    /// it later.
+    pub async fn set_policy_vector(
+        &self,
+        key: impl AsRef<[u8]>,
+        vector: placement::ReplicationVector,
+    ) -> Result<(), ClientError> {
+        self.send_vector(key, vector, true).await
+    }
+
+    async fn send_vector(
+        &self,
+        key: impl AsRef<[u8]>,
+        vector: placement::ReplicationVector,
+        by_policy: bool,
     ) -> Result<(), ClientError> {
         let op = ReqOp::Admin(pb::Admin {
             op: Some(pb::admin::Op::SetReplication(pb::SetReplication {
@@ -648,6 +669,7 @@ impl Client {
                 disk_global: Some(vector.disk.global),
                 disk_local: Some(vector.disk.local),
                 reset: false,
+                by_policy,
             })),
         });
         let front = self.inner.front.clone();

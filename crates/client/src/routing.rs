@@ -224,7 +224,7 @@ mod tests {
                 local: 1,
                 disk_global: Some(1),
                 disk_local: Some(1),
-                reset: false,
+                ..Default::default()
             }],
             ..Default::default()
         };

@@ -512,6 +512,7 @@ pub fn peer() -> Vec<Seed> {
                         disk_global: 0,
                         disk_local: 0,
                         removed: false,
+                        by_policy: true,
                     }],
                     has_replication: true,
                     replication_digest: 9,
@@ -557,6 +558,7 @@ pub fn peer() -> Vec<Seed> {
             disk_global: 0,
             disk_local: 0,
             removed: false,
+            by_policy: false,
         })
         .collect();
     flood.request(

@@ -79,8 +79,9 @@ pub fn vectors(t: &pb::Topology) -> (Vector, BTreeMap<Vec<u8>, Vector>) {
     (default, explicit)
 }
 
-/// Builds the round's snapshot. `managed(key)` tells whether the policy set the key's
-/// explicit vector; other explicit vectors were set by an operator and are `pinned`.
+/// Builds the round's snapshot. An explicit vector is the policy's when its entry says so
+/// (`by_policy`) or `managed(key)` (this monitor set it); other explicit vectors were set
+/// by an operator and are `pinned`.
 pub fn snapshot(
     now_ms: u64,
     topology: &pb::Topology,
@@ -89,6 +90,15 @@ pub fn snapshot(
     managed: &dyn Fn(&[u8]) -> bool,
 ) -> Snapshot {
     let (default_vector, explicit) = vectors(topology);
+    // The policy's own vectors: marked so on the entry (a restarted monitor still knows
+    // them), or set by this monitor since the topology was read.
+    let policy_keys: std::collections::BTreeSet<&[u8]> = topology
+        .replication
+        .iter()
+        .filter(|r| r.by_policy)
+        .map(|r| &r.key[..])
+        .collect();
+    let managed = |key: &[u8]| policy_keys.contains(key) || managed(key);
     let mut nodes = Vec::new();
     let mut access = AccessSummary::default();
     let mut hot: BTreeMap<Vec<u8>, u64> = BTreeMap::new();

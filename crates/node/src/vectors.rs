@@ -38,12 +38,16 @@ pub struct Entry {
     pub ts: Timestamp,
     /// The vector; `None`: back to the default.
     pub vector: Option<ReplicationVector>,
+    /// Set by the elasticity policy rather than an operator (the policy leaves operators'
+    /// vectors alone; this travels with the entry so a restarted monitor knows its own).
+    pub by_policy: bool,
 }
 
 impl Entry {
     /// The total order of settings: by timestamp, ties broken by the vector (a removal
-    /// before any vector), so every node resolves them alike.
-    fn rank(&self) -> (Timestamp, [u32; 5]) {
+    /// before any vector), then the policy's before an operator's, so every node resolves
+    /// them alike.
+    fn rank(&self) -> (Timestamp, [u32; 6]) {
         let v = match &self.vector {
             None => [0; 5],
             Some(v) => [
@@ -54,13 +58,14 @@ impl Entry {
                 v.disk.local,
             ],
         };
-        (self.ts, v)
+        let operator = u32::from(!self.by_policy);
+        (self.ts, [v[0], v[1], v[2], v[3], v[4], operator])
     }
 
     /// This entry's share of its bucket's digest.
     fn digest(&self, key: &[u8]) -> u64 {
         let (ts, v) = self.rank();
-        let mut bytes = Vec::with_capacity(key.len() + 36);
+        let mut bytes = Vec::with_capacity(key.len() + 40);
         bytes.extend_from_slice(key);
         bytes.extend_from_slice(&ts.time.to_le_bytes());
         bytes.extend_from_slice(&ts.writer.to_le_bytes());
@@ -185,6 +190,7 @@ impl ReplicationTable {
             Entry {
                 ts,
                 vector: Some(vector),
+                by_policy: false,
             },
         )
     }

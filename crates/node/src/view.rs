@@ -69,15 +69,17 @@ impl ViewState {
     /// The explicit vectors as they appear in a `Topology` (at most `max`).
     pub fn topology_vectors(&self, max: usize) -> Vec<wire::pb::SetReplication> {
         self.replication
-            .vectors()
+            .iter()
+            .filter_map(|(key, e)| e.vector.map(|v| (key, v, e.by_policy)))
             .take(max)
-            .map(|(key, v)| wire::pb::SetReplication {
+            .map(|(key, v, by_policy)| wire::pb::SetReplication {
                 key: bytes::Bytes::copy_from_slice(key),
                 global: v.memory.global,
                 local: v.memory.local,
                 disk_global: Some(v.disk.global),
                 disk_local: Some(v.disk.local),
                 reset: false,
+                by_policy,
             })
             .collect()
     }
@@ -269,7 +271,7 @@ mod tests {
             local: 1,
             disk_global,
             disk_local: Some(1),
-            reset: false,
+            ..Default::default()
         }
     }
 

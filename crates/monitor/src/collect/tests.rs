@@ -46,14 +46,27 @@ fn counts_sum_across_replicas_and_dead_nodes_are_not_alive() {
         default_global_replication: 1,
         default_local_replication: 1,
         default_disk_replication: 1,
-        replication: vec![pb::SetReplication {
-            key: Bytes::from_static(b"pinned"),
-            global: 2,
-            local: 1,
-            disk_global: Some(1),
-            disk_local: Some(1),
-            reset: false,
-        }],
+        replication: vec![
+            pb::SetReplication {
+                key: Bytes::from_static(b"pinned"),
+                global: 2,
+                local: 1,
+                disk_global: Some(1),
+                disk_local: Some(1),
+                reset: false,
+                by_policy: false,
+            },
+            // Set by an earlier monitor: the policy's, though this monitor never set it.
+            pb::SetReplication {
+                key: Bytes::from_static(b"inherited"),
+                global: 2,
+                local: 1,
+                disk_global: Some(1),
+                disk_local: Some(1),
+                reset: false,
+                by_policy: true,
+            },
+        ],
         ..Default::default()
     };
     let mut a = [0u64; 40].to_vec();
@@ -118,6 +131,11 @@ fn counts_sum_across_replicas_and_dead_nodes_are_not_alive() {
     let pinned = snap.keys.iter().find(|k| k.key == b"pinned").unwrap();
     assert!(pinned.is_explicit && pinned.accesses == 0);
     assert!(pinned.pinned, "an operator's vector is pinned");
+    let inherited = snap.keys.iter().find(|k| k.key == b"inherited").unwrap();
+    assert!(
+        inherited.is_explicit && !inherited.pinned,
+        "a vector an earlier monitor set is the policy's"
+    );
     assert!(!hot.pinned);
     assert_eq!(pinned.vector, Vector::new((2, 1), (1, 1)));
     assert_eq!(snap.access.accesses_total, 101);

@@ -41,6 +41,7 @@ pub fn entry_to_pb(key: &[u8], e: &Entry) -> pb::ReplicationEntry {
         disk_global: v.disk.global,
         disk_local: v.disk.local,
         removed: e.vector.is_none(),
+        by_policy: e.by_policy,
     }
 }
 
@@ -57,7 +58,11 @@ pub fn entry_from_pb(e: &pb::ReplicationEntry) -> Option<Entry> {
             local: e.disk_local,
         },
     });
-    Some(Entry { ts, vector })
+    Some(Entry {
+        ts,
+        vector,
+        by_policy: e.by_policy,
+    })
 }
 
 /// The bucket digests as sent (empty for an empty table).
@@ -159,6 +164,7 @@ mod tests {
             Entry {
                 ts: Timestamp::new(6, 1),
                 vector: None,
+                by_policy: false,
             },
         );
         assert!(merge_pb(&mut t, &entries_of(&update, &all), 4, 0));
@@ -222,6 +228,38 @@ mod tests {
     }
 
     #[test]
+    fn the_policy_mark_travels_and_differs_in_the_digest() {
+        let v = ReplicationVector {
+            memory: Replication {
+                global: 2,
+                local: 1,
+            },
+            disk: Replication {
+                global: 1,
+                local: 1,
+            },
+        };
+        let entry = |by_policy| Entry {
+            ts: Timestamp::new(5 << 16, 1),
+            vector: Some(v),
+            by_policy,
+        };
+        let pb = entry_to_pb(b"k", &entry(true));
+        assert!(pb.by_policy);
+        assert_eq!(entry_from_pb(&pb), Some(entry(true)));
+        // Two tables that differ only in the mark are not in sync.
+        let (mut a, mut b) = (ReplicationTable::new(), ReplicationTable::new());
+        a.merge(b"k", entry(true));
+        b.merge(b"k", entry(false));
+        assert_ne!(a.buckets(), b.buckets());
+        // And they converge the same way whatever the order.
+        a.merge(b"k", entry(false));
+        b.merge(b"k", entry(true));
+        assert_eq!(a.buckets(), b.buckets());
+        assert_eq!(a.entry(b"k"), b.entry(b"k"));
+    }
+
+    #[test]
     fn expired_removals_are_not_taken() {
         let mut a = ReplicationTable::new();
         a.merge(
@@ -229,6 +267,7 @@ mod tests {
             Entry {
                 ts: Timestamp::new(1 << 16, 1),
                 vector: None,
+                by_policy: false,
             },
         );
         let all: Vec<usize> = (0..BUCKETS).collect();

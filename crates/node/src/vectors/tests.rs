@@ -17,6 +17,7 @@ fn set(ms: u64, v: ReplicationVector) -> Entry {
     Entry {
         ts: Timestamp::new(ms << 16, 1),
         vector: Some(v),
+        by_policy: false,
     }
 }
 
@@ -24,6 +25,7 @@ fn removal(ms: u64) -> Entry {
     Entry {
         ts: Timestamp::new(ms << 16, 1),
         vector: None,
+        by_policy: false,
     }
 }
 

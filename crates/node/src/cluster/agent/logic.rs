@@ -196,6 +196,7 @@ impl AgentState {
         &mut self,
         key: Bytes,
         vector: Option<ReplicationVector>,
+        by_policy: bool,
     ) -> Result<(), NodeError> {
         if self.replication.stored() >= self.config.max_replication_entries
             && self.replication.entry(&key).is_none()
@@ -206,7 +207,14 @@ impl AgentState {
             )));
         }
         let ts: Timestamp = self.hlc.tick(self.clock.wall_ms());
-        self.replication.merge(&key, Entry { ts, vector });
+        self.replication.merge(
+            &key,
+            Entry {
+                ts,
+                vector,
+                by_policy,
+            },
+        );
         self.publish();
         Ok(())
     }
@@ -452,8 +460,12 @@ mod tests {
     fn a_change_among_many_vectors_travels_as_a_delta() {
         let (mut a, mut b) = (agent("a"), agent("b"));
         for i in 0..20_000u32 {
-            a.set_replication(Bytes::copy_from_slice(&i.to_le_bytes()), Some(vector(2)))
-                .unwrap();
+            a.set_replication(
+                Bytes::copy_from_slice(&i.to_le_bytes()),
+                Some(vector(2)),
+                false,
+            )
+            .unwrap();
         }
         // The first exchanges carry the whole table (in bounded messages), then nothing.
         let mut first = 0;
@@ -468,9 +480,9 @@ mod tests {
         assert!(quiet < 8_000, "{quiet} bytes for identical tables");
         // One key changes, and another goes back to the default: only their buckets
         // travel, and both nodes' views follow.
-        a.set_replication(Bytes::from_static(b"hot"), Some(vector(3)))
+        a.set_replication(Bytes::from_static(b"hot"), Some(vector(3)), false)
             .unwrap();
-        a.set_replication(Bytes::copy_from_slice(&7u32.to_le_bytes()), None)
+        a.set_replication(Bytes::copy_from_slice(&7u32.to_le_bytes()), None, false)
             .unwrap();
         let before = b.snapshots.borrow().view.clone();
         exchange(&mut b, &mut a); // b learns a's digests, a learns b's

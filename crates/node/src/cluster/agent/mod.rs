@@ -108,6 +108,7 @@ pub(crate) enum AgentMsg {
     SetReplication {
         key: Bytes,
         vector: Option<ReplicationVector>,
+        by_policy: bool,
         reply: oneshot::Sender<Result<(), NodeError>>,
     },
     Leave {
@@ -129,15 +130,22 @@ pub struct Agent {
 
 impl Agent {
     /// Sets a key's replication vector, or returns the key to the default placement
-    /// (`None`), cluster-wide (gossiped to every node).
+    /// (`None`), cluster-wide (gossiped to every node); `by_policy` when the elasticity
+    /// policy sets it rather than an operator.
     pub async fn set_replication(
         &self,
         key: Bytes,
         vector: Option<ReplicationVector>,
+        by_policy: bool,
     ) -> Result<(), NodeError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(AgentMsg::SetReplication { key, vector, reply })
+            .send(AgentMsg::SetReplication {
+                key,
+                vector,
+                by_policy,
+                reply,
+            })
             .await
             .map_err(|_| NodeError::ShuttingDown)?;
         rx.await.map_err(|_| NodeError::ShuttingDown)?
@@ -258,9 +266,14 @@ impl Runner {
             AgentMsg::Sync { state, reply } => {
                 let _ = reply.send(self.agent.on_sync(&state));
             }
-            AgentMsg::SetReplication { key, vector, reply } => {
+            AgentMsg::SetReplication {
+                key,
+                vector,
+                by_policy,
+                reply,
+            } => {
                 // Published before answering, so the caller can wait for its workers.
-                let _ = reply.send(self.agent.set_replication(key, vector));
+                let _ = reply.send(self.agent.set_replication(key, vector, by_policy));
             }
             AgentMsg::Leave { reply } => {
                 let targets = self.agent.leave();

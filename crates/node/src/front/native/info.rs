@@ -148,7 +148,10 @@ async fn set_replication(w: &Rc<Worker>, r: pb::SetReplication) -> Result<(), No
         let view = core.shard().view();
         Some(crate::view::requested_vector(view, &r)?)
     };
-    w.shared.agent.set_replication(r.key, vector).await?;
+    w.shared
+        .agent
+        .set_replication(r.key, vector, r.by_policy)
+        .await?;
     // The agent published the new view before answering: switch to it now (the other
     // workers switch as their view tasks run).
     let view = w.shared.snapshots.borrow().view.clone();
