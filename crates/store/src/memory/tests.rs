@@ -1,0 +1,223 @@
+//! Tests of `memory`.
+
+use super::*;
+use lattice::{Counter, OrSet, Timestamp, Value};
+
+fn ts(time: u64) -> Timestamp {
+    Timestamp::new(time << 16, 1)
+}
+
+fn lww(time: u64, v: &[u8]) -> Record {
+    Record::new(ts(time), Some(Value::Lww(Lww::new(ts(time), Box::from(v)))))
+}
+
+fn value(s: &MemStore, key: &[u8]) -> Option<Value> {
+    s.get(key).and_then(|r| r.to_value())
+}
+
+#[test]
+fn merge_tracks_liveness_and_bytes() {
+    let mut s = MemStore::new();
+    let o = s.merge(b"k", lww(1, b"a"));
+    assert!(o.changed && !o.was_live && o.is_live);
+    assert_eq!(s.live_keys(), 1);
+    let b1 = s.bytes();
+    assert!(b1 >= 1 + 1 + TS_BYTES);
+    // An older write changes nothing.
+    let o = s.merge(b"k", lww(0, b"zzzz"));
+    assert!(!o.changed);
+    assert_eq!(s.bytes(), b1);
+    // A bigger newer value grows the accounting.
+    s.merge(b"k", lww(2, &[7u8; 100]));
+    assert!(s.bytes() >= b1 + 99);
+    assert_eq!(value(&s, b"k"), lww(2, &[7u8; 100]).value);
+    // A tombstone kills the key but keeps the entry.
+    let o = s.merge(b"k", Record::tombstone(ts(3)));
+    assert!(o.changed && o.was_live && !o.is_live);
+    assert_eq!(s.live_keys(), 0);
+    assert_eq!(s.len(), 1);
+    assert!(s.get_live(b"k").is_none());
+    assert_eq!(s.get(b"k").map(|r| r.epoch()), Some(ts(3)));
+    // An older write does not resurrect it; a newer one does (and is packed again).
+    assert!(!s.merge(b"k", lww(2, b"zz")).changed);
+    let o = s.merge(b"k", lww(4, b"back"));
+    assert!(o.changed && o.is_live);
+    assert!(matches!(
+        s.get(b"k"),
+        Some(RecordRef::Lww { value: b"back", .. })
+    ));
+    s.merge(b"k", Record::tombstone(ts(5)));
+    assert_eq!(s.collect_tombstones(2), 0);
+    assert_eq!(s.collect_tombstones(6), 1);
+    assert!(s.is_empty());
+    assert_eq!(s.bytes(), 0);
+}
+
+#[test]
+fn equal_timestamps_keep_the_larger_value_in_any_order() {
+    let mut a = MemStore::new();
+    let mut b = MemStore::new();
+    a.merge(b"k", lww(1, b"x"));
+    a.merge(b"k", lww(1, b"y"));
+    b.merge(b"k", lww(1, b"y"));
+    b.merge(b"k", lww(1, b"x"));
+    assert_eq!(value(&a, b"k"), value(&b, b"k"));
+    assert_eq!(value(&a, b"k"), lww(1, b"y").value);
+}
+
+#[test]
+fn records_move_between_packed_and_full() {
+    let mut s = MemStore::new();
+    s.merge(b"k", lww(1, b"v"));
+    // A counter at a newer epoch replaces the register (a new incarnation).
+    let c = Counter::new().add_delta(1, 5).unwrap();
+    let o = s.merge(b"k", Record::new(ts(2), Some(Value::Counter(c.clone()))));
+    assert!(o.changed && o.was_live && o.is_live);
+    assert_eq!(value(&s, b"k"), Some(Value::Counter(c)));
+    assert_eq!(s.len(), 1);
+    assert_eq!(s.live_keys(), 1);
+    // And back.
+    s.merge(b"k", lww(3, b"w"));
+    assert!(matches!(
+        s.get(b"k"),
+        Some(RecordRef::Lww { value: b"w", .. })
+    ));
+    assert_eq!(s.len(), 1);
+    let removed = s.remove(b"k").unwrap();
+    assert_eq!(removed, lww(3, b"w"));
+    assert_eq!((s.bytes(), s.live_keys()), (0, 0));
+    // A register whose epoch is not its timestamp stays full, and reads the same.
+    let odd = Record::new(
+        ts(9),
+        Some(Value::Lww(Lww::new(ts(1), Box::from(&b"x"[..])))),
+    );
+    s.merge(b"o", odd.clone());
+    assert!(matches!(s.get(b"o"), Some(RecordRef::Full(_))));
+    assert_eq!(s.get(b"o").map(|r| r.to_record()), Some(odd));
+}
+
+#[test]
+fn partitions_cover_every_key_once_and_seeds_fix_the_order() {
+    let mut a = MemStore::with_seed(7);
+    let mut b = MemStore::with_seed(7);
+    for i in 0..2000u32 {
+        let k = format!("k{i}");
+        a.merge(k.as_bytes(), lww(1, b"v"));
+        b.merge(k.as_bytes(), lww(1, b"v"));
+    }
+    a.merge(b"t", Record::tombstone(ts(1)));
+    b.merge(b"t", Record::tombstone(ts(1)));
+    let mut seen = 0;
+    for p in 0..PARTITIONS {
+        let keys: Vec<&[u8]> = a.iter_partition(p).map(|(k, _)| k).collect();
+        assert_eq!(keys.len(), a.partition_len(p));
+        assert!(keys.iter().all(|k| partition_of(k) == p));
+        seen += keys.len();
+    }
+    assert_eq!(seen, a.len());
+    assert!((0..PARTITIONS).filter(|&p| a.partition_len(p) > 0).count() > 200);
+    let order = |s: &MemStore| s.iter().map(|(k, _)| k.to_vec()).collect::<Vec<_>>();
+    assert_eq!(order(&a), order(&b), "same seed, same order");
+    assert!(!a.remove_tombstone(b"t", ts(2)), "another epoch");
+    assert!(!a.remove_tombstone(b"k1", ts(1)), "not a tombstone");
+    assert!(a.remove_tombstone(b"t", ts(1)));
+    assert!(a.get(b"t").is_none());
+}
+
+#[test]
+fn iter_sees_both_tables() {
+    let mut s = MemStore::new();
+    s.merge(b"a", lww(1, b"1"));
+    s.merge(b"b", Record::tombstone(ts(1)));
+    let mut keys: Vec<&[u8]> = s.iter().map(|(k, _)| k).collect();
+    keys.sort();
+    assert_eq!(keys, vec![&b"a"[..], &b"b"[..]]);
+}
+
+/// The size estimate of a growing collection stays within a small factor of the exact
+/// size, while the exact count runs only now and then.
+#[test]
+fn collection_estimates_stay_close() {
+    let mut s = MemStore::new();
+    let mut set: OrSet<Box<[u8]>> = OrSet::new();
+    let first = set.add(1, Box::from(&b"m0"[..]));
+    s.merge(
+        b"s",
+        Record::new(Timestamp::ZERO, Some(Value::OrSet(Box::new(first)))),
+    );
+    for i in 1..5000u32 {
+        let member: Box<[u8]> = format!("member-{i}").into_bytes().into();
+        let grown = member.len() + 64;
+        s.update(b"s", grown, |r| match &mut r.value {
+            Some(Value::OrSet(set)) => set.add(1, member),
+            _ => unreachable!("an OR-set was stored"),
+        })
+        .expect("key exists");
+        if i % 250 != 0 {
+            continue;
+        }
+        let Some(RecordRef::Full(record)) = s.get(b"s") else {
+            panic!("full record expected")
+        };
+        let exact = exact_size(b"s", record);
+        let estimate = s.size_of(b"s");
+        assert!(
+            estimate >= exact / 2 && estimate <= 3 * exact,
+            "{estimate} vs {exact}"
+        );
+    }
+    assert_eq!(s.bytes(), s.size_of(b"s"));
+    assert_eq!(s.live_keys(), 1);
+}
+
+/// Reads and writes refresh an entry's age; the partial flag survives merges and
+/// changes of form; sampling sees entries of both tables with their ages.
+#[test]
+fn ages_partial_flags_and_samples() {
+    let mut s = MemStore::with_seed(3);
+    s.merge(b"old", lww(1, b"v"));
+    s.merge(b"set", Record::tombstone(ts(1)));
+    for i in 0..100u32 {
+        s.merge(format!("k{i}").as_bytes(), lww(1, b"v"));
+    }
+    let old = s.age(b"old").unwrap();
+    assert!(old >= 100, "{old}");
+    assert!(s.get_touched(b"old").is_some());
+    assert_eq!(s.age(b"old"), Some(0));
+    assert!(s.age(b"k0").unwrap() > 0);
+    // Partial: kept by merges, in either form, until cleared.
+    assert!(s.set_partial(b"old", true));
+    s.merge(b"old", lww(2, b"w"));
+    assert!(s.is_partial(b"old"));
+    let c = lattice::Counter::new().add_delta(1, 5).unwrap();
+    s.merge(b"old", Record::new(ts(3), Some(Value::Counter(c))));
+    assert!(matches!(s.get(b"old"), Some(RecordRef::Full(_))));
+    assert!(s.is_partial(b"old"));
+    s.merge(b"old", lww(4, b"x"));
+    assert!(matches!(s.get(b"old"), Some(RecordRef::Lww { .. })));
+    assert!(s.is_partial(b"old"));
+    assert!(s.set_partial(b"old", false));
+    assert!(!s.is_partial(b"old"));
+    assert!(!s.set_partial(b"absent", true));
+    // A sample of every partition sees every entry once, with its age.
+    let mut seen = 0;
+    for p in 0..PARTITIONS {
+        let before = seen;
+        s.sample(p, 0, 1000, |k, info| {
+            seen += 1;
+            assert_eq!(Some(info.age), s.age(k));
+            assert_eq!(info.partial, s.is_partial(k));
+            true
+        });
+        assert_eq!(seen - before, s.partition_len(p));
+    }
+    assert_eq!(seen, s.len());
+    // A bounded sample stops at `n`.
+    let p = partition_of(b"k1");
+    let mut n = 0;
+    s.sample(p, 7, 1, |_, _| {
+        n += 1;
+        true
+    });
+    assert_eq!(n, 1);
+}
