@@ -44,6 +44,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
+pub mod checker;
 mod error;
 pub mod oracle;
 pub mod versionset;

@@ -1,6 +1,7 @@
 //! Unit and property tests, one file per module, plus `world` (a toy store and helpers to
 //! drive stagings against it) and `props` (properties over random histories).
 
+mod checker;
 mod versionset;
 
 use std::collections::BTreeMap;
