@@ -45,15 +45,21 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 pub mod checker;
+pub mod commit;
+pub mod cut;
 mod error;
 pub mod oracle;
+pub mod staging;
 pub mod versionset;
 
 #[cfg(test)]
 mod tests;
 
+pub use commit::Executor;
+pub use cut::{Cut, Merged};
 pub use error::Error;
 pub use oracle::VersionLog;
+pub use staging::{Fetch, Staging, Step};
 pub use versionset::{supersede, VersionRef, VersionSet};
 
 pub use lattice::{Blob, CausalVersion, MultiKeyCausal, VectorClock};

@@ -2,7 +2,11 @@
 //! drive stagings against it) and `props` (properties over random histories).
 
 mod checker;
+mod commit;
+mod cut;
+mod staging;
 mod versionset;
+mod world;
 
 use std::collections::BTreeMap;
 
