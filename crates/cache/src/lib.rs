@@ -49,6 +49,8 @@ pub mod commit;
 pub mod cut;
 mod error;
 pub mod oracle;
+pub mod pins;
+pub mod snapshot;
 pub mod staging;
 pub mod versionset;
 
@@ -59,6 +61,7 @@ pub use commit::Executor;
 pub use cut::{Cut, Merged};
 pub use error::Error;
 pub use oracle::VersionLog;
+pub use pins::{PinLimits, Pins};
 pub use staging::{Fetch, Staging, Step};
 pub use versionset::{supersede, VersionRef, VersionSet};
 

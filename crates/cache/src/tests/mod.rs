@@ -4,6 +4,8 @@
 mod checker;
 mod commit;
 mod cut;
+mod pins;
+mod snapshot;
 mod staging;
 mod versionset;
 mod world;
