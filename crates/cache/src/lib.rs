@@ -48,6 +48,7 @@ pub mod checker;
 pub mod commit;
 pub mod cut;
 mod error;
+pub mod opt;
 pub mod oracle;
 pub mod pins;
 pub mod snapshot;

@@ -4,6 +4,8 @@
 mod checker;
 mod commit;
 mod cut;
+mod examples;
+mod opt;
 mod pins;
 mod snapshot;
 mod staging;
