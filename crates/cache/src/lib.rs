@@ -46,8 +46,11 @@ use std::fmt;
 
 pub mod checker;
 pub mod commit;
+pub mod con;
 pub mod cut;
+pub mod dag;
 mod error;
+pub mod hb;
 pub mod opt;
 pub mod oracle;
 pub mod pins;
@@ -60,6 +63,7 @@ mod tests;
 
 pub use commit::Executor;
 pub use cut::{Cut, Merged};
+pub use dag::{Dag, FnSpec};
 pub use error::Error;
 pub use oracle::VersionLog;
 pub use pins::{PinLimits, Pins};

@@ -3,10 +3,13 @@
 
 mod checker;
 mod commit;
+mod con;
 mod cut;
 mod examples;
+mod hb;
 mod opt;
 mod pins;
+mod props;
 mod snapshot;
 mod staging;
 mod versionset;
