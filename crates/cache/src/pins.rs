@@ -116,6 +116,16 @@ impl Pins {
         Ok(count)
     }
 
+    /// Everything pinned for `(req, key)`, by clock: the versions of `S_d`/`S_i` and the
+    /// read versions of the request's functions at this cache.
+    pub fn pinned(&self, req: ReqId, key: &[u8]) -> impl Iterator<Item = &MultiKeyCausal> + '_ {
+        self.reqs
+            .get(&req)
+            .and_then(|p| p.keys.get(key))
+            .into_iter()
+            .flat_map(|m| m.values())
+    }
+
     /// The value pinned for `(req, key)` with exactly this clock.
     pub fn get(&self, req: ReqId, key: &[u8], clock: &VectorClock) -> Option<&MultiKeyCausal> {
         self.reqs.get(&req)?.keys.get(key)?.get(clock)

@@ -29,6 +29,8 @@ fn fetch_answers_what_was_pinned_at_or_below_the_clock() {
     );
     assert_eq!(pins.versions(), 2);
     assert_eq!(pins.get(r, b"a", &vc(&[(1, 1)])), Some(&a1));
+    assert_eq!(pins.pinned(r, b"a").collect::<Vec<_>>(), vec![&a1, &a2]);
+    assert_eq!(pins.pinned(ReqId(9), b"a").count(), 0);
     assert_eq!(pins.fetch(r, b"a", &vc(&[(1, 1)])), Some(a1.clone()));
     assert_eq!(pins.fetch(r, b"a", &vc(&[(1, 5)])), Some(a2.clone()));
     assert_eq!(pins.fetch(r, b"a", &vc(&[(2, 1)])), None);
