@@ -383,15 +383,7 @@ impl NodeConfig {
                 "{workers} workers is more than the 1024 supported"
             )));
         }
-        // Peers refuse a member claiming more (`cluster::state::MAX_VNODES`): such a node
-        // could never join, and its own rings would take that many points per worker.
-        let max_vnodes = crate::cluster::state::MAX_VNODES;
-        if self.vnodes > max_vnodes {
-            return Err(ConfigError(format!(
-                "vnodes = {} is more than the {max_vnodes} other nodes accept",
-                self.vnodes
-            )));
-        }
+        self.validate_vnodes()?;
         if self.default_local_replication == 0 {
             return Err(ConfigError(
                 "default_local_replication must be at least 1".into(),
@@ -412,6 +404,27 @@ impl NodeConfig {
             .validate()
             .map_err(|e| ConfigError(format!("[backing]: {e}")))?;
         crate::auth::Users::from_config(&self.users).map_err(|e| ConfigError(e.to_string()))
+    }
+
+    /// What a routing node checks before it binds a port: the settings it uses (virtual
+    /// nodes, users); the rest of the file (workers, log, tiers) is a storage node's.
+    pub fn validate_routing(&self) -> Result<crate::auth::Users, ConfigError> {
+        self.validate_vnodes()?;
+        crate::auth::Users::from_config(&self.users).map_err(|e| ConfigError(e.to_string()))
+    }
+
+    /// Peers refuse a member claiming more virtual nodes than `cluster::state::MAX_VNODES`:
+    /// such a node could never join, and its own rings would take that many points per
+    /// worker.
+    fn validate_vnodes(&self) -> Result<(), ConfigError> {
+        let max_vnodes = crate::cluster::state::MAX_VNODES;
+        if self.vnodes > max_vnodes {
+            return Err(ConfigError(format!(
+                "vnodes = {} is more than the {max_vnodes} other nodes accept",
+                self.vnodes
+            )));
+        }
+        Ok(())
     }
 }
 

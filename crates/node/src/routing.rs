@@ -41,7 +41,8 @@ pub struct RoutingNode {
 impl RoutingNode {
     /// Binds `config.listen` and starts the agent and the server.
     pub fn start(config: NodeConfig) -> Result<RoutingNode, StartError> {
-        let users = crate::auth::Users::from_config(&config.users)
+        let users = config
+            .validate_routing()
             .map_err(|e| StartError::Config(e.to_string()))?;
         let tls = crate::tls::NodeTls::from_config(&config.tls)
             .map_err(|e| StartError::Config(e.to_string()))?;

@@ -13,6 +13,25 @@ fn defaults_are_sane() {
 }
 
 #[test]
+fn a_routing_node_checks_what_it_uses_and_only_that() {
+    let too_many = NodeConfig {
+        vnodes: crate::cluster::state::MAX_VNODES + 1,
+        ..NodeConfig::default()
+    };
+    assert!(too_many
+        .validate_routing()
+        .unwrap_err()
+        .0
+        .contains("vnodes"));
+    // A storage node's settings do not stop a routing node (no workers, no log there).
+    let storage_only = NodeConfig {
+        default_local_replication: 0,
+        ..NodeConfig::default()
+    };
+    assert!(storage_only.validate_routing().is_ok());
+}
+
+#[test]
 fn validate_refuses_what_a_node_cannot_run_with() {
     let c = NodeConfig::default();
     assert!(c.validate().is_ok());
