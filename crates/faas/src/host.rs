@@ -247,7 +247,17 @@ async fn serve_executor(stream: TcpStream, shared: Arc<Shared>) {
     tracing::info!(executor = hello.id, pid = hello.pid, "executor connected");
     shared.pool.connected.fetch_add(1, Ordering::Relaxed);
     shared.pool.release(me.clone());
-    while let Some((task, reply)) = rx.recv().await {
+    loop {
+        // While idle, watch the socket too: an executor that dies between jobs leaves the
+        // pool at once, instead of failing (and costing an attempt of) the next task.
+        let mut probe = [0u8; 1];
+        let job = tokio::select! {
+            job = rx.recv() => job,
+            _ = r.peek(&mut probe) => None, // closed, or bytes nobody asked for
+        };
+        let Some((task, reply)) = job else {
+            break;
+        };
         shared.pool.busy.fetch_add(1, Ordering::Relaxed);
         let id = task.id;
         let msg = pb::ToExecutor {

@@ -16,7 +16,7 @@
 //! - [`host`]: a compute host: executor processes, DAG execution.
 //! - [`client`]: the Rust client of a scheduler (used by the Python SDK and the CLI).
 //! - [`conn`]: framed protobuf over TCP, shared by all of the above.
-//! - [`error`]: [`FaasError`].
+//! - [`error`]: the error type, [`FaasError`].
 //!
 //! The messages are `wire::faas` (`crates/wire/proto/faas.proto`).
 //!

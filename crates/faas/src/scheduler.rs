@@ -170,18 +170,30 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// Binds `listen` (loopback only: see [`crate::check_loopback`]).
+    /// Binds `listen` (loopback only: see [`crate::check_loopback`]) and publishes the
+    /// address in the store's [`crate::SCHEDULERS_KEY`], so clients can find it as soon as
+    /// this returns.
     ///
     /// # Errors
-    /// A non-loopback address, or the bind failing.
+    /// A non-loopback address, the bind failing, or the store refusing the address.
     pub async fn bind(
         listen: SocketAddr,
         store: client::Client,
         config: SchedulerConfig,
-    ) -> std::io::Result<Scheduler> {
-        crate::check_loopback(&listen)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e))?;
-        let listener = TcpListener::bind(listen).await?;
+    ) -> Result<Scheduler, FaasError> {
+        crate::check_loopback(&listen).map_err(|e| FaasError::Connection {
+            addr: listen.to_string(),
+            reason: e,
+        })?;
+        let io = |e: std::io::Error| FaasError::Connection {
+            addr: listen.to_string(),
+            reason: e.to_string(),
+        };
+        let listener = TcpListener::bind(listen).await.map_err(io)?;
+        let addr = listener.local_addr().map_err(io)?.to_string();
+        store
+            .set_add(crate::SCHEDULERS_KEY, [addr.as_bytes()])
+            .await?;
         let shared = Arc::new(Shared {
             registry: Registry::new(store.clone()),
             state: Mutex::new(State {
@@ -202,20 +214,16 @@ impl Scheduler {
         self.listener.local_addr()
     }
 
-    /// Serves until `shutdown` becomes true. The address is published in the store's
-    /// [`crate::SCHEDULERS_KEY`] while it serves.
+    /// Serves until `shutdown` becomes true, then withdraws the address from the store.
     ///
     /// # Errors
-    /// Publishing the address in the store failed.
+    /// None today (the signature leaves room for a failing listener).
     pub async fn serve(self, mut shutdown: watch::Receiver<bool>) -> Result<(), FaasError> {
         let addr = self
             .listener
             .local_addr()
-            .map_err(|e| FaasError::Protocol(e.to_string()))?
-            .to_string();
-        self.store
-            .set_add(crate::SCHEDULERS_KEY, [addr.as_bytes()])
-            .await?;
+            .map(|a| a.to_string())
+            .unwrap_or_default();
         loop {
             tokio::select! {
                 accepted = self.listener.accept() => match accepted {
