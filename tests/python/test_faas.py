@@ -57,15 +57,17 @@ def test_named_functions_and_many_futures(cloud):
     assert [f.result(timeout=60) for f in futures] == [3 * i for i in range(30)]
 
 
-def test_functions_live_in_the_store(cloud, store):
+def test_functions_and_the_scheduler_live_in_the_store(node, cloud, store):
     cloud.register(lambda: "here", "stored")
     assert store.get("lkv.faas/fn/stored") is not None
-    assert store.get("lkv.faas/dag/pipe") is not None or True  # registered by the snippet test
-    assert node_addr_published(store)
-
-
-def node_addr_published(store):
-    return store.smembers("lkv.faas/schedulers") if hasattr(store, "smembers") else True
+    cloud.register_dag("stored-dag", ["stored"], [])
+    assert store.get("lkv.faas/dag/stored-dag") is not None
+    assert node.faas.encode() in store.smembers("lkv.faas/schedulers")
+    # Another client connecting to the scheduler directly sees the same registry.
+    direct = faas.connect(scheduler=node.faas)
+    assert direct.call("stored") == "here"
+    assert direct.call_dag("stored-dag") == "here"
+    direct.close()
 
 
 def test_a_key_reference_is_read_for_the_function(cloud, store):

@@ -242,3 +242,38 @@ fn a_call_runs_again_when_its_host_drops_and_schedulers_share_the_registry() {
         assert_eq!(&got[..], b"result");
     });
 }
+
+#[test]
+fn a_scheduler_listens_on_loopback_only() {
+    // No authentication yet: a reachable scheduler would run anyone's code.
+    let out = Command::new(bin())
+        .args([
+            "faas",
+            "scheduler",
+            "--listen",
+            "0.0.0.0:0",
+            "--store",
+            "127.0.0.1:1",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a loopback address"), "{err}");
+    let out = Command::new(bin())
+        .args([
+            "local",
+            "--faas",
+            "--faas-listen",
+            "0.0.0.0:0",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--resp", "127.0.0.1:0", "--disk-nodes", "0", "--data-dir"])
+        .arg(tempfile::tempdir().unwrap().path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a loopback address"), "{err}");
+}

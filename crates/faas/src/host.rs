@@ -363,7 +363,18 @@ async fn serve_scheduler(stream: TcpStream, shared: Arc<Shared>) {
                     runs.spawn(async move {
                         shared.running.fetch_add(1, Ordering::Relaxed);
                         let run_id = run.run_id;
-                        let result = match run_dag(&shared, run).await {
+                        let limit = match run.timeout_ms {
+                            0 => Duration::MAX,
+                            ms => Duration::from_millis(u64::from(ms)),
+                        };
+                        // Past the call's timeout its caller has its answer: stop using
+                        // executors for it (an executor running a function finishes it).
+                        let outcome = tokio::time::timeout(limit, run_dag(&shared, run))
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err(error(pb::ErrorCode::Timeout, "the call timed out"))
+                            });
+                        let result = match outcome {
                             Ok(v) => pb::dag_done::Result::Value(v),
                             Err(e) => pb::dag_done::Result::Error(e.to_pb()),
                         };

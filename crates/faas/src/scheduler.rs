@@ -36,6 +36,9 @@ pub struct SchedulerConfig {
     pub max_attempts: u32,
     /// Runs waiting for a host, at most (default 10 000): beyond, calls fail UNAVAILABLE.
     pub max_queue: usize,
+    /// Runs in progress (waiting or running), at most (default 100 000): beyond, calls
+    /// fail UNAVAILABLE at once.
+    pub max_runs: usize,
     /// Keys the data-locality map remembers (default 100 000).
     pub locality_keys: usize,
 }
@@ -47,6 +50,7 @@ impl Default for SchedulerConfig {
             max_timeout: Duration::from_secs(3600),
             max_attempts: 3,
             max_queue: 10_000,
+            max_runs: 100_000,
             locality_keys: crate::placement::DEFAULT_LOCALITY_KEYS,
         }
     }
@@ -496,6 +500,15 @@ async fn start_run(
     let mut outbox = Outbox::new();
     let run_id = {
         let mut st = shared.lock();
+        if st.runs.len() >= shared.config.max_runs {
+            return Err(FaasError::remote(
+                pb::ErrorCode::Unavailable,
+                format!(
+                    "{} calls are already in progress at this scheduler",
+                    shared.config.max_runs
+                ),
+            ));
+        }
         st.next_run += 1;
         let run_id = st.next_run;
         st.runs.insert(
@@ -507,6 +520,7 @@ async fn start_run(
                     code,
                     args,
                     protocol: protocol as i32,
+                    timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
                 },
                 keys,
                 reply,
