@@ -24,7 +24,8 @@ pyo3::create_exception!(
     latticekv,
     FaasNativeError,
     crate::Error,
-    "An error of the serverless layer: args are (code, message, traceback, function)."
+    "An error of the serverless layer: args are (code, message, traceback, function, \
+     pickled exception)."
 );
 
 fn code_str(e: &FaasError) -> &'static str {
@@ -47,15 +48,20 @@ fn code_str(e: &FaasError) -> &'static str {
 }
 
 fn to_py_err(e: FaasError) -> PyErr {
-    let (traceback, function) = match &e {
+    let (traceback, function, exception) = match &e {
         FaasError::Remote {
             traceback,
             function,
+            exception,
             ..
-        } => (traceback.clone(), function.clone()),
-        _ => (String::new(), String::new()),
+        } => (traceback.clone(), function.clone(), exception.to_vec()),
+        _ => (String::new(), String::new(), Vec::new()),
     };
-    FaasNativeError::new_err((code_str(&e), e.to_string(), traceback, function))
+    let message = e.to_string();
+    Python::attach(|py| {
+        let exception = PyBytes::new(py, &exception).unbind();
+        FaasNativeError::new_err((code_str(&e), message, traceback, function, exception))
+    })
 }
 
 /// Runs `fut` on the shared runtime with the GIL released.
@@ -311,16 +317,25 @@ impl ExecutorLink {
             id,
             pb::task_done::Result::Value(value.into()),
             task_writes,
+            Vec::new(),
         )
     }
 
-    /// Reports that task `id` raised, with its traceback text.
-    fn failed(&self, py: Python<'_>, id: u64, traceback: String) -> PyResult<()> {
+    /// Reports that task `id` raised, with its traceback text and the pickled exception
+    /// (empty if it could not be pickled).
+    fn failed(
+        &self,
+        py: Python<'_>,
+        id: u64,
+        traceback: String,
+        exception: Vec<u8>,
+    ) -> PyResult<()> {
         self.finish(
             py,
             id,
             pb::task_done::Result::Traceback(traceback),
             Vec::new(),
+            exception,
         )
     }
 }
@@ -332,12 +347,14 @@ impl ExecutorLink {
         id: u64,
         result: pb::task_done::Result,
         task_writes: Vec<(Vec<u8>, Vec<u8>)>,
+        exception: Vec<u8>,
     ) -> PyResult<()> {
         let msg = pb::FromExecutor {
             msg: Some(pb::from_executor::Msg::Done(pb::TaskDone {
                 id,
                 result: Some(result),
                 writes: writes(task_writes),
+                exception: exception.into(),
             })),
         };
         py.detach(|| {

@@ -91,7 +91,7 @@ def test_writes_are_applied_after_the_sink(cloud, store):
     assert store.get("w-key") == b"w-value"
     # A DAG whose sink raises applies none of its functions' writes.
     cloud.register_dag("write-then-fail", ["writer", "then_fail"], [("writer", "then_fail")])
-    with pytest.raises(faas.FunctionError):
+    with pytest.raises(RuntimeError, match="the sink fails"):
         cloud.call_dag("write-then-fail", {"writer": ["w-lost", b"x"]})
     assert store.get("w-lost") is None
 
@@ -101,11 +101,30 @@ def test_a_function_that_raises(cloud):
         raise ValueError(f"boom {x}")
 
     cloud.register(boom)
-    with pytest.raises(faas.FunctionError) as e:
+    # Raised again in the caller, as concurrent.futures' process pool does.
+    with pytest.raises(ValueError, match="boom 7") as e:
         cloud.call("boom", 7)
+    assert isinstance(e.value.__cause__, faas.RemoteTraceback)
+    assert "ValueError: boom 7" in e.value.__cause__.traceback
+    assert "ValueError: boom 7" in e.value.remote_traceback
     assert e.value.function == "boom"
-    assert "ValueError: boom 7" in e.value.traceback
-    assert "Traceback" in str(e.value)
+    # The same through a future.
+    with pytest.raises(ValueError, match="boom 8"):
+        cloud.call_async("boom", 8).result(timeout=30)
+
+    def unpicklable():
+        import threading
+
+        e = KeyError("locked")
+        e.lock = threading.Lock()
+        raise e
+
+    cloud.register(unpicklable)
+    with pytest.raises(faas.FunctionError) as e:
+        cloud.call("unpicklable")
+    assert e.value.function == "unpicklable"
+    assert "KeyError: 'locked'" in e.value.traceback
+    assert "Remote traceback" in str(e.value)
     assert isinstance(e.value, latticekv.Error)
 
 

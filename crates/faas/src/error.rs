@@ -16,6 +16,8 @@ pub enum FaasError {
         traceback: String,
         /// For [`pb::ErrorCode::FunctionRaised`]: the function that raised.
         function: String,
+        /// For [`pb::ErrorCode::FunctionRaised`]: the exception, pickled (may be empty).
+        exception: bytes::Bytes,
     },
     /// The connection to the scheduler could not be opened or broke.
     #[error("connection to {addr}: {reason}")]
@@ -58,6 +60,7 @@ impl FaasError {
             message: message.into(),
             traceback: String::new(),
             function: String::new(),
+            exception: bytes::Bytes::new(),
         }
     }
 
@@ -68,6 +71,7 @@ impl FaasError {
             message: e.message,
             traceback: e.traceback,
             function: e.function,
+            exception: e.exception,
         }
     }
 
@@ -79,11 +83,13 @@ impl FaasError {
                 message,
                 traceback,
                 function,
+                exception,
             } => pb::Error {
                 code: *code as i32,
                 message: message.clone(),
                 traceback: traceback.clone(),
                 function: function.clone(),
+                exception: exception.clone(),
             },
             FaasError::Timeout => pb_error(pb::ErrorCode::Timeout, self.to_string()),
             other => pb_error(pb::ErrorCode::Unavailable, other.to_string()),

@@ -505,6 +505,7 @@ async fn run_dag(shared: &Arc<Shared>, run: pb::RunDag) -> Result<Bytes, FaasErr
                     message: format!("function {f:?} raised {last}"),
                     traceback: tb,
                     function: f,
+                    exception: done.exception,
                 });
             }
             None => {

@@ -17,7 +17,10 @@ Inside a function, :func:`put` writes a key; the writes of every function of a c
 applied together after its sink returns (and not at all if a function raises).
 
 Functions are pickled with cloudpickle, arguments and results with pickle. A function's
-exception is raised in the caller as :class:`FunctionError`, with the remote traceback.
+exception is raised again in the caller, as concurrent.futures' process pool does: the
+same exception, whose ``__cause__`` is a :class:`RemoteTraceback` holding the remote
+traceback text (and with ``remote_traceback`` and ``function`` attributes where the
+exception allows). An exception that cannot be pickled arrives as :class:`FunctionError`.
 A :class:`Ref` argument is read for the function: it receives the key's bytes (``None`` if
 the key is absent; a tuple of bytes if the key holds concurrent versions).
 
@@ -42,6 +45,7 @@ __all__ = [
     "NotFoundError",
     "NotImplementedYetError",
     "Ref",
+    "RemoteTraceback",
     "TimeoutError",
     "UnavailableError",
     "connect",
@@ -57,9 +61,21 @@ class FaasError(Error):
     code = "error"
 
 
+class RemoteTraceback(Exception):
+    """The ``__cause__`` of an exception raised again in the caller: the remote traceback
+    text."""
+
+    def __init__(self, traceback: str) -> None:
+        super().__init__(traceback)
+        self.traceback = traceback
+
+    def __str__(self) -> str:
+        return f"\n\nRemote traceback:\n{self.traceback}"
+
+
 class FunctionError(FaasError):
-    """A function raised. ``traceback`` is the remote traceback text, ``function`` the
-    function's name."""
+    """A function raised an exception that could not be sent back as itself.
+    ``traceback`` is the remote traceback text, ``function`` the function's name."""
 
     code = "function_raised"
 
@@ -125,11 +141,29 @@ _BY_CODE = {
 }
 
 
-def _translate(e: FaasNativeError) -> FaasError:
-    code, message, traceback, function = e.args
+def _translate(e: FaasNativeError) -> BaseException:
+    code, message, traceback, function, exception = e.args
     if code == "function_raised":
+        if exception:
+            try:
+                original = pickle.loads(exception)
+            except Exception:  # noqa: BLE001 — fall back to FunctionError
+                original = None
+            if isinstance(original, BaseException):
+                original.__cause__ = RemoteTraceback(traceback)
+                try:
+                    original.remote_traceback = traceback
+                    original.function = function
+                except Exception:  # noqa: BLE001 — a read-only exception type
+                    pass
+                return original
         return FunctionError(message, traceback, function)
     return _BY_CODE.get(code, FaasError)(message)
+
+
+def _raise(e: FaasNativeError) -> None:
+    err = _translate(e)
+    raise err from err.__cause__
 
 
 class Ref:
@@ -174,7 +208,7 @@ class Cloud:
         try:
             self._native.register_function(name, cloudpickle.dumps(function))
         except FaasNativeError as e:
-            raise _translate(e) from None
+            _raise(e)
         return name
 
     def register_dag(
@@ -185,7 +219,7 @@ class Cloud:
         try:
             self._native.register_dag(name, list(functions), [(a, b) for a, b in edges])
         except FaasNativeError as e:
-            raise _translate(e) from None
+            _raise(e)
 
     def call(
         self, name: str, *args: Any, protocol: str = "", timeout: Optional[float] = None
@@ -195,7 +229,7 @@ class Cloud:
         try:
             out = self._native.call(name, _args(args), protocol, timeout)
         except FaasNativeError as e:
-            raise _translate(e) from None
+            _raise(e)
         return pickle.loads(out)
 
     def call_dag(
@@ -211,7 +245,7 @@ class Cloud:
         try:
             out = self._native.call_dag(name, native_args, protocol, timeout)
         except FaasNativeError as e:
-            raise _translate(e) from None
+            _raise(e)
         return pickle.loads(out)
 
     def call_async(self, name: str, *args: Any, **kw: Any) -> "concurrent.futures.Future[Any]":
@@ -241,7 +275,8 @@ def connect(addr: str = "127.0.0.1:7700", scheduler: Optional[str] = None) -> Cl
             return Cloud(FaasClient.connect(scheduler))
         return Cloud(FaasClient.discover(addr))
     except FaasNativeError as e:
-        raise _translate(e) from None
+        _raise(e)
+        raise  # not reached: _raise raises
 
 
 # ---- inside a function ---------------------------------------------------------------

@@ -49,6 +49,19 @@ def _arg(raw: tuple) -> Any:
     return tuple(versions)
 
 
+def _pickled(e: BaseException) -> bytes:
+    """The exception, pickled for the caller to raise again; empty if it cannot be (or
+    would not unpickle)."""
+    try:
+        import cloudpickle
+
+        data = cloudpickle.dumps(e)
+        pickle.loads(data)
+        return data
+    except Exception:  # noqa: BLE001
+        return b""
+
+
 def serve(link: ExecutorLink) -> None:
     while True:
         task = link.next_task()
@@ -61,9 +74,9 @@ def serve(link: ExecutorLink) -> None:
             args: List[Any] = [_arg(a) for a in raw_args]
             result = f(*args)
             out = pickle.dumps(result)
-        except BaseException:  # noqa: BLE001 — every failure goes back to the caller
+        except BaseException as e:  # noqa: BLE001 — every failure goes back to the caller
             _end_writes()
-            link.failed(task_id, traceback.format_exc())
+            link.failed(task_id, traceback.format_exc(), _pickled(e))
             continue
         link.done(task_id, out, _end_writes())
 
