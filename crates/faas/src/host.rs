@@ -180,6 +180,9 @@ async fn supervise(python: String, addr: SocketAddr, id: u32, mut shutdown: watc
             .arg(addr.to_string())
             .args(["--id", &id.to_string()])
             .stdin(std::process::Stdio::null())
+            // A function's prints go to the host's stderr: its stdout may be a pipe that
+            // nobody reads any more (`latticekv local` prints its addresses there).
+            .stdout(std::io::stderr())
             .kill_on_drop(true);
         #[cfg(target_os = "linux")]
         // SAFETY: the closure runs in the child between fork and exec and only calls prctl,
@@ -197,7 +200,15 @@ async fn supervise(python: String, addr: SocketAddr, id: u32, mut shutdown: watc
             Ok(mut child) => {
                 tokio::select! {
                     status = child.wait() => {
-                        tracing::warn!(executor = id, ?status, "executor exited; restarting it");
+                        if started.elapsed() < Duration::from_secs(2) {
+                            tracing::warn!(
+                                executor = id, ?status, %python,
+                                "executor exited at once; restarting it (does {python} have \
+                                 the latticekv package and cloudpickle?)"
+                            );
+                        } else {
+                            tracing::warn!(executor = id, ?status, "executor exited; restarting it");
+                        }
                     }
                     () = stopped(&mut shutdown) => {
                         let _ = child.kill().await;
