@@ -25,8 +25,8 @@ deps:
 	  echo "installing postgresql"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) \
 	    || { echo "cannot install postgresql (need root and apt)"; exit 1; }; }
-	@$(PYTHON) -c "import redis, pytest, trustme" 2>/dev/null || \
-	  $(PYTHON) -m pip install --quiet --disable-pip-version-check redis pytest trustme
+	@$(PYTHON) -c "import redis, pytest, trustme, cloudpickle" 2>/dev/null || \
+	  $(PYTHON) -m pip install --quiet --disable-pip-version-check redis pytest trustme cloudpickle
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -8,9 +8,12 @@
 //!
 //! Errors become Python exceptions, all subclasses of `latticekv.Error` (see [`to_py_err`]).
 //!
+//! [`faas`] holds the serverless layer's scheduler client and executor link.
+//!
 //! [`session`] wraps sessions and transactions ([`client::Session`], [`client::Transaction`]),
 //! [`subscribe`] subscriptions ([`client::Subscription`]).
 
+mod faas;
 mod session;
 mod subscribe;
 
@@ -697,5 +700,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         py.get_type::<PermissionDeniedError>(),
     )?;
     m.add("ServerError", py.get_type::<ServerError>())?;
+    faas::register(m)?;
     Ok(())
 }

@@ -35,7 +35,7 @@ class Node:
             text=True,
             env={**os.environ, "LATTICEKV_LOG": "warn"},
         )
-        self.native = self.resp = None
+        self.native = self.resp = self.faas = None
         deadline = time.time() + 30
         while time.time() < deadline:
             line = self.proc.stdout.readline()
@@ -46,6 +46,8 @@ class Node:
                 self.native = parts[1]
             elif parts[:1] == ["resp"]:
                 self.resp = parts[1]
+            elif parts[:1] == ["faas"]:
+                self.faas = parts[1]
             elif parts[:1] == ["press"]:
                 break
         if not (self.native and self.resp):

@@ -174,6 +174,8 @@ pub struct LocalArgs {
     /// The embedded monitor's policy parameters (TOML; docs/elasticity.md).
     #[arg(long, env = "LATTICEKV_MONITOR_CONFIG")]
     pub(crate) monitor_config: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) faas: crate::faas_cmd::LocalFaasArgs,
 }
 
 /// Starts the elasticity monitor of `latticekv local` on a thread of its own, polling
@@ -202,6 +204,16 @@ fn embedded_monitor(
             rt.block_on(crate::monitoring::embedded(addr, policy));
         });
     spawned.ok()
+}
+
+/// With `--faas`: a scheduler and a compute host beside `node` (its published front
+/// address is the store they use).
+fn embedded_faas(args: &LocalArgs, node: &Node) -> Result<Option<crate::faas_cmd::Embedded>> {
+    if !args.faas.faas {
+        return Ok(None);
+    }
+    let store = node.published().front.clone();
+    crate::faas_cmd::Embedded::start(&args.faas, store).map(Some)
 }
 
 /// Where `latticekv local` keeps its state when no data directory is configured.
@@ -543,12 +555,20 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
     init_logging();
     let mut config = node_config(&args.node)?;
     let policy = crate::monitoring::load_policy(args.monitor_config.as_deref())?;
+    if args.faas.faas && (!config.users.is_empty() || config.tls.cert.is_some()) {
+        bail!("--faas: the serverless layer cannot use a node with users or TLS yet");
+    }
     if args.disk_nodes == 0 {
         let node = Node::start(config.clone()).context("starting the node")?;
         let _monitor = args
             .monitor
             .then(|| embedded_monitor(&config, &node, policy));
-        return serve_node(config, node, false);
+        let faas = embedded_faas(&args, &node)?;
+        let served = serve_node(config, node, false);
+        if let Some(f) = faas {
+            f.stop();
+        }
+        return served;
     }
     if args.disk_nodes > 16 {
         bail!(
@@ -587,6 +607,7 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
                 .unwrap_or_default()
         );
     }
+    let faas = embedded_faas(&args, &memory)?;
     print_node(&config, &memory);
     let _monitor = args
         .monitor
@@ -599,6 +620,9 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
     })?;
     if matches!(ending, Ending::Signal) {
         esay!("stopping…");
+    }
+    if let Some(f) = faas {
+        f.stop();
     }
     for (_, node) in disks {
         node.stop().context("stopping a disk node")?;

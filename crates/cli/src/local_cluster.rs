@@ -159,6 +159,12 @@ fn node_addr(base: SocketAddr, i: usize) -> SocketAddr {
 pub(crate) fn run(args: LocalArgs) -> Result<()> {
     init_logging();
     let n = args.nodes;
+    if args.faas.faas {
+        bail!(
+            "--faas runs beside one node only: with --nodes, run `latticekv faas scheduler` \
+             and `latticekv faas host` beside the cluster"
+        );
+    }
     if n + args.disk_nodes > 200 {
         bail!(
             "--nodes {n} --disk-nodes {}: at most 200 local nodes",

@@ -9,6 +9,7 @@
 mod output;
 mod commands;
 mod config;
+mod faas_cmd;
 mod local_cluster;
 mod monitoring;
 mod status;
@@ -58,6 +59,8 @@ enum Command {
     Leave(commands::LeaveArgs),
     /// Remove a member declared dead for good (it will not come back with its data).
     Forget(commands::ForgetArgs),
+    /// The serverless layer: `faas scheduler`, `faas host` (docs/serverless.md).
+    Faas(faas_cmd::FaasArgs),
     /// Generate load (YCSB-style or redis-benchmark-style) over RESP or the native protocol,
     /// against latticekv or Redis, and report throughput and latency.
     Bench(bench::BenchArgs),
@@ -70,6 +73,7 @@ fn main() {
         Command::Local(args) => config::run_local(args).map(|()| 0),
         Command::Server(args) => config::run_server(args).map(|()| 0),
         Command::Routing(args) => config::run_routing(args).map(|()| 0),
+        Command::Faas(args) => faas_cmd::run(args).map(|()| 0),
         Command::Leave(args) => commands::block_on(commands::leave(args)),
         Command::Forget(args) => commands::block_on(commands::forget(args)),
         Command::Get(args) => commands::block_on(commands::get(args)),

@@ -1,0 +1,235 @@
+//! `latticekv faas scheduler`, `latticekv faas host`, and the scheduler and host that
+//! `latticekv local --faas` runs beside its node (docs/serverless.md).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context, Result};
+use clap::{Args, Subcommand};
+use tokio::sync::watch;
+
+/// `latticekv faas …`
+#[derive(Args, Debug)]
+pub struct FaasArgs {
+    #[command(subcommand)]
+    command: FaasCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum FaasCommand {
+    /// Run a scheduler: clients register and call functions and DAGs through it, compute
+    /// hosts connect to it.
+    Scheduler(SchedulerArgs),
+    /// Run a compute host: Python executor processes running what the scheduler sends.
+    Host(HostArgs),
+}
+
+/// `latticekv faas scheduler`
+#[derive(Args, Debug)]
+struct SchedulerArgs {
+    /// Where clients and hosts connect. Loopback only: the layer has no authentication
+    /// yet.
+    #[arg(long, env = "LATTICEKV_FAAS_LISTEN", default_value = "127.0.0.1:7800")]
+    listen: SocketAddr,
+    /// The store (a node's native front address): the registry lives there, and the
+    /// scheduler publishes its address there.
+    #[arg(long, env = "LATTICEKV_ADDR", default_value = "127.0.0.1:7700")]
+    store: String,
+    /// Timeout of a call that does not set one, in seconds.
+    #[arg(long, default_value_t = 60)]
+    call_timeout: u64,
+}
+
+/// `latticekv faas host`
+#[derive(Args, Debug)]
+struct HostArgs {
+    /// The scheduler's address.
+    #[arg(
+        long,
+        env = "LATTICEKV_FAAS_SCHEDULER",
+        default_value = "127.0.0.1:7800"
+    )]
+    scheduler: String,
+    /// The store (a node's native front address): key references are read there and
+    /// functions' writes go there.
+    #[arg(long, env = "LATTICEKV_ADDR", default_value = "127.0.0.1:7700")]
+    store: String,
+    /// Python executor processes.
+    #[arg(long, env = "LATTICEKV_FAAS_EXECUTORS", default_value_t = 3)]
+    executors: u32,
+    /// The Python interpreter of the executors (it must have the `latticekv` package).
+    #[arg(long, env = "LATTICEKV_FAAS_PYTHON", default_value = "python3")]
+    python: String,
+    /// This host's id (default: host-<pid>).
+    #[arg(long)]
+    id: Option<String>,
+}
+
+/// Runs `latticekv faas …` in the foreground.
+pub fn run(args: FaasArgs) -> Result<()> {
+    crate::config::init_logging();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let (stop, shutdown) = watch::channel(false);
+        tokio::spawn(async move {
+            on_signal().await;
+            let _ = stop.send(true);
+        });
+        match args.command {
+            FaasCommand::Scheduler(a) => {
+                faas::check_loopback(&a.listen).map_err(|e| anyhow!("--listen {e}"))?;
+                let store = client::Client::connect(&a.store)
+                    .await
+                    .with_context(|| format!("connecting to the store at {}", a.store))?;
+                let config = faas::scheduler::SchedulerConfig {
+                    default_timeout: std::time::Duration::from_secs(a.call_timeout.max(1)),
+                    ..Default::default()
+                };
+                let scheduler = faas::scheduler::Scheduler::bind(a.listen, store, config)
+                    .await
+                    .with_context(|| format!("listening on {}", a.listen))?;
+                say!("faas    {}", scheduler.local_addr()?);
+                say!("press Ctrl-C to stop");
+                scheduler.serve(shutdown).await?;
+            }
+            FaasCommand::Host(a) => {
+                let store = client::Client::connect(&a.store)
+                    .await
+                    .with_context(|| format!("connecting to the store at {}", a.store))?;
+                let mut config = faas::host::HostConfig::new(a.scheduler);
+                config.executors = a.executors.max(1);
+                config.python = a.python;
+                if let Some(id) = a.id {
+                    config.host_id = id;
+                }
+                say!(
+                    "faas host {} of {} with {} executor(s)",
+                    config.host_id,
+                    config.scheduler,
+                    config.executors
+                );
+                say!("press Ctrl-C to stop");
+                let data = Arc::new(faas::data::DirectStore::new(store));
+                faas::host::run(config, data, shutdown).await?;
+            }
+        }
+        Ok(())
+    })
+}
+
+async fn on_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// The faas settings of `latticekv local`.
+#[derive(Args, Debug, Clone)]
+pub struct LocalFaasArgs {
+    /// Run the serverless layer beside the node: a scheduler and one compute host with
+    /// Python executors (docs/serverless.md). Needs python3 with the `latticekv` package.
+    #[arg(long, env = "LATTICEKV_FAAS")]
+    pub(crate) faas: bool,
+    /// Where the scheduler listens (loopback only).
+    #[arg(long, env = "LATTICEKV_FAAS_LISTEN", default_value = "127.0.0.1:0")]
+    pub(crate) faas_listen: SocketAddr,
+    /// Python executor processes of the compute host.
+    #[arg(long, env = "LATTICEKV_FAAS_EXECUTORS", default_value_t = 3)]
+    pub(crate) faas_executors: u32,
+    /// The Python interpreter of the executors (it must have the `latticekv` package).
+    #[arg(long, env = "LATTICEKV_FAAS_PYTHON", default_value = "python3")]
+    pub(crate) faas_python: String,
+}
+
+/// A scheduler and a compute host running on a thread of their own.
+pub struct Embedded {
+    stop: watch::Sender<bool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Embedded {
+    /// Starts them for the node at `store` and prints the scheduler's address.
+    pub fn start(args: &LocalFaasArgs, store: String) -> Result<Embedded> {
+        faas::check_loopback(&args.faas_listen).map_err(|e| anyhow!("--faas-listen {e}"))?;
+        let (stop, shutdown) = watch::channel(false);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<SocketAddr, String>>();
+        let args = args.clone();
+        // One thread lives as long as the executors: they get SIGTERM when it ends
+        // (PR_SET_PDEATHSIG is tied to the thread that started them).
+        let thread = std::thread::Builder::new()
+            .name("lkv-faas".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let started = async {
+                        let store = client::Client::connect(&store)
+                            .await
+                            .map_err(|e| format!("connecting to the store: {e}"))?;
+                        let scheduler = faas::scheduler::Scheduler::bind(
+                            args.faas_listen,
+                            store.clone(),
+                            Default::default(),
+                        )
+                        .await
+                        .map_err(|e| format!("listening on {}: {e}", args.faas_listen))?;
+                        let addr = scheduler.local_addr().map_err(|e| e.to_string())?;
+                        Ok::<_, String>((scheduler, store, addr))
+                    };
+                    let (scheduler, store, addr) = match started.await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let mut config = faas::host::HostConfig::new(addr.to_string());
+                    config.executors = args.faas_executors.max(1);
+                    config.python = args.faas_python.clone();
+                    config.host_id = "local".into();
+                    let data = Arc::new(faas::data::DirectStore::new(store));
+                    let host = tokio::spawn(faas::host::run(config, data, shutdown.clone()));
+                    let _ = ready_tx.send(Ok(addr));
+                    if let Err(e) = scheduler.serve(shutdown).await {
+                        tracing::error!("faas scheduler: {e}");
+                    }
+                    let _ = host.await;
+                });
+            })?;
+        let addr = ready_rx
+            .recv()
+            .map_err(|_| anyhow!("the faas thread ended before starting"))?
+            .map_err(|e| anyhow!("starting the faas layer: {e}"))?;
+        say!("faas    {addr}");
+        Ok(Embedded {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the scheduler (which unpublishes its address), the host and its executors.
+    pub fn stop(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

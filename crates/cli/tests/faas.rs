@@ -1,0 +1,279 @@
+//! The serverless layer's scheduler against a real store, through the Rust client, with
+//! hosts played by the test (the Python executors are tested in tests/python/test_faas.py):
+//! registration and its validation, discovery through the store, errors by code, a call
+//! run again when its host drops, and a registry shared by two schedulers.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use faas::client::{Arg, CallOptions, FaasClient};
+use faas::{conn, pb, FaasError};
+use testkit::NodeProc;
+use tokio::net::TcpStream;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_latticekv")
+}
+
+fn store() -> NodeProc {
+    NodeProc::start_bin(
+        bin(),
+        &["--workers", "1", "--disk-nodes", "0", "--monitor", "false"],
+    )
+}
+
+/// A `latticekv faas scheduler` process, killed on drop.
+struct SchedulerProc {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for SchedulerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn scheduler(store: &NodeProc) -> SchedulerProc {
+    let mut child = Command::new(bin())
+        .args(["faas", "scheduler", "--listen", "127.0.0.1:0", "--store"])
+        .arg(store.native.to_string())
+        .env("LATTICEKV_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the scheduler");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut addr = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        match parts.as_slice() {
+            ["faas", a] => addr = Some(a.to_string()),
+            ["press", ..] => break,
+            _ => {}
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    SchedulerProc {
+        child,
+        addr: addr.expect("the scheduler printed its address"),
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn code(e: &FaasError) -> Option<pb::ErrorCode> {
+    match e {
+        FaasError::Remote { code, .. } => Some(*code),
+        _ => None,
+    }
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+#[test]
+fn registrations_are_validated_and_errors_have_codes() {
+    let store = store();
+    let sched = scheduler(&store);
+    rt().block_on(async {
+        // The SDK's path: find the scheduler through the store.
+        let cloud = FaasClient::discover(&store.native.to_string())
+            .await
+            .unwrap();
+        assert_eq!(cloud.addr(), sched.addr);
+        cloud
+            .register_function("f", b"code-f".to_vec())
+            .await
+            .unwrap();
+        cloud
+            .register_function("g", b"code-g".to_vec())
+            .await
+            .unwrap();
+        let bad = |r: Result<(), FaasError>| code(&r.unwrap_err());
+        assert_eq!(
+            bad(cloud.register_function("", b"x".to_vec()).await),
+            Some(pb::ErrorCode::BadRequest)
+        );
+        assert_eq!(
+            bad(cloud.register_function("empty", Vec::new()).await),
+            Some(pb::ErrorCode::BadRequest)
+        );
+        // A cycle, then an unregistered function.
+        assert_eq!(
+            bad(cloud
+                .register_dag(
+                    "d",
+                    &s(&["f", "g"]),
+                    &[("f".into(), "g".into()), ("g".into(), "f".into())]
+                )
+                .await),
+            Some(pb::ErrorCode::BadRequest)
+        );
+        assert_eq!(
+            bad(cloud
+                .register_dag("d", &s(&["f", "h"]), &[("f".into(), "h".into())])
+                .await),
+            Some(pb::ErrorCode::NotFound)
+        );
+        cloud
+            .register_dag("d", &s(&["f", "g"]), &[("f".into(), "g".into())])
+            .await
+            .unwrap();
+        // Stored in the KVS under the documented keys.
+        let kv = client::Client::connect(&store.native.to_string())
+            .await
+            .unwrap();
+        let stored = kv.get_lww("lkv.faas/fn/f").await.unwrap().unwrap();
+        assert_eq!(
+            &faas::registry::decode_function(&stored).unwrap().code[..],
+            b"code-f"
+        );
+        let dag = kv.get_lww("lkv.faas/dag/d").await.unwrap().unwrap();
+        assert_eq!(
+            faas::registry::decode_dag(&dag).unwrap().functions,
+            s(&["f", "g"])
+        );
+
+        let opt = CallOptions {
+            protocol: pb::Protocol::Opt,
+            timeout: None,
+        };
+        let e = cloud.call("f", vec![], opt).await.unwrap_err();
+        assert_eq!(code(&e), Some(pb::ErrorCode::NotImplemented));
+        let e = cloud
+            .call("nope", vec![], CallOptions::default())
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), Some(pb::ErrorCode::NotFound));
+        let e = cloud
+            .call_dag(
+                "d",
+                [("x".to_string(), vec![])].into(),
+                CallOptions::default(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), Some(pb::ErrorCode::BadRequest));
+        // No host connected: the call waits for one, then fails NO_EXECUTORS.
+        let quick = CallOptions {
+            protocol: pb::Protocol::Ct,
+            timeout: Some(Duration::from_millis(300)),
+        };
+        let e = cloud.call("f", vec![], quick).await.unwrap_err();
+        assert_eq!(code(&e), Some(pb::ErrorCode::NoExecutors), "{e}");
+    });
+}
+
+/// A host played by the test: hello sent, the connection returned.
+async fn fake_host(addr: &str, id: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let hello = pb::ToScheduler {
+        msg: Some(pb::to_scheduler::Msg::HostHello(pb::HostHello {
+            host_id: id.into(),
+            executors: 3,
+        })),
+    };
+    conn::write(&mut stream, &hello).await.unwrap();
+    stream
+}
+
+async fn next_run(stream: &mut TcpStream) -> pb::RunDag {
+    loop {
+        let msg: pb::FromScheduler = conn::read(stream).await.unwrap().expect("a message");
+        if let Some(pb::from_scheduler::Msg::RunDag(r)) = msg.msg {
+            return r;
+        }
+    }
+}
+
+#[test]
+fn a_call_runs_again_when_its_host_drops_and_schedulers_share_the_registry() {
+    let store = store();
+    let first = scheduler(&store);
+    let second = scheduler(&store);
+    rt().block_on(async {
+        // Registered through one scheduler, called through the other.
+        let one = FaasClient::connect(&first.addr).await.unwrap();
+        one.register_function("f", b"code-f".to_vec())
+            .await
+            .unwrap();
+        let two = FaasClient::connect(&second.addr).await.unwrap();
+
+        let mut a = fake_host(&second.addr, "a").await;
+        let mut b = fake_host(&second.addr, "b").await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let call = tokio::spawn(async move {
+            two.call(
+                "f",
+                vec![Arg::Value(b"arg".to_vec()), Arg::Ref(b"k".to_vec())],
+                CallOptions::default(),
+            )
+            .await
+        });
+        // Equal loads: the smaller id, "a", gets it; it dies holding it.
+        let run = next_run(&mut a).await;
+        assert_eq!(run.code.get("f").map(|c| &c[..]), Some(&b"code-f"[..]));
+        assert_eq!(run.args["f"].args.len(), 2);
+        drop(a);
+        // Placed again on "b", which answers.
+        let again = next_run(&mut b).await;
+        assert_eq!(again.run_id, run.run_id);
+        let done = pb::ToScheduler {
+            msg: Some(pb::to_scheduler::Msg::DagDone(pb::DagDone {
+                run_id: again.run_id,
+                result: Some(pb::dag_done::Result::Value(b"result".as_slice().into())),
+            })),
+        };
+        conn::write(&mut b, &done).await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(20), call)
+            .await
+            .expect("the call finished")
+            .unwrap()
+            .unwrap();
+        assert_eq!(&got[..], b"result");
+    });
+}
+
+#[test]
+fn a_scheduler_listens_on_loopback_only() {
+    // No authentication yet: a reachable scheduler would run anyone's code.
+    let out = Command::new(bin())
+        .args([
+            "faas",
+            "scheduler",
+            "--listen",
+            "0.0.0.0:0",
+            "--store",
+            "127.0.0.1:1",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a loopback address"), "{err}");
+    let out = Command::new(bin())
+        .args([
+            "local",
+            "--faas",
+            "--faas-listen",
+            "0.0.0.0:0",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--resp", "127.0.0.1:0", "--disk-nodes", "0", "--data-dir"])
+        .arg(tempfile::tempdir().unwrap().path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a loopback address"), "{err}");
+}

@@ -1,0 +1,574 @@
+//! A compute host: N Python executor processes, a link to the scheduler, and the DAG runs
+//! the scheduler sends it.
+//!
+//! The host listens on loopback for its executors (`python3 -m latticekv.faas.executor
+//! --host ADDR --id N`), restarts one that exits, and kills them when it exits (they get
+//! SIGTERM from the kernel if the host dies, `PR_SET_PDEATHSIG`). For each [`pb::RunDag`]
+//! it reads the key references through its [`DataPlane`], runs the functions in
+//! topological order on free executors (independent branches in parallel), passes results
+//! along edges, buffers every function's writes and commits them after the sink, then
+//! answers [`pb::DagDone`]. A task whose executor dies is run again on another one (at most
+//! [`HostConfig::task_attempts`] times).
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::task::JoinSet;
+
+use crate::conn;
+use crate::data::DataPlane;
+use crate::error::{pb_error, FaasError};
+use crate::pb;
+
+/// A host's settings.
+#[derive(Clone, Debug)]
+pub struct HostConfig {
+    /// The scheduler's address.
+    pub scheduler: String,
+    /// Executor processes to run (default 3, as in the paper).
+    pub executors: u32,
+    /// The Python interpreter running the executors (default `python3`); it must have the
+    /// `latticekv` package installed.
+    pub python: String,
+    /// This host's id, as the scheduler sees it.
+    pub host_id: String,
+    /// Where executors connect (loopback; port 0: any free port).
+    pub executor_listen: SocketAddr,
+    /// How often the host reports its load.
+    pub load_period: Duration,
+    /// Runs of one function before a DAG fails because its executors keep dying.
+    pub task_attempts: u32,
+}
+
+impl HostConfig {
+    /// Defaults for a host of `scheduler`.
+    pub fn new(scheduler: impl Into<String>) -> HostConfig {
+        HostConfig {
+            scheduler: scheduler.into(),
+            executors: 3,
+            python: "python3".into(),
+            host_id: format!("host-{}", std::process::id()),
+            executor_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            load_period: Duration::from_millis(500),
+            task_attempts: 3,
+        }
+    }
+}
+
+/// A job for one executor: a task and where its outcome goes (dropped if the executor
+/// dies).
+type Job = (pb::Task, oneshot::Sender<pb::TaskDone>);
+
+/// A connected executor, as the pool holds it.
+#[derive(Clone)]
+struct Executor {
+    id: u32,
+    jobs: mpsc::Sender<Job>,
+}
+
+/// Free executors. An executor's connection task puts it back after each job, so a run
+/// that is abandoned never leaks one.
+#[derive(Default)]
+struct Pool {
+    free: Mutex<VecDeque<Executor>>,
+    available: Notify,
+    busy: AtomicU32,
+    connected: AtomicU32,
+}
+
+impl Pool {
+    fn release(&self, e: Executor) {
+        if let Ok(mut f) = self.free.lock() {
+            f.push_back(e);
+        }
+        self.available.notify_one();
+    }
+
+    async fn acquire(&self) -> Executor {
+        loop {
+            let notified = self.available.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let next = self.free.lock().ok().and_then(|mut f| {
+                while let Some(e) = f.pop_front() {
+                    if !e.jobs.is_closed() {
+                        return Some(e);
+                    }
+                }
+                None
+            });
+            if let Some(e) = next {
+                return e;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// What every run shares.
+struct Shared {
+    config: HostConfig,
+    pool: Pool,
+    data: Arc<dyn DataPlane>,
+    running: AtomicU32,
+    next_task: AtomicU64,
+}
+
+/// Runs a host until `shutdown` becomes true: executors, the executor listener and the
+/// scheduler link (reconnected when it breaks).
+///
+/// # Errors
+/// The executor listener cannot be bound.
+pub async fn run(
+    config: HostConfig,
+    data: Arc<dyn DataPlane>,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let listener = TcpListener::bind(config.executor_listen).await?;
+    let executor_addr = listener.local_addr()?;
+    let shared = Arc::new(Shared {
+        config,
+        pool: Pool::default(),
+        data,
+        running: AtomicU32::new(0),
+        next_task: AtomicU64::new(1),
+    });
+    let mut tasks = JoinSet::new();
+    tasks.spawn(accept_executors(listener, shared.clone()));
+    for id in 0..shared.config.executors {
+        tasks.spawn(supervise(
+            shared.config.python.clone(),
+            executor_addr,
+            id,
+            shutdown.clone(),
+        ));
+    }
+    tasks.spawn(scheduler_link(shared.clone(), shutdown.clone()));
+    let _ = shutdown.wait_for(|s| *s).await;
+    // The supervisors kill their processes on shutdown; give them a moment.
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while tasks.len() > 1 {
+            tasks.join_next().await;
+        }
+    })
+    .await;
+    tasks.abort_all();
+    Ok(())
+}
+
+/// Resolves when `shutdown` becomes true (or its sender is gone).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|s| *s).await;
+}
+
+/// Keeps executor `id` running: starts it, and starts it again when it exits.
+async fn supervise(python: String, addr: SocketAddr, id: u32, mut shutdown: watch::Receiver<bool>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let mut command = tokio::process::Command::new(&python);
+        command
+            .args(["-m", "latticekv.faas.executor", "--host"])
+            .arg(addr.to_string())
+            .args(["--id", &id.to_string()])
+            .stdin(std::process::Stdio::null())
+            // A function's prints go to the host's stderr: its stdout may be a pipe that
+            // nobody reads any more (`latticekv local` prints its addresses there).
+            .stdout(std::io::stderr())
+            .kill_on_drop(true);
+        #[cfg(target_os = "linux")]
+        // SAFETY: the closure runs in the child between fork and exec and only calls prctl,
+        // which is async-signal-safe, and reads errno.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let started = tokio::time::Instant::now();
+        match command.spawn() {
+            Ok(mut child) => {
+                tokio::select! {
+                    status = child.wait() => {
+                        if started.elapsed() < Duration::from_secs(2) {
+                            tracing::warn!(
+                                executor = id, ?status, %python,
+                                "executor exited at once; restarting it (does {python} have \
+                                 the latticekv package and cloudpickle?)"
+                            );
+                        } else {
+                            tracing::warn!(executor = id, ?status, "executor exited; restarting it");
+                        }
+                    }
+                    () = stopped(&mut shutdown) => {
+                        let _ = child.kill().await;
+                        return;
+                    }
+                }
+            }
+            Err(e) => tracing::error!(executor = id, %python, "cannot start executor: {e}"),
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            backoff = Duration::from_millis(100);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            () = stopped(&mut shutdown) => return,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+async fn accept_executors(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(serve_executor(stream, shared.clone()));
+    }
+}
+
+/// One executor's connection: hello, then one job at a time. Ends (dropping the job in
+/// hand, which its run sees as the executor's death) when the connection breaks.
+async fn serve_executor(stream: TcpStream, shared: Arc<Shared>) {
+    let (mut r, mut w) = stream.into_split();
+    let hello = match conn::read::<pb::FromExecutor, _>(&mut r).await {
+        Ok(Some(pb::FromExecutor {
+            msg: Some(pb::from_executor::Msg::Hello(h)),
+        })) => h,
+        _ => return,
+    };
+    let (tx, mut rx) = mpsc::channel::<Job>(1);
+    let me = Executor {
+        id: hello.id,
+        jobs: tx,
+    };
+    tracing::info!(executor = hello.id, pid = hello.pid, "executor connected");
+    shared.pool.connected.fetch_add(1, Ordering::Relaxed);
+    shared.pool.release(me.clone());
+    loop {
+        // While idle, watch the socket too: an executor that dies between jobs leaves the
+        // pool at once, instead of failing (and costing an attempt of) the next task.
+        let mut probe = [0u8; 1];
+        let job = tokio::select! {
+            job = rx.recv() => job,
+            _ = r.peek(&mut probe) => None, // closed, or bytes nobody asked for
+        };
+        let Some((task, reply)) = job else {
+            break;
+        };
+        shared.pool.busy.fetch_add(1, Ordering::Relaxed);
+        let id = task.id;
+        let msg = pb::ToExecutor {
+            msg: Some(pb::to_executor::Msg::Task(task)),
+        };
+        let outcome = match conn::write(&mut w, &msg).await {
+            Ok(()) => loop {
+                match conn::read::<pb::FromExecutor, _>(&mut r).await {
+                    Ok(Some(pb::FromExecutor {
+                        msg: Some(pb::from_executor::Msg::Done(d)),
+                    })) if d.id == id => break Some(d),
+                    Ok(Some(_)) => continue,
+                    _ => break None,
+                }
+            },
+            Err(_) => None,
+        };
+        shared.pool.busy.fetch_sub(1, Ordering::Relaxed);
+        match outcome {
+            Some(done) => {
+                let _ = reply.send(done);
+                shared.pool.release(me.clone());
+            }
+            None => break,
+        }
+    }
+    shared.pool.connected.fetch_sub(1, Ordering::Relaxed);
+    tracing::warn!(executor = me.id, "executor connection closed");
+}
+
+/// Connects to the scheduler, says hello, reports load, runs what it sends; reconnects
+/// when the connection breaks.
+async fn scheduler_link(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        match TcpStream::connect(&shared.config.scheduler).await {
+            Ok(stream) => {
+                backoff = Duration::from_millis(100);
+                let _ = stream.set_nodelay(true);
+                tokio::select! {
+                    () = serve_scheduler(stream, shared.clone()) => {
+                        tracing::warn!(scheduler = %shared.config.scheduler, "scheduler connection lost; reconnecting");
+                    }
+                    () = stopped(&mut shutdown) => return,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(scheduler = %shared.config.scheduler, "cannot reach the scheduler: {e}");
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            () = stopped(&mut shutdown) => return,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+fn load(shared: &Shared) -> pb::ToScheduler {
+    pb::ToScheduler {
+        msg: Some(pb::to_scheduler::Msg::Load(pb::Load {
+            running_dags: shared.running.load(Ordering::Relaxed),
+            busy_executors: shared.pool.busy.load(Ordering::Relaxed),
+            executors: shared.config.executors,
+        })),
+    }
+}
+
+async fn serve_scheduler(stream: TcpStream, shared: Arc<Shared>) {
+    let (mut r, w) = stream.into_split();
+    let out = conn::writer::<pb::ToScheduler, _>(w, 1024);
+    let hello = pb::ToScheduler {
+        msg: Some(pb::to_scheduler::Msg::HostHello(pb::HostHello {
+            host_id: shared.config.host_id.clone(),
+            executors: shared.config.executors,
+        })),
+    };
+    if out.send(hello).await.is_err() {
+        return;
+    }
+    let reporter = {
+        let (out, shared) = (out.clone(), shared.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(shared.config.load_period);
+            loop {
+                tick.tick().await;
+                if out.send(load(&shared)).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    // Runs of this connection: aborted if it breaks (the scheduler runs them elsewhere).
+    let mut runs = JoinSet::new();
+    loop {
+        tokio::select! {
+            msg = conn::read::<pb::FromScheduler, _>(&mut r) => match msg {
+                Ok(Some(pb::FromScheduler { msg: Some(pb::from_scheduler::Msg::RunDag(run)) })) => {
+                    let (out, shared) = (out.clone(), shared.clone());
+                    runs.spawn(async move {
+                        shared.running.fetch_add(1, Ordering::Relaxed);
+                        let run_id = run.run_id;
+                        let limit = match run.timeout_ms {
+                            0 => Duration::MAX,
+                            ms => Duration::from_millis(u64::from(ms)),
+                        };
+                        // Past the call's timeout its caller has its answer: stop using
+                        // executors for it (an executor running a function finishes it).
+                        let outcome = tokio::time::timeout(limit, run_dag(&shared, run))
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err(error(pb::ErrorCode::Timeout, "the call timed out"))
+                            });
+                        let result = match outcome {
+                            Ok(v) => pb::dag_done::Result::Value(v),
+                            Err(e) => pb::dag_done::Result::Error(e.to_pb()),
+                        };
+                        shared.running.fetch_sub(1, Ordering::Relaxed);
+                        let done = pb::ToScheduler {
+                            msg: Some(pb::to_scheduler::Msg::DagDone(pb::DagDone {
+                                run_id,
+                                result: Some(result),
+                            })),
+                        };
+                        let _ = out.send(done).await;
+                    });
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            },
+            Some(_) = runs.join_next(), if !runs.is_empty() => {}
+        }
+    }
+    reporter.abort();
+    runs.abort_all();
+}
+
+fn error(code: pb::ErrorCode, message: impl Into<String>) -> FaasError {
+    FaasError::from_pb(pb_error(code, message))
+}
+
+/// Runs one DAG; the sink's pickled result.
+async fn run_dag(shared: &Arc<Shared>, run: pb::RunDag) -> Result<Bytes, FaasError> {
+    let dag = run.dag.clone().unwrap_or_default();
+    let plan = crate::dag::validate(&dag).map_err(|e| {
+        error(
+            pb::ErrorCode::BadRequest,
+            format!("DAG {:?}: {e}", dag.name),
+        )
+    })?;
+    if crate::scheduler::effective_protocol(run.protocol()) != pb::Protocol::Ct {
+        return Err(error(
+            pb::ErrorCode::NotImplemented,
+            "this host runs protocol CT only",
+        ));
+    }
+    // The read set, read once for the whole DAG (CT: one snapshot).
+    let mut keys: Vec<Bytes> = Vec::new();
+    let mut seen = HashSet::new();
+    for args in run.args.values() {
+        for a in &args.args {
+            if let Some(pb::arg::Kind::KeyRef(k)) = &a.kind {
+                if seen.insert(k.clone()) {
+                    keys.push(k.clone());
+                }
+            }
+        }
+    }
+    let reads: HashMap<Bytes, pb::KeyRead> = if keys.is_empty() {
+        HashMap::new()
+    } else {
+        shared
+            .data
+            .snapshot(run.run_id, keys)
+            .await
+            .map_err(|e| {
+                error(
+                    pb::ErrorCode::Unavailable,
+                    format!("reading key references: {e}"),
+                )
+            })?
+            .into_iter()
+            .map(|r| (r.key.clone(), r))
+            .collect()
+    };
+    let mut results: BTreeMap<String, Bytes> = BTreeMap::new();
+    let mut writes: Vec<pb::Write> = Vec::new();
+    let mut started: HashSet<String> = HashSet::new();
+    let mut tasks: JoinSet<(String, Result<pb::TaskDone, FaasError>)> = JoinSet::new();
+    loop {
+        for f in &plan.order {
+            let ups = &plan.upstream[f];
+            if started.contains(f) || !ups.iter().all(|u| results.contains_key(u)) {
+                continue;
+            }
+            started.insert(f.clone());
+            let mut args: Vec<pb::TaskArg> = ups
+                .iter()
+                .map(|u| pb::TaskArg {
+                    kind: Some(pb::task_arg::Kind::Upstream(results[u].clone())),
+                })
+                .collect();
+            for a in run.args.get(f).map(|a| a.args.as_slice()).unwrap_or(&[]) {
+                let kind = match &a.kind {
+                    Some(pb::arg::Kind::Value(v)) => pb::task_arg::Kind::Value(v.clone()),
+                    Some(pb::arg::Kind::KeyRef(k)) => {
+                        pb::task_arg::Kind::Key(reads.get(k).cloned().unwrap_or_else(|| {
+                            pb::KeyRead {
+                                key: k.clone(),
+                                ..Default::default()
+                            }
+                        }))
+                    }
+                    None => return Err(error(pb::ErrorCode::BadRequest, "an empty argument")),
+                };
+                args.push(pb::TaskArg { kind: Some(kind) });
+            }
+            let task = pb::Task {
+                id: shared.next_task.fetch_add(1, Ordering::Relaxed),
+                function: f.clone(),
+                code: run.code.get(f).cloned().unwrap_or_default(),
+                args,
+            };
+            let shared = shared.clone();
+            let name = f.clone();
+            tasks.spawn(async move { (name, run_task(&shared, task).await) });
+        }
+        let Some(joined) = tasks.join_next().await else {
+            break;
+        };
+        let (f, outcome) = joined.map_err(|e| error(pb::ErrorCode::Unavailable, e.to_string()))?;
+        let done = outcome?;
+        match done.result {
+            Some(pb::task_done::Result::Value(v)) => {
+                writes.extend(done.writes);
+                results.insert(f, v);
+            }
+            Some(pb::task_done::Result::Traceback(tb)) => {
+                let last = tb.trim_end().lines().last().unwrap_or("").to_string();
+                return Err(FaasError::Remote {
+                    code: pb::ErrorCode::FunctionRaised,
+                    message: format!("function {f:?} raised {last}"),
+                    traceback: tb,
+                    function: f,
+                    exception: done.exception,
+                });
+            }
+            None => {
+                return Err(error(
+                    pb::ErrorCode::Unavailable,
+                    format!("function {f:?}: the executor sent no result"),
+                ))
+            }
+        }
+    }
+    let Some(result) = results.remove(&plan.sink) else {
+        return Err(error(pb::ErrorCode::Unavailable, "the sink did not run"));
+    };
+    if !writes.is_empty() {
+        shared.data.commit(run.run_id, writes).await.map_err(|e| {
+            error(
+                pb::ErrorCode::Unavailable,
+                format!("writing at the sink: {e}"),
+            )
+        })?;
+    }
+    Ok(result)
+}
+
+/// Runs one function on a free executor; again on another if its executor dies.
+async fn run_task(shared: &Shared, task: pb::Task) -> Result<pb::TaskDone, FaasError> {
+    let mut deaths = 0;
+    loop {
+        let executor = shared.pool.acquire().await;
+        let (tx, rx) = oneshot::channel();
+        if executor.jobs.send((task.clone(), tx)).await.is_err() {
+            continue; // died while idle: not this task's attempt
+        }
+        match rx.await {
+            Ok(done) => return Ok(done),
+            Err(_) => {
+                deaths += 1;
+                tracing::warn!(
+                    executor = executor.id,
+                    function = %task.function,
+                    "executor died running a function (attempt {deaths})"
+                );
+                if deaths >= shared.config.task_attempts {
+                    return Err(error(
+                        pb::ErrorCode::Unavailable,
+                        format!(
+                            "function {:?}: its executor died {deaths} times",
+                            task.function
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,374 @@
+//! The serverless layer's native pieces: the scheduler client ([`FaasClient`], over
+//! [`faas::client::FaasClient`]) and an executor's link to its host ([`ExecutorLink`]).
+//! `latticekv/faas/__init__.py` (the SDK) and `latticekv/faas/executor.py` build on them.
+//!
+//! Errors are raised as `FaasNativeError(code, message, traceback, function)`; the SDK
+//! turns them into its exception classes.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use faas::client::{Arg, CallOptions};
+use faas::{pb, FaasError};
+use prost::Message;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use crate::runtime;
+
+pyo3::create_exception!(
+    latticekv,
+    FaasNativeError,
+    crate::Error,
+    "An error of the serverless layer: args are (code, message, traceback, function, \
+     pickled exception)."
+);
+
+fn code_str(e: &FaasError) -> &'static str {
+    match e {
+        FaasError::Remote { code, .. } => match code {
+            pb::ErrorCode::NotFound => "not_found",
+            pb::ErrorCode::BadRequest => "bad_request",
+            pb::ErrorCode::FunctionRaised => "function_raised",
+            pb::ErrorCode::NoExecutors => "no_executors",
+            pb::ErrorCode::Unavailable => "unavailable",
+            pb::ErrorCode::Timeout => "timeout",
+            pb::ErrorCode::NotImplemented => "not_implemented",
+            pb::ErrorCode::ErrorUnspecified => "error",
+        },
+        FaasError::Connection { .. } => "connection",
+        FaasError::Protocol(_) => "protocol",
+        FaasError::Timeout => "timeout",
+        FaasError::Store(_) => "store",
+    }
+}
+
+fn to_py_err(e: FaasError) -> PyErr {
+    let (traceback, function, exception) = match &e {
+        FaasError::Remote {
+            traceback,
+            function,
+            exception,
+            ..
+        } => (traceback.clone(), function.clone(), exception.to_vec()),
+        _ => (String::new(), String::new(), Vec::new()),
+    };
+    let message = e.to_string();
+    Python::attach(|py| {
+        let exception = PyBytes::new(py, &exception).unbind();
+        FaasNativeError::new_err((code_str(&e), message, traceback, function, exception))
+    })
+}
+
+/// Runs `fut` on the shared runtime with the GIL released.
+fn block_on<T: Send>(
+    py: Python<'_>,
+    fut: impl std::future::Future<Output = Result<T, FaasError>> + Send,
+) -> PyResult<T> {
+    let rt = runtime()?;
+    py.detach(|| rt.block_on(fut)).map_err(to_py_err)
+}
+
+fn protocol(name: &str) -> PyResult<pb::Protocol> {
+    match name.to_ascii_uppercase().as_str() {
+        "" | "DEFAULT" => Ok(pb::Protocol::Default),
+        "HB" => Ok(pb::Protocol::Hb),
+        "CT" => Ok(pb::Protocol::Ct),
+        "OPT" => Ok(pb::Protocol::Opt),
+        "CON" => Ok(pb::Protocol::Con),
+        other => Err(PyValueError::new_err(format!(
+            "unknown protocol {other:?}: one of HB, CT, OPT, CON"
+        ))),
+    }
+}
+
+fn options(protocol_name: &str, timeout: Option<f64>) -> PyResult<CallOptions> {
+    let timeout = match timeout {
+        None => None,
+        Some(t) if t.is_finite() && t > 0.0 => Some(Duration::from_secs_f64(t)),
+        Some(_) => return Err(PyValueError::new_err("timeout must be positive seconds")),
+    };
+    Ok(CallOptions {
+        protocol: protocol(protocol_name)?,
+        timeout,
+    })
+}
+
+/// Arguments as the SDK passes them: (is_ref, bytes) — a key reference, or pickled bytes.
+fn args(raw: Vec<(bool, Vec<u8>)>) -> Vec<Arg> {
+    raw.into_iter()
+        .map(|(is_ref, b)| if is_ref { Arg::Ref(b) } else { Arg::Value(b) })
+        .collect()
+}
+
+/// A connection to a scheduler (the SDK's `Cloud` wraps it).
+#[pyclass(module = "latticekv._native", frozen)]
+pub struct FaasClient {
+    inner: faas::client::FaasClient,
+}
+
+#[pymethods]
+impl FaasClient {
+    /// Connects to the scheduler at `addr`.
+    #[staticmethod]
+    fn connect(py: Python<'_>, addr: String) -> PyResult<FaasClient> {
+        let inner = block_on(
+            py,
+            async move { faas::client::FaasClient::connect(&addr).await },
+        )?;
+        Ok(FaasClient { inner })
+    }
+
+    /// Connects to a scheduler published in the store at `store_addr`.
+    #[staticmethod]
+    fn discover(py: Python<'_>, store_addr: String) -> PyResult<FaasClient> {
+        let inner = block_on(py, async move {
+            faas::client::FaasClient::discover(&store_addr).await
+        })?;
+        Ok(FaasClient { inner })
+    }
+
+    /// The scheduler's address.
+    #[getter]
+    fn address(&self) -> String {
+        self.inner.addr().to_string()
+    }
+
+    /// Registers function `name` (cloudpickle bytes).
+    fn register_function(&self, py: Python<'_>, name: String, code: Vec<u8>) -> PyResult<()> {
+        let c = self.inner.clone();
+        block_on(py, async move { c.register_function(&name, code).await })
+    }
+
+    /// Registers DAG `name`.
+    fn register_dag(
+        &self,
+        py: Python<'_>,
+        name: String,
+        functions: Vec<String>,
+        edges: Vec<(String, String)>,
+    ) -> PyResult<()> {
+        let c = self.inner.clone();
+        block_on(py, async move {
+            c.register_dag(&name, &functions, &edges).await
+        })
+    }
+
+    /// Calls function `name`; the pickled result.
+    #[pyo3(signature = (name, call_args, protocol = "", timeout = None))]
+    fn call<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        call_args: Vec<(bool, Vec<u8>)>,
+        protocol: &str,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let (c, o, a) = (
+            self.inner.clone(),
+            options(protocol, timeout)?,
+            args(call_args),
+        );
+        let v = block_on(py, async move { c.call(&name, a, o).await })?;
+        Ok(PyBytes::new(py, &v))
+    }
+
+    /// Calls DAG `name` with each function's arguments; the sink's pickled result.
+    #[pyo3(signature = (name, call_args, protocol = "", timeout = None))]
+    fn call_dag<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        call_args: HashMap<String, Vec<(bool, Vec<u8>)>>,
+        protocol: &str,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let c = self.inner.clone();
+        let o = options(protocol, timeout)?;
+        let a = call_args.into_iter().map(|(f, x)| (f, args(x))).collect();
+        let v = block_on(py, async move { c.call_dag(&name, a, o).await })?;
+        Ok(PyBytes::new(py, &v))
+    }
+}
+
+/// An executor's connection to its host: blocking, one task at a time.
+#[pyclass(module = "latticekv._native", frozen)]
+pub struct ExecutorLink {
+    stream: Mutex<TcpStream>,
+}
+
+fn io_err(e: std::io::Error) -> PyErr {
+    crate::ConnectionError::new_err(format!("executor link: {e}"))
+}
+
+fn send(stream: &mut TcpStream, msg: &pb::FromExecutor) -> std::io::Result<()> {
+    let mut out = Vec::new();
+    wire::frame::try_encode(msg, &mut out)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    stream.write_all(&out)
+}
+
+fn receive(stream: &mut TcpStream) -> std::io::Result<Option<pb::ToExecutor>> {
+    let mut header = [0u8; 4];
+    match stream.read_exact(&mut header) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_be_bytes(header) as usize;
+    if len > wire::frame::DEFAULT_MAX_FRAME {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body)?;
+    pb::ToExecutor::decode(&body[..])
+        .map(Some)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+fn writes(w: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<pb::Write> {
+    w.into_iter()
+        .map(|(k, v)| pb::Write {
+            key: k.into(),
+            value: v.into(),
+        })
+        .collect()
+}
+
+#[pymethods]
+impl ExecutorLink {
+    /// Connects to the host at `addr` as executor `id`.
+    #[staticmethod]
+    fn connect(py: Python<'_>, addr: String, id: u32) -> PyResult<ExecutorLink> {
+        py.detach(|| {
+            let mut stream = TcpStream::connect(&addr)?;
+            stream.set_nodelay(true)?;
+            let hello = pb::FromExecutor {
+                msg: Some(pb::from_executor::Msg::Hello(pb::ExecutorHello {
+                    id,
+                    pid: std::process::id(),
+                })),
+            };
+            send(&mut stream, &hello)?;
+            Ok(ExecutorLink {
+                stream: Mutex::new(stream),
+            })
+        })
+        .map_err(io_err)
+    }
+
+    /// The next task, or None when the host closed the link: `(id, function, code, args)`
+    /// with each arg `("value", bytes)`, `("upstream", bytes)` or
+    /// `("key", key, found, [versions])`.
+    fn next_task<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let msg = py
+            .detach(|| {
+                let mut s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+                receive(&mut s)
+            })
+            .map_err(io_err)?;
+        let Some(pb::ToExecutor {
+            msg: Some(pb::to_executor::Msg::Task(task)),
+        }) = msg
+        else {
+            return Ok(None);
+        };
+        let args = PyList::empty(py);
+        for a in task.args {
+            let item = match a.kind {
+                Some(pb::task_arg::Kind::Value(v)) => {
+                    ("value", PyBytes::new(py, &v)).into_pyobject(py)?
+                }
+                Some(pb::task_arg::Kind::Upstream(v)) => {
+                    ("upstream", PyBytes::new(py, &v)).into_pyobject(py)?
+                }
+                Some(pb::task_arg::Kind::Key(k)) => {
+                    let versions = PyList::empty(py);
+                    for v in &k.values {
+                        versions.append(PyBytes::new(py, v))?;
+                    }
+                    ("key", PyBytes::new(py, &k.key), k.found, versions).into_pyobject(py)?
+                }
+                None => continue,
+            };
+            args.append(item)?;
+        }
+        let t = (task.id, task.function, PyBytes::new(py, &task.code), args).into_pyobject(py)?;
+        Ok(Some(t))
+    }
+
+    /// Reports task `id`'s pickled result and its writes.
+    fn done(
+        &self,
+        py: Python<'_>,
+        id: u64,
+        value: Vec<u8>,
+        task_writes: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> PyResult<()> {
+        self.finish(
+            py,
+            id,
+            pb::task_done::Result::Value(value.into()),
+            task_writes,
+            Vec::new(),
+        )
+    }
+
+    /// Reports that task `id` raised, with its traceback text and the pickled exception
+    /// (empty if it could not be pickled).
+    fn failed(
+        &self,
+        py: Python<'_>,
+        id: u64,
+        traceback: String,
+        exception: Vec<u8>,
+    ) -> PyResult<()> {
+        self.finish(
+            py,
+            id,
+            pb::task_done::Result::Traceback(traceback),
+            Vec::new(),
+            exception,
+        )
+    }
+}
+
+impl ExecutorLink {
+    fn finish(
+        &self,
+        py: Python<'_>,
+        id: u64,
+        result: pb::task_done::Result,
+        task_writes: Vec<(Vec<u8>, Vec<u8>)>,
+        exception: Vec<u8>,
+    ) -> PyResult<()> {
+        let msg = pb::FromExecutor {
+            msg: Some(pb::from_executor::Msg::Done(pb::TaskDone {
+                id,
+                result: Some(result),
+                writes: writes(task_writes),
+                exception: exception.into(),
+            })),
+        };
+        py.detach(|| {
+            let mut s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+            send(&mut s, &msg)
+        })
+        .map_err(io_err)
+    }
+}
+
+/// Adds the module's classes.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<FaasClient>()?;
+    m.add_class::<ExecutorLink>()?;
+    m.add("FaasNativeError", m.py().get_type::<FaasNativeError>())?;
+    Ok(())
+}
