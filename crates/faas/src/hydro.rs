@@ -132,6 +132,8 @@ pub struct CacheStats {
     pub misses: u64,
     /// Pushed values merged.
     pub pushes: u64,
+    /// Keys evicted (to make room, with their dependents, or after a failed subscribe).
+    pub evicted: u64,
     /// Keys subscribed now.
     pub subscribed: usize,
 }
@@ -300,6 +302,7 @@ impl CausalCache {
                     match st.step(&g.cut) {
                         Step::Ready => {
                             let merged = g.cut.merge_staging(st).map_err(|e| e.to_string())?;
+                            g.stats.evicted += merged.evicted.len() as u64;
                             self.note(&merged);
                             staging = None;
                         }
@@ -416,11 +419,14 @@ impl CausalCache {
             }
         }
         // Read-your-writes on this host: the commit's versions enter the cut as a push.
+        let keys: Vec<Key> = versions.iter().map(|(k, _)| k.clone()).collect();
         if let Err(e) = self
             .settle(Start::Pushed(versions), &KeySet::new(), |_| Ok(()))
             .await
         {
-            tracing::debug!("the host's own writes stay out of its cache: {e}");
+            // The cut must not keep an older version of a key this host wrote.
+            tracing::debug!("the host's own writes are evicted, not cached: {e}");
+            self.evict(&keys);
         }
         Ok(())
     }
@@ -439,12 +445,17 @@ impl CausalCache {
             return;
         }
         let count = values.len() as u64;
+        let keys: Vec<Key> = values.iter().map(|(k, _)| k.clone()).collect();
         match self
             .settle(Start::Pushed(values), &KeySet::new(), |_| Ok(()))
             .await
         {
             Ok(()) => self.lock().stats.pushes += count,
-            Err(e) => tracing::warn!("refresh: pushed values not merged: {e}"),
+            Err(e) => {
+                // Not left stale: evicted (with dependents), the next read fetches them.
+                tracing::warn!("refresh: pushed values not merged, keys evicted: {e}");
+                self.evict(&keys);
+            }
         }
     }
 
@@ -455,6 +466,7 @@ impl CausalCache {
         for k in keys {
             evicted.extend(g.cut.evict(k));
         }
+        g.stats.evicted += evicted.len() as u64;
         drop(g);
         self.note(&Merged {
             evicted,
