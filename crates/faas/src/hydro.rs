@@ -659,3 +659,54 @@ async fn refresh(cache: Weak<CausalCache>, changed: Arc<Notify>) {
         h.task.abort();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lattice::{Lattice, Lww, Timestamp};
+
+    fn lww(time: u64, v: &[u8]) -> Value {
+        Value::Lww(Lww {
+            ts: Timestamp::new(time, 1),
+            value: v.into(),
+        })
+    }
+
+    #[test]
+    fn an_lww_value_reads_at_its_timestamp_and_a_newer_one_supersedes_it() {
+        let old = causal_of(lww(5, b"a"));
+        assert_eq!(old.clock(), VectorClock::from_iter([(LWW_ACTOR, 5)]));
+        assert!(old.deps().is_empty());
+        let mut merged = old.clone();
+        merged.merge(causal_of(lww(9, b"b")));
+        assert_eq!(
+            merged.values().collect::<Vec<_>>(),
+            vec![&Box::from(&b"b"[..])]
+        );
+    }
+
+    #[test]
+    fn a_causal_value_is_kept_and_other_types_render() {
+        let v = MultiKeyCausal::new(CausalVersion {
+            clock: VectorClock::from_iter([(1, 2)]),
+            deps: [(Key::from(&b"d"[..]), VectorClock::from_iter([(3, 4)]))].into(),
+            value: Box::from(&b"x"[..]),
+        });
+        assert_eq!(causal_of(Value::MultiKeyCausal(v.clone())), v);
+        let counter = causal_of(Value::Counter(Default::default()));
+        assert!(counter.clock().is_empty() && counter.values().count() == 1);
+    }
+
+    #[test]
+    fn a_key_read_carries_the_metadata_of_the_version() {
+        let v = causal_of(lww(7, b"a"));
+        let r = key_read(Bytes::from_static(b"k"), &v);
+        assert!(r.found);
+        assert_eq!(r.values, vec![Bytes::from_static(b"a")]);
+        let (meta, rest) = cache::checker::extract(&r.meta).unwrap();
+        assert_eq!(meta, ReadMeta::of(&v));
+        assert!(rest.is_empty());
+        let absent = key_read(Bytes::from_static(b"k"), &MultiKeyCausal::default());
+        assert!(!absent.found && absent.meta.is_empty() && absent.values.is_empty());
+    }
+}
