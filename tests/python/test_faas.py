@@ -89,8 +89,8 @@ def test_writes_are_applied_after_the_sink(cloud, store):
     cloud.register(then_fail)
     assert cloud.call("writer", "w-key", b"w-value") == "wrote"
     # The host's causal cache commits a multi-key causal version: the store client reads
-    # its sibling values as a list.
-    assert store.get("w-key") == [b"w-value"]
+    # its sibling values as a list (`get` expects LWW).
+    assert store.get_value("w-key") == [b"w-value"]
     # Read-your-writes on the host: the next call sees the write at once.
     cloud.register(lambda v: v, "echo_w")
     assert cloud.call("echo_w", faas.Ref("w-key")) == b"w-value"
