@@ -502,7 +502,18 @@ async fn workload(
     };
     let (link, _stop) = host(data, 4, mode).await;
     let link = Arc::new(link);
-    let zipf = Arc::new(Zipf::new(8, 1.0));
+    // LKV_TCC_KEYS / LKV_TCC_ZIPF change the keyspace (default 8 keys, Zipf 1.0) to measure
+    // other contention levels; the assertions hold at any.
+    let env = |name: &str, default: f64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let zipf = Arc::new(Zipf::new(
+        env("LKV_TCC_KEYS", 8.0) as usize,
+        env("LKV_TCC_ZIPF", 1.0),
+    ));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writers: Vec<_> = (0..2)
         .map(|i| {
