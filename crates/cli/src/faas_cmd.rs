@@ -63,6 +63,61 @@ struct HostArgs {
     /// This host's id (default: host-<pid>).
     #[arg(long)]
     id: Option<String>,
+    #[command(flatten)]
+    data: DataPlaneArgs,
+}
+
+/// How a host reads key references and commits writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum DataPlaneKind {
+    /// HydroCache: a causal cut with pinned snapshots and causal commits (CT).
+    Cache,
+    /// No cache: each key read from the store, writes as LWW values one by one (a
+    /// baseline without consistency across keys).
+    Direct,
+}
+
+/// The data-plane settings of a compute host.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct DataPlaneArgs {
+    /// The host's data plane: `cache` (HydroCache) or `direct` (no cache).
+    #[arg(
+        long,
+        env = "LATTICEKV_FAAS_DATA_PLANE",
+        value_enum,
+        default_value = "cache"
+    )]
+    pub(crate) data_plane: DataPlaneKind,
+    /// The causal cache's capacity, in MiB.
+    #[arg(long, env = "LATTICEKV_FAAS_CACHE_MB", default_value_t = 256)]
+    pub(crate) cache_mb: usize,
+    /// The period of the cache's store subscriptions (its refresh), in milliseconds; the
+    /// store clamps it to [10, 60000].
+    #[arg(long, env = "LATTICEKV_FAAS_REFRESH_MS", default_value_t = 100)]
+    pub(crate) refresh_ms: u64,
+}
+
+impl DataPlaneArgs {
+    /// The data plane over `store` for a host with `executors` executors (runs on the
+    /// current runtime).
+    pub(crate) fn build(
+        &self,
+        store: client::Client,
+        executors: u32,
+    ) -> Arc<dyn faas::data::DataPlane> {
+        match self.data_plane {
+            DataPlaneKind::Direct => Arc::new(faas::data::DirectStore::new(store)),
+            DataPlaneKind::Cache => {
+                let config = faas::hydro::CacheConfig {
+                    capacity: self.cache_mb.max(1).saturating_mul(1 << 20),
+                    slots: executors.max(1),
+                    refresh_period: std::time::Duration::from_millis(self.refresh_ms),
+                    ..Default::default()
+                };
+                faas::hydro::CausalCache::start(store, config)
+            }
+        }
+    }
 }
 
 /// Runs `latticekv faas …` in the foreground.
@@ -105,13 +160,14 @@ pub fn run(args: FaasArgs) -> Result<()> {
                     config.host_id = id;
                 }
                 say!(
-                    "faas host {} of {} with {} executor(s)",
+                    "faas host {} of {} with {} executor(s), data plane {:?}",
                     config.host_id,
                     config.scheduler,
-                    config.executors
+                    config.executors,
+                    a.data.data_plane
                 );
                 say!("press Ctrl-C to stop");
-                let data = Arc::new(faas::data::DirectStore::new(store));
+                let data = a.data.build(store, config.executors);
                 faas::host::run(config, data, shutdown).await?;
             }
         }
@@ -149,6 +205,30 @@ pub struct LocalFaasArgs {
     /// The Python interpreter of the executors (it must have the `latticekv` package).
     #[arg(long, env = "LATTICEKV_FAAS_PYTHON", default_value = "python3")]
     pub(crate) faas_python: String,
+    /// The compute host's data plane: `cache` (HydroCache) or `direct` (no cache).
+    #[arg(
+        long,
+        env = "LATTICEKV_FAAS_DATA_PLANE",
+        value_enum,
+        default_value = "cache"
+    )]
+    pub(crate) faas_data_plane: DataPlaneKind,
+    /// The causal cache's capacity, in MiB.
+    #[arg(long, env = "LATTICEKV_FAAS_CACHE_MB", default_value_t = 256)]
+    pub(crate) faas_cache_mb: usize,
+    /// The period of the cache's store subscriptions (its refresh), in milliseconds.
+    #[arg(long, env = "LATTICEKV_FAAS_REFRESH_MS", default_value_t = 100)]
+    pub(crate) faas_refresh_ms: u64,
+}
+
+impl LocalFaasArgs {
+    fn data(&self) -> DataPlaneArgs {
+        DataPlaneArgs {
+            data_plane: self.faas_data_plane,
+            cache_mb: self.faas_cache_mb,
+            refresh_ms: self.faas_refresh_ms,
+        }
+    }
 }
 
 /// A scheduler and a compute host running on a thread of their own.
@@ -205,7 +285,7 @@ impl Embedded {
                     config.executors = args.faas_executors.max(1);
                     config.python = args.faas_python.clone();
                     config.host_id = "local".into();
-                    let data = Arc::new(faas::data::DirectStore::new(store));
+                    let data = args.data().build(store, config.executors);
                     let host = tokio::spawn(faas::host::run(config, data, shutdown.clone()));
                     let _ = ready_tx.send(Ok(addr));
                     if let Err(e) = scheduler.serve(shutdown).await {

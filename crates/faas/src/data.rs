@@ -3,8 +3,9 @@
 //! This is the seam where HydroCache plugs in: [`DataPlane::snapshot`] is where the cache
 //! will pin a causal snapshot of the DAG's read set (protocol CT: `C ∩ R̃_DAG`), and
 //! [`DataPlane::commit`] where the sink's writes become mutually dependent
-//! `MultiKeyCausal` versions. Today's implementation, [`DirectStore`], reads each key from
-//! the store and writes LWW values.
+//! `MultiKeyCausal` versions. [`crate::hydro::CausalCache`] does both (the default);
+//! [`DirectStore`], the "no cache" baseline, reads each key from the store and writes LWW
+//! values one by one.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -32,6 +33,12 @@ pub trait DataPlane: Send + Sync {
         run_id: u64,
         writes: Vec<pb::Write>,
     ) -> BoxFuture<'a, Result<(), String>>;
+
+    /// The run ended (answered, failed, timed out or abandoned): drop whatever was kept
+    /// for it (the causal cache's pinned versions). Called exactly once per run that
+    /// called [`DataPlane::snapshot`] or [`DataPlane::commit`], and also for runs that
+    /// called neither; must be cheap and must not block on I/O.
+    fn release(&self, _run_id: u64) {}
 }
 
 /// Reads through the store's client, writes LWW values.
@@ -76,6 +83,7 @@ impl DataPlane for DirectStore {
                     key,
                     found: v.is_some(),
                     values: v.as_ref().map(versions).unwrap_or_default(),
+                    meta: Bytes::new(),
                 })
                 .collect())
         })

@@ -374,6 +374,9 @@ async fn serve_scheduler(stream: TcpStream, shared: Arc<Shared>) {
                     runs.spawn(async move {
                         shared.running.fetch_add(1, Ordering::Relaxed);
                         let run_id = run.run_id;
+                        // Whatever ends the run (answer, error, timeout, or this task
+                        // aborted with the scheduler link), the data plane releases it.
+                        let _release = Release(shared.data.clone(), run_id);
                         let limit = match run.timeout_ms {
                             0 => Duration::MAX,
                             ms => Duration::from_millis(u64::from(ms)),
@@ -407,6 +410,15 @@ async fn serve_scheduler(stream: TcpStream, shared: Arc<Shared>) {
     }
     reporter.abort();
     runs.abort_all();
+}
+
+/// Releases a run's data-plane state when dropped.
+struct Release(Arc<dyn DataPlane>, u64);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.0.release(self.1);
+    }
 }
 
 fn error(code: pb::ErrorCode, message: impl Into<String>) -> FaasError {

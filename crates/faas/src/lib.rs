@@ -11,7 +11,9 @@
 //! - [`placement`]: which host runs a call — least loaded, ties to data locality. Pure.
 //! - [`registry`]: functions and DAGs stored in the KVS under `lkv.faas/…`, cached.
 //! - [`data`]: how a host reads key references and commits writes — the seam where the
-//!   HydroCache crate plugs in.
+//!   HydroCache crate plugs in; [`data::DirectStore`] is the "no cache" baseline.
+//! - [`hydro`]: [`hydro::CausalCache`], HydroCache in the host (protocol CT): the causal
+//!   cut, pinned snapshots, causal commits at the sink, refresh by subscription.
 //! - [`scheduler`]: the scheduler server (clients and hosts on one port).
 //! - [`host`]: a compute host: executor processes, DAG execution.
 //! - [`client`]: the Rust client of a scheduler (used by the Python SDK and the CLI).
@@ -29,6 +31,7 @@ pub mod dag;
 pub mod data;
 pub mod error;
 pub mod host;
+pub mod hydro;
 pub mod placement;
 pub mod registry;
 pub mod scheduler;

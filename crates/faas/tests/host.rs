@@ -38,6 +38,7 @@ impl DataPlane for Recording {
                         key: k,
                         found: v.is_some(),
                         values: v.into_iter().collect(),
+                        meta: Bytes::new(),
                     }
                 })
                 .collect())
