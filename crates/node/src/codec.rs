@@ -14,7 +14,7 @@ use wire::convert::{value_from_pb, value_to_pb};
 use wire::pb::{self, forward_op::Kind, forward_result::Result as R};
 
 use crate::error::NodeError;
-use crate::op::{Condition, Op, OpResult};
+use crate::op::{Condition, Guard, Op, OpResult};
 
 /// One batch of records for one destination: keys and records to merge there.
 pub type GossipBatch = Vec<(Bytes, Record)>;
@@ -178,6 +178,22 @@ pub fn op_to_pb(op: &Op<Bytes>) -> pb::ForwardOp {
             out.kind = Kind::CounterAdd as i32;
             out.delta = *delta;
         }
+        Op::Version { .. } => out.kind = Kind::Version as i32,
+        Op::Exec { guards, ops, .. } => {
+            out.kind = Kind::Exec as i32;
+            out.ops = ops.iter().map(op_to_pb).collect();
+            out.guards = guards
+                .iter()
+                .map(|(key, g)| pb::ForwardGuard {
+                    key: key.clone(),
+                    absent: *g == Guard::Absent,
+                    version: match g {
+                        Guard::Version(v) => *v,
+                        Guard::Absent => 0,
+                    },
+                })
+                .collect();
+        }
     }
     out
 }
@@ -225,6 +241,32 @@ pub fn op_from_pb(op: pb::ForwardOp) -> Result<Op<Bytes>, NodeError> {
                 key,
                 delta: op.delta,
             },
+            Kind::Version => Op::Version { key },
+            Kind::Exec => {
+                if op.ops.iter().any(|o| o.kind == Kind::Exec as i32) {
+                    return Err(bad("nested exec"));
+                }
+                Op::Exec {
+                    key,
+                    guards: op
+                        .guards
+                        .into_iter()
+                        .map(|g| {
+                            let guard = if g.absent {
+                                Guard::Absent
+                            } else {
+                                Guard::Version(g.version)
+                            };
+                            (g.key, guard)
+                        })
+                        .collect(),
+                    ops: op
+                        .ops
+                        .into_iter()
+                        .map(op_from_pb)
+                        .collect::<Result<_, _>>()?,
+                }
+            }
         },
     )
 }
@@ -240,6 +282,9 @@ pub fn result_to_pb(r: &OpResult) -> pb::ForwardResult {
             pb::LatticeType::try_from(t as i32).unwrap_or(pb::LatticeType::Unspecified)
         }) as i32),
         OpResult::Done => R::Done(true),
+        OpResult::Multi(results) => R::Multi(pb::ForwardResults {
+            results: results.iter().map(result_to_pb).collect(),
+        }),
         OpResult::Error(e) => R::Error(e.to_pb()),
     };
     pb::ForwardResult {
@@ -258,6 +303,7 @@ pub fn result_from_pb(r: pb::ForwardResult) -> OpResult {
         Some(R::Int(n)) => OpResult::Int(n),
         Some(R::Type(t)) => OpResult::Type(u8::try_from(t).ok().and_then(LatticeType::from_u8)),
         Some(R::Done(_)) => OpResult::Done,
+        Some(R::Multi(m)) => OpResult::Multi(m.results.into_iter().map(result_from_pb).collect()),
         Some(R::Error(e)) => OpResult::Error(error_from_pb(e)),
         None => unavailable("empty result from a peer"),
     }
@@ -366,7 +412,22 @@ mod tests {
                 key: k.clone(),
                 members: vec![Bytes::from_static(b"a")],
             },
-            Op::CounterAdd { key: k, delta: -4 },
+            Op::CounterAdd {
+                key: k.clone(),
+                delta: -4,
+            },
+            Op::Version { key: k.clone() },
+            Op::Exec {
+                key: k.clone(),
+                guards: vec![
+                    (k.clone(), Guard::Version(u64::MAX)),
+                    (Bytes::from_static(b"j"), Guard::Absent),
+                ],
+                ops: vec![
+                    Op::Get { key: k.clone() },
+                    Op::CounterAdd { key: k, delta: 2 },
+                ],
+            },
         ];
         for op in ops {
             assert_eq!(op_from_pb(op_to_pb(&op)).unwrap(), op);
@@ -378,6 +439,7 @@ mod tests {
             OpResult::Type(Some(LatticeType::OrSet)),
             OpResult::Type(None),
             OpResult::Done,
+            OpResult::Multi(vec![OpResult::Int(1), OpResult::Value(None)]),
             OpResult::Error(NodeError::Overflow),
         ] {
             let back = result_from_pb(result_to_pb(&r));

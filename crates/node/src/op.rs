@@ -94,6 +94,37 @@ pub enum Op<B> {
         /// The amount.
         delta: i64,
     },
+    /// A fingerprint of `key`'s record (RESP `WATCH`), read where the key's only replica
+    /// is: → [`OpResult::Int`]; an error if the key has several replicas (a write at
+    /// another one could go unseen).
+    Version {
+        /// The key.
+        key: B,
+    },
+    /// Ops run as one unit on the worker holding `key` (RESP `EXEC` after `WATCH`,
+    /// `MSETNX`): nothing runs unless every guard holds, and nothing else runs on the
+    /// worker in between. Every key must be held by that worker alone (see
+    /// [`Guard`]). → [`OpResult::Multi`] with one result per op, or [`OpResult::Int`] 0
+    /// if a guard failed (nothing was applied).
+    Exec {
+        /// Where the unit runs: the first guarded or written key.
+        key: B,
+        /// Conditions on keys, checked first.
+        guards: Vec<(B, Guard)>,
+        /// The ops, run in order.
+        ops: Vec<Op<B>>,
+    },
+}
+
+/// A condition of an [`Op::Exec`] on one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guard {
+    /// The key's record is the one a [`Op::Version`] read (`WATCH`); the key must have one
+    /// replica, else a change at another replica could go unseen.
+    Version(u64),
+    /// The key holds no live value (`MSETNX`), judged at the replica running the unit,
+    /// like `SET … NX`.
+    Absent,
 }
 
 impl<B: AsRef<[u8]>> Op<B> {
@@ -110,21 +141,41 @@ impl<B: AsRef<[u8]>> Op<B> {
             | Op::Assign { key, .. }
             | Op::SetAdd { key, .. }
             | Op::SetRemove { key, .. }
-            | Op::CounterAdd { key, .. } => key.as_ref(),
+            | Op::CounterAdd { key, .. }
+            | Op::Version { key }
+            | Op::Exec { key, .. } => key.as_ref(),
         }
     }
 
     /// True if the op may change the store.
     pub fn is_write(&self) -> bool {
-        matches!(
-            self,
+        match self {
             Op::Put { .. }
-                | Op::Delete { .. }
-                | Op::Assign { .. }
-                | Op::SetAdd { .. }
-                | Op::SetRemove { .. }
-                | Op::CounterAdd { .. }
-        )
+            | Op::Delete { .. }
+            | Op::Assign { .. }
+            | Op::SetAdd { .. }
+            | Op::SetRemove { .. }
+            | Op::CounterAdd { .. } => true,
+            Op::Exec { ops, .. } => ops.iter().any(Op::is_write),
+            Op::Get { .. }
+            | Op::Exists { .. }
+            | Op::TypeOf { .. }
+            | Op::SetContains { .. }
+            | Op::SetLen { .. }
+            | Op::Version { .. } => false,
+        }
+    }
+
+    /// Every key the op reads or writes (an [`Op::Exec`] has several).
+    pub fn keys(&self) -> Vec<&[u8]> {
+        match self {
+            Op::Exec { guards, ops, .. } => guards
+                .iter()
+                .map(|(k, _)| k.as_ref())
+                .chain(ops.iter().flat_map(Op::keys))
+                .collect(),
+            other => vec![other.key()],
+        }
     }
 
     /// An owned copy, for forwarding to another worker.
@@ -165,6 +216,12 @@ impl<B: AsRef<[u8]>> Op<B> {
                 key: b(key),
                 delta: *delta,
             },
+            Op::Version { key } => Op::Version { key: b(key) },
+            Op::Exec { key, guards, ops } => Op::Exec {
+                key: b(key),
+                guards: guards.iter().map(|(k, g)| (b(k), *g)).collect(),
+                ops: ops.iter().map(Op::to_owned_op).collect(),
+            },
         }
     }
 }
@@ -183,7 +240,9 @@ impl Op<Bytes> {
             | Op::Assign { key, .. }
             | Op::SetAdd { key, .. }
             | Op::SetRemove { key, .. }
-            | Op::CounterAdd { key, .. } => key,
+            | Op::CounterAdd { key, .. }
+            | Op::Version { key }
+            | Op::Exec { key, .. } => key,
         }
     }
 }
@@ -199,6 +258,8 @@ pub enum OpResult {
     Type(Option<LatticeType>),
     /// A write without a count.
     Done,
+    /// The results of an [`Op::Exec`]'s ops, in order.
+    Multi(Vec<OpResult>),
     /// The op failed.
     Error(NodeError),
 }

@@ -22,6 +22,7 @@
 mod backing;
 mod disk;
 mod entropy;
+mod exec;
 mod journal;
 mod ops;
 mod sync;

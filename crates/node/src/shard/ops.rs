@@ -239,6 +239,8 @@ impl Shard {
             Op::SetAdd { key, members } => self.set_add(key.as_ref(), &members).into(),
             Op::SetRemove { key, members } => self.set_remove(key.as_ref(), &members).into(),
             Op::CounterAdd { key, delta } => self.counter_add(key.as_ref(), delta).into(),
+            Op::Version { key } => self.version(key.as_ref()).into(),
+            Op::Exec { guards, ops, .. } => self.exec(guards, ops).into(),
         }
     }
 

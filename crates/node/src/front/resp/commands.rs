@@ -6,6 +6,7 @@
 //! | INCR, INCRBY, DECR, DECRBY | `Counter` (PN) | a key created by SET is not a counter (WRONGTYPE) |
 //! | SADD, SREM, SMEMBERS, SISMEMBER, SCARD | `OrSet` (add-wins) | SMEMBERS/SISMEMBER/SCARD also read grow-only and ordered sets |
 //! | DEL, EXISTS, TYPE | any | DEL writes a tombstone |
+//! | MULTI, EXEC, DISCARD, WATCH, UNWATCH | — | `txn`: queued per connection; WATCH needs keys with one replica |
 //! | PING, ECHO, HELLO, SELECT 0, QUIT, AUTH, ACL, CLIENT, COMMAND, CONFIG GET, INFO, DBSIZE | — | connection and server commands (`server`, `acl`) |
 //!
 //! On a node with users, a connection must authenticate before anything but AUTH, HELLO
@@ -22,6 +23,7 @@ use wire::resp::{Args, Version};
 use super::acl;
 use super::reply::{encode, encode_get, err, Shape};
 use super::server::{self, Server};
+use super::txn;
 use super::ConnState;
 use crate::ack::Ack;
 use crate::auth::{AuthError, Permission, User};
@@ -79,7 +81,7 @@ fn upper(name: &[u8]) -> Option<([u8; 16], usize)> {
 }
 
 /// What a command needs.
-enum Plan<'a> {
+pub(super) enum Plan<'a> {
     /// GET: read one key (without copying the value when this worker holds it).
     Get(&'a [u8]),
     /// Run one op on the worker holding its key; encode the result with the shape.
@@ -103,6 +105,9 @@ pub(super) fn run(w: &Rc<Worker>, state: &mut ConnState, cmd: &Cmd<'_>, replies:
         None if acl::allowed_before_auth(cmd.arg(0)) => None,
         None => return replies.emit(|o| o.extend_from_slice(&err(acl::NOAUTH))),
     };
+    if txn::intercept(w, state, cmd, user.as_deref(), replies) {
+        return;
+    }
     let plan = plan(cmd, state);
     if let Some(Err(e)) = user.map(|u| permit(&u, &plan)) {
         return replies.emit(|o| o.extend_from_slice(&acl::noperm(&e, cmd)));
@@ -131,7 +136,7 @@ pub(super) fn run(w: &Rc<Worker>, state: &mut ConnState, cmd: &Cmd<'_>, replies:
 
 /// Checks that `user` may run `plan`: reads need `read`, writes `write` (both for SET …
 /// GET), DBSIZE `read`; every key must match the user's patterns.
-fn permit(user: &User, plan: &Plan<'_>) -> Result<(), AuthError> {
+pub(super) fn permit(user: &User, plan: &Plan<'_>) -> Result<(), AuthError> {
     let check_ops = |ops: &[Op<&[u8]>]| {
         if ops.iter().any(|o| !o.is_write()) {
             user.check(Permission::Read, [])?;
@@ -139,7 +144,7 @@ fn permit(user: &User, plan: &Plan<'_>) -> Result<(), AuthError> {
         if ops.iter().any(|o| o.is_write()) {
             user.check(Permission::Write, [])?;
         }
-        user.check_keys(ops.iter().map(|o| o.key()))
+        user.check_keys(ops.iter().flat_map(|o| o.keys()))
     };
     match plan {
         Plan::Get(key) => user.check(Permission::Read, [*key]),
@@ -164,7 +169,7 @@ fn submit(
 }
 
 /// Decides what a command needs (no I/O, no waiting).
-fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
+pub(super) fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
     use Plan::{Ops, Reply};
     let Some((name, n)) = upper(cmd.arg(0)) else {
         return Reply(unknown(cmd));

@@ -260,7 +260,46 @@ const COMMANDS: &[CommandInfo] = &[
     ),
     ("info", -1, &["loading", "stale"], 0, 0, 0),
     ("dbsize", 1, &["readonly", "fast"], 0, 0, 0),
+    (
+        "multi",
+        1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
+    ("exec", 1, &["noscript", "loading", "stale"], 0, 0, 0),
+    (
+        "discard",
+        1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
+    (
+        "watch",
+        -2,
+        &["noscript", "loading", "stale", "fast"],
+        1,
+        -1,
+        1,
+    ),
+    (
+        "unwatch",
+        1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
 ];
+
+/// The Redis arity of command `name` (lower case): `n` exactly `n` arguments with the
+/// name, `-n` at least `n`; `None` if latticekv does not implement it.
+pub(super) fn arity(name: &str) -> Option<i64> {
+    COMMANDS.iter().find(|c| c.0 == name).map(|c| c.1)
+}
 
 fn command_entry(o: &mut Vec<u8>, c: &CommandInfo, v: Version) {
     resp::array_header(o, 6);
