@@ -66,8 +66,16 @@ fn commands_reply_like_redis() {
     c.roundtrip(&[b"TYPE", b"s"], b"+set\r\n");
     c.roundtrip(&[b"TYPE", b"a"], b"+string\r\n");
     c.roundtrip(&[b"TYPE", b"nope"], b"+none\r\n");
+    // A string holding an integer counts, as in Redis; one that does not is refused.
+    c.roundtrip(&[b"SET", b"i", b"41"], b"+OK\r\n");
+    c.roundtrip(&[b"INCR", b"i"], b":42\r\n");
+    c.roundtrip(&[b"SET", b"w", b"word"], b"+OK\r\n");
+    c.roundtrip(
+        &[b"INCR", b"w"],
+        b"-ERR value is not an integer or out of range\r\n",
+    );
     // Wrong types.
-    c.send(&[b"INCR", b"a"]);
+    c.send(&[b"INCR", b"s"]);
     assert!(c
         .line()
         .starts_with("-WRONGTYPE Operation against a key holding the wrong kind of value"));
@@ -86,7 +94,7 @@ fn commands_reply_like_redis() {
         &[b"GET"],
         b"-ERR wrong number of arguments for 'get' command\r\n",
     );
-    c.roundtrip(&[b"DBSIZE"], b":4\r\n");
+    c.roundtrip(&[b"DBSIZE"], b":6\r\n");
     c.roundtrip(&[b"QUIT"], b"+OK\r\n");
     assert!(common::closed_by_peer(&mut c.stream));
 }

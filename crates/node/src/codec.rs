@@ -178,6 +178,28 @@ pub fn op_to_pb(op: &Op<Bytes>) -> pb::ForwardOp {
             out.kind = Kind::CounterAdd as i32;
             out.delta = *delta;
         }
+        Op::GetSet { value, .. } => {
+            out.kind = Kind::GetSet as i32;
+            out.arg = value.clone();
+        }
+        Op::GetDel { .. } => out.kind = Kind::GetDel as i32,
+        Op::Append { value, .. } => {
+            out.kind = Kind::Append as i32;
+            out.arg = value.clone();
+        }
+        Op::SetRange { offset, value, .. } => {
+            out.kind = Kind::SetRange as i32;
+            out.arg = value.clone();
+            out.delta = i64::try_from(*offset).unwrap_or(i64::MAX);
+        }
+        Op::IncrByFloat { by, .. } => {
+            out.kind = Kind::IncrByFloat as i32;
+            out.by = *by;
+        }
+        Op::IncrBy { delta, .. } => {
+            out.kind = Kind::IncrBy as i32;
+            out.delta = *delta;
+        }
         Op::Version { .. } => out.kind = Kind::Version as i32,
         Op::Exec { guards, ops, .. } => {
             out.kind = Kind::Exec as i32;
@@ -238,6 +260,19 @@ pub fn op_from_pb(op: pb::ForwardOp) -> Result<Op<Bytes>, NodeError> {
                 members: op.members,
             },
             Kind::CounterAdd => Op::CounterAdd {
+                key,
+                delta: op.delta,
+            },
+            Kind::GetSet => Op::GetSet { key, value: op.arg },
+            Kind::GetDel => Op::GetDel { key },
+            Kind::Append => Op::Append { key, value: op.arg },
+            Kind::SetRange => Op::SetRange {
+                key,
+                offset: u64::try_from(op.delta).map_err(|_| bad("negative offset"))?,
+                value: op.arg,
+            },
+            Kind::IncrByFloat => Op::IncrByFloat { key, by: op.by },
+            Kind::IncrBy => Op::IncrBy {
                 key,
                 delta: op.delta,
             },
@@ -415,6 +450,28 @@ mod tests {
             Op::CounterAdd {
                 key: k.clone(),
                 delta: -4,
+            },
+            Op::GetSet {
+                key: k.clone(),
+                value: Bytes::from_static(b"v"),
+            },
+            Op::GetDel { key: k.clone() },
+            Op::Append {
+                key: k.clone(),
+                value: Bytes::from_static(b"v"),
+            },
+            Op::SetRange {
+                key: k.clone(),
+                offset: 7,
+                value: Bytes::from_static(b"v"),
+            },
+            Op::IncrByFloat {
+                key: k.clone(),
+                by: -1.5,
+            },
+            Op::IncrBy {
+                key: k.clone(),
+                delta: 9,
             },
             Op::Version { key: k.clone() },
             Op::Exec {

@@ -94,6 +94,54 @@ pub enum Op<B> {
         /// The amount.
         delta: i64,
     },
+    /// Replace the string at `key`, reading the old one (`GETSET`). → [`OpResult::Value`]
+    /// the old value.
+    GetSet {
+        /// The key.
+        key: B,
+        /// The new value.
+        value: B,
+    },
+    /// Delete `key`, reading its string first (`GETDEL`). → [`OpResult::Value`] the old
+    /// value.
+    GetDel {
+        /// The key.
+        key: B,
+    },
+    /// Append to the string at `key` (`APPEND`). → [`OpResult::Int`] the new length.
+    Append {
+        /// The key.
+        key: B,
+        /// The suffix.
+        value: B,
+    },
+    /// Overwrite the string at `key` from `offset`, padding with zero bytes (`SETRANGE`).
+    /// → [`OpResult::Int`] the new length.
+    SetRange {
+        /// The key.
+        key: B,
+        /// Where the bytes go.
+        offset: u64,
+        /// The bytes.
+        value: B,
+    },
+    /// Add `by` to the decimal number in the string at `key` (`INCRBYFLOAT`). →
+    /// [`OpResult::Value`] the new string.
+    IncrByFloat {
+        /// The key.
+        key: B,
+        /// The increment.
+        by: f64,
+    },
+    /// Add `delta` to the integer at `key` (RESP `INCRBY`): a string holding a decimal
+    /// integer is rewritten (as Redis), anything else is a PN-counter as with
+    /// [`Op::CounterAdd`]. → [`OpResult::Int`] the new value.
+    IncrBy {
+        /// The key.
+        key: B,
+        /// The amount.
+        delta: i64,
+    },
     /// A fingerprint of `key`'s record (RESP `WATCH`), read where the key's only replica
     /// is: → [`OpResult::Int`]; an error if the key has several replicas (a write at
     /// another one could go unseen).
@@ -142,6 +190,12 @@ impl<B: AsRef<[u8]>> Op<B> {
             | Op::SetAdd { key, .. }
             | Op::SetRemove { key, .. }
             | Op::CounterAdd { key, .. }
+            | Op::GetSet { key, .. }
+            | Op::GetDel { key }
+            | Op::Append { key, .. }
+            | Op::SetRange { key, .. }
+            | Op::IncrByFloat { key, .. }
+            | Op::IncrBy { key, .. }
             | Op::Version { key }
             | Op::Exec { key, .. } => key.as_ref(),
         }
@@ -155,7 +209,13 @@ impl<B: AsRef<[u8]>> Op<B> {
             | Op::Assign { .. }
             | Op::SetAdd { .. }
             | Op::SetRemove { .. }
-            | Op::CounterAdd { .. } => true,
+            | Op::CounterAdd { .. }
+            | Op::GetSet { .. }
+            | Op::GetDel { .. }
+            | Op::Append { .. }
+            | Op::SetRange { .. }
+            | Op::IncrByFloat { .. }
+            | Op::IncrBy { .. } => true,
             Op::Exec { ops, .. } => ops.iter().any(Op::is_write),
             Op::Get { .. }
             | Op::Exists { .. }
@@ -216,6 +276,28 @@ impl<B: AsRef<[u8]>> Op<B> {
                 key: b(key),
                 delta: *delta,
             },
+            Op::GetSet { key, value } => Op::GetSet {
+                key: b(key),
+                value: b(value),
+            },
+            Op::GetDel { key } => Op::GetDel { key: b(key) },
+            Op::Append { key, value } => Op::Append {
+                key: b(key),
+                value: b(value),
+            },
+            Op::SetRange { key, offset, value } => Op::SetRange {
+                key: b(key),
+                offset: *offset,
+                value: b(value),
+            },
+            Op::IncrByFloat { key, by } => Op::IncrByFloat {
+                key: b(key),
+                by: *by,
+            },
+            Op::IncrBy { key, delta } => Op::IncrBy {
+                key: b(key),
+                delta: *delta,
+            },
             Op::Version { key } => Op::Version { key: b(key) },
             Op::Exec { key, guards, ops } => Op::Exec {
                 key: b(key),
@@ -241,6 +323,12 @@ impl Op<Bytes> {
             | Op::SetAdd { key, .. }
             | Op::SetRemove { key, .. }
             | Op::CounterAdd { key, .. }
+            | Op::GetSet { key, .. }
+            | Op::GetDel { key }
+            | Op::Append { key, .. }
+            | Op::SetRange { key, .. }
+            | Op::IncrByFloat { key, .. }
+            | Op::IncrBy { key, .. }
             | Op::Version { key }
             | Op::Exec { key, .. } => key,
         }

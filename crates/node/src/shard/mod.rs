@@ -25,12 +25,15 @@ mod entropy;
 mod exec;
 mod journal;
 mod ops;
+mod strings;
 mod sync;
 mod tier;
 mod tombstones;
 mod views;
 
 use std::sync::Arc;
+
+pub(crate) use strings::{parse_float, parse_strict_i64};
 
 use foldhash::fast::FixedState;
 use lattice::{Blob, Hlc, Record};

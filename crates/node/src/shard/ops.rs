@@ -239,6 +239,14 @@ impl Shard {
             Op::SetAdd { key, members } => self.set_add(key.as_ref(), &members).into(),
             Op::SetRemove { key, members } => self.set_remove(key.as_ref(), &members).into(),
             Op::CounterAdd { key, delta } => self.counter_add(key.as_ref(), delta).into(),
+            Op::GetSet { key, value } => self.get_set(key.as_ref(), value.as_ref()).into(),
+            Op::GetDel { key } => self.get_del(key.as_ref()).into(),
+            Op::Append { key, value } => self.append(key.as_ref(), value.as_ref()).into(),
+            Op::SetRange { key, offset, value } => {
+                self.set_range(key.as_ref(), offset, value.as_ref()).into()
+            }
+            Op::IncrByFloat { key, by } => self.incr_by_float(key.as_ref(), by).into(),
+            Op::IncrBy { key, delta } => self.incr_by(key.as_ref(), delta).into(),
             Op::Version { key } => self.version(key.as_ref()).into(),
             Op::Exec { guards, ops, .. } => self.exec(guards, ops).into(),
         }
@@ -385,10 +393,15 @@ impl Shard {
         if !proceed {
             return Ok(OpResult::Int(0));
         }
+        self.write_string(key, value)?;
+        Ok(OpResult::Int(1))
+    }
+
+    /// Writes `value` as `key`'s LWW string, stamped by the worker's clock.
+    pub(super) fn write_string(&mut self, key: &[u8], value: &[u8]) -> Result<(), NodeError> {
         let ts = self.hlc.tick(self.clock_ms());
         let record = Record::new(ts, Some(Value::Lww(Lww::new(ts, Box::from(value)))));
-        self.apply(key, record)?;
-        Ok(OpResult::Int(1))
+        self.apply(key, record)
     }
 
     /// True if `key` holds an OR-set at `epoch` (which in-place updates may then modify).

@@ -3,9 +3,10 @@
 //! | commands | lattice | notes |
 //! |---|---|---|
 //! | GET, SET [NX\|XX] [GET], MGET, MSET | `Lww` | timestamps from the worker's hybrid logical clock; GET also reads a `Counter` as its decimal value |
-//! | INCR, INCRBY, DECR, DECRBY | `Counter` (PN) | a key created by SET is not a counter (WRONGTYPE) |
+//! | INCR, INCRBY, DECR, DECRBY | `Counter` (PN), or `Lww` | a missing key becomes a counter; a string holding an integer is rewritten (`strings`) |
 //! | SADD, SREM, SMEMBERS, SISMEMBER, SCARD | `OrSet` (add-wins) | SMEMBERS/SISMEMBER/SCARD also read grow-only and ordered sets |
 //! | DEL, EXISTS, TYPE | any | DEL writes a tombstone |
+//! | SETNX, GETSET, GETDEL, APPEND, STRLEN, GETRANGE, SETRANGE, INCRBYFLOAT, MSETNX | `Lww` | `strings`: read-modify-writes run as one op at the key's worker; MSETNX is one unit |
 //! | MULTI, EXEC, DISCARD, WATCH, UNWATCH | — | `txn`: queued per connection; WATCH needs keys with one replica |
 //! | PING, ECHO, HELLO, SELECT 0, QUIT, AUTH, ACL, CLIENT, COMMAND, CONFIG GET, INFO, DBSIZE | — | connection and server commands (`server`, `acl`) |
 //!
@@ -15,6 +16,7 @@
 //!
 //! A key's lattice type is fixed by its first write; a command for another type gets
 //! `-WRONGTYPE` (unlike Redis, `SET` does not replace a set or a counter: `DEL` it first).
+//! Multi-master behaviour of each family: docs/protocol.md.
 
 use std::rc::Rc;
 
@@ -23,6 +25,7 @@ use wire::resp::{Args, Version};
 use super::acl;
 use super::reply::{encode, encode_get, err, Shape};
 use super::server::{self, Server};
+use super::strings;
 use super::txn;
 use super::ConnState;
 use crate::ack::Ack;
@@ -63,8 +66,9 @@ pub(super) fn syntax_error() -> Vec<u8> {
     err("ERR syntax error")
 }
 
+/// An integer argument, in the canonical form Redis accepts (no `+`, no leading zeros).
 pub(super) fn parse_i64(b: &[u8]) -> Option<i64> {
-    std::str::from_utf8(b).ok()?.parse().ok()
+    crate::shard::parse_strict_i64(b)
 }
 
 /// Upper-cases a command name into a fixed buffer (no allocation); `None` if too long to be
@@ -238,7 +242,7 @@ pub(super) fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
             let delta = if &name[..n] == b"INCR" { 1 } else { -1 };
             Plan::One(
                 Shape::Int,
-                Op::CounterAdd {
+                Op::IncrBy {
                     key: cmd.arg(1),
                     delta,
                 },
@@ -261,7 +265,7 @@ pub(super) fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
             };
             Plan::One(
                 Shape::Int,
-                Op::CounterAdd {
+                Op::IncrBy {
                     key: cmd.arg(1),
                     delta,
                 },
@@ -302,10 +306,15 @@ pub(super) fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
             }
             Plan::One(Shape::Int, Op::SetLen { key: cmd.arg(1) })
         }
-        other => match server::plan(other, &cmd, state) {
-            Some(s) => Plan::Server(s),
-            None => Reply(unknown(&cmd)),
-        },
+        other => {
+            if let Some(p) = strings::plan(other, &cmd) {
+                return p;
+            }
+            match server::plan(other, &cmd, state) {
+                Some(s) => Plan::Server(s),
+                None => Reply(unknown(&cmd)),
+            }
+        }
     }
 }
 

@@ -15,12 +15,14 @@
 //! - [`commands`]: data commands and their mapping onto lattice operations;
 //! - `server`: connection and server commands;
 //! - `reply`: encoding replies;
+//! - `strings`: string commands beyond GET/SET;
 //! - `txn`: MULTI / EXEC / DISCARD / WATCH / UNWATCH.
 
 mod acl;
 pub mod commands;
 mod reply;
 mod server;
+mod strings;
 mod txn;
 
 use std::rc::Rc;
