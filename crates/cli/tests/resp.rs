@@ -23,9 +23,12 @@ fn commands_reply_like_redis() {
     c.roundtrip(&[b"SET", b"b", b"2", b"XX"], b"$-1\r\n");
     c.roundtrip(&[b"SET", b"a", b"3", b"XX", b"GET"], b"$1\r\n1\r\n");
     c.roundtrip(&[b"GET", b"a"], b"$1\r\n3\r\n");
+    c.roundtrip(&[b"SET", b"a", b"3", b"EX", b"10"], b"+OK\r\n");
+    c.roundtrip(&[b"TTL", b"a"], b":10\r\n");
+    c.roundtrip(&[b"PERSIST", b"a"], b":1\r\n");
     c.roundtrip(
-        &[b"SET", b"a", b"1", b"EX", b"10"],
-        b"-ERR expiry options (EX, PX, EXAT, PXAT, KEEPTTL) are not supported\r\n",
+        &[b"SET", b"a", b"3", b"EX", b"0"],
+        b"-ERR invalid expire time in 'set' command\r\n",
     );
     c.roundtrip(&[b"SET", b"a", b"1", b"BOGUS"], b"-ERR syntax error\r\n");
     c.roundtrip(

@@ -14,7 +14,7 @@ use wire::convert::{value_from_pb, value_to_pb};
 use wire::pb::{self, forward_op::Kind, forward_result::Result as R};
 
 use crate::error::NodeError;
-use crate::op::{Condition, Guard, Op, OpResult};
+use crate::op::{Condition, Deadline, ExpireWhen, Guard, Op, OpResult};
 
 /// One batch of records for one destination: keys and records to merge there.
 pub type GossipBatch = Vec<(Bytes, Record)>;
@@ -200,6 +200,34 @@ pub fn op_to_pb(op: &Op<Bytes>) -> pb::ForwardOp {
             out.kind = Kind::IncrBy as i32;
             out.delta = *delta;
         }
+        Op::AssignTtl {
+            value,
+            condition,
+            deadline,
+            ..
+        } => {
+            out.kind = Kind::AssignTtl as i32;
+            out.arg = value.clone();
+            out.condition = condition_to_pb(*condition) as i32;
+            (out.deadline_kind, out.deadline_ms) = deadline_to_pb(Some(*deadline));
+        }
+        Op::Expire { deadline, when, .. } => {
+            out.kind = Kind::Expire as i32;
+            (out.deadline_kind, out.deadline_ms) = deadline_to_pb(Some(*deadline));
+            out.expire_when = match when {
+                ExpireWhen::Always => 0,
+                ExpireWhen::Nx => 1,
+                ExpireWhen::Xx => 2,
+                ExpireWhen::Gt => 3,
+                ExpireWhen::Lt => 4,
+                ExpireWhen::LtXx => 5,
+            };
+        }
+        Op::Ttl { .. } => out.kind = Kind::Ttl as i32,
+        Op::GetEx { deadline, .. } => {
+            out.kind = Kind::GetEx as i32;
+            (out.deadline_kind, out.deadline_ms) = deadline_to_pb(*deadline);
+        }
         Op::Version { .. } => out.kind = Kind::Version as i32,
         Op::Exec { guards, ops, .. } => {
             out.kind = Kind::Exec as i32;
@@ -218,6 +246,42 @@ pub fn op_to_pb(op: &Op<Bytes>) -> pb::ForwardOp {
         }
     }
     out
+}
+
+fn condition_to_pb(c: Condition) -> pb::update::Condition {
+    match c {
+        Condition::Always => pb::update::Condition::Always,
+        Condition::IfAbsent => pb::update::Condition::IfAbsent,
+        Condition::IfPresent => pb::update::Condition::IfPresent,
+    }
+}
+
+fn condition_from_pb(c: i32) -> Condition {
+    match pb::update::Condition::try_from(c) {
+        Ok(pb::update::Condition::IfAbsent) => Condition::IfAbsent,
+        Ok(pb::update::Condition::IfPresent) => Condition::IfPresent,
+        _ => Condition::Always,
+    }
+}
+
+fn deadline_to_pb(d: Option<Deadline>) -> (u32, u64) {
+    match d {
+        None => (0, 0),
+        Some(Deadline::In(ms)) => (1, ms),
+        Some(Deadline::At(at)) => (2, at),
+        Some(Deadline::Persist) => (3, 0),
+        Some(Deadline::Keep) => (4, 0),
+    }
+}
+
+fn deadline_from_pb(kind: u32, ms: u64) -> Option<Deadline> {
+    match kind {
+        1 => Some(Deadline::In(ms)),
+        2 => Some(Deadline::At(ms)),
+        3 => Some(Deadline::Persist),
+        4 => Some(Deadline::Keep),
+        _ => None,
+    }
 }
 
 /// Decodes a forwarded op.
@@ -275,6 +339,32 @@ pub fn op_from_pb(op: pb::ForwardOp) -> Result<Op<Bytes>, NodeError> {
             Kind::IncrBy => Op::IncrBy {
                 key,
                 delta: op.delta,
+            },
+            Kind::AssignTtl => Op::AssignTtl {
+                key,
+                value: op.arg,
+                condition: condition_from_pb(op.condition),
+                deadline: deadline_from_pb(op.deadline_kind, op.deadline_ms)
+                    .ok_or_else(|| bad("assignment without a deadline"))?,
+            },
+            Kind::Expire => Op::Expire {
+                key,
+                deadline: deadline_from_pb(op.deadline_kind, op.deadline_ms)
+                    .ok_or_else(|| bad("expire without a deadline"))?,
+                when: match op.expire_when {
+                    0 => ExpireWhen::Always,
+                    1 => ExpireWhen::Nx,
+                    2 => ExpireWhen::Xx,
+                    3 => ExpireWhen::Gt,
+                    4 => ExpireWhen::Lt,
+                    5 => ExpireWhen::LtXx,
+                    _ => return Err(bad("unknown expire condition")),
+                },
+            },
+            Kind::Ttl => Op::Ttl { key },
+            Kind::GetEx => Op::GetEx {
+                key,
+                deadline: deadline_from_pb(op.deadline_kind, op.deadline_ms),
             },
             Kind::Version => Op::Version { key },
             Kind::Exec => {
@@ -472,6 +562,31 @@ mod tests {
             Op::IncrBy {
                 key: k.clone(),
                 delta: 9,
+            },
+            Op::AssignTtl {
+                key: k.clone(),
+                value: Bytes::from_static(b"v"),
+                condition: Condition::IfPresent,
+                deadline: Deadline::In(1500),
+            },
+            Op::Expire {
+                key: k.clone(),
+                deadline: Deadline::At(1_700_000_000_000),
+                when: ExpireWhen::Gt,
+            },
+            Op::Expire {
+                key: k.clone(),
+                deadline: Deadline::Persist,
+                when: ExpireWhen::Always,
+            },
+            Op::Ttl { key: k.clone() },
+            Op::GetEx {
+                key: k.clone(),
+                deadline: None,
+            },
+            Op::GetEx {
+                key: k.clone(),
+                deadline: Some(Deadline::Keep),
             },
             Op::Version { key: k.clone() },
             Op::Exec {

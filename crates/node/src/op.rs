@@ -9,6 +9,7 @@ use bytes::Bytes;
 use lattice::{LatticeType, Value};
 
 use crate::error::NodeError;
+pub use crate::shard::{Deadline, ExpireWhen};
 
 /// When an LWW assignment applies (SET's NX / XX), judged at the replica receiving it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,6 +143,42 @@ pub enum Op<B> {
         /// The amount.
         delta: i64,
     },
+    /// LWW assignment whose record carries a deadline (`SET … EX/PX/EXAT/PXAT/KEEPTTL`,
+    /// `SETEX`, `PSETEX`). → [`OpResult::Int`] 1 if written, 0 if the condition failed.
+    AssignTtl {
+        /// The key.
+        key: B,
+        /// The new value.
+        value: B,
+        /// When to write.
+        condition: Condition,
+        /// The deadline.
+        deadline: Deadline,
+    },
+    /// Set or clear `key`'s deadline (`EXPIRE` family, `PERSIST`). → [`OpResult::Int`] 1
+    /// if done, 0 if the key is missing or the condition failed.
+    Expire {
+        /// The key.
+        key: B,
+        /// The deadline ([`Deadline::Persist`] clears it).
+        deadline: Deadline,
+        /// The condition (`NX`, `XX`, `GT`, `LT`).
+        when: ExpireWhen,
+    },
+    /// `key`'s time to live in ms (`PTTL`). → [`OpResult::Int`]: ms, -1 without a deadline,
+    /// -2 if missing.
+    Ttl {
+        /// The key.
+        key: B,
+    },
+    /// Read the string at `key` and change its deadline if asked (`GETEX`). →
+    /// [`OpResult::Value`].
+    GetEx {
+        /// The key.
+        key: B,
+        /// The new deadline, if any.
+        deadline: Option<Deadline>,
+    },
     /// A fingerprint of `key`'s record (RESP `WATCH`), read where the key's only replica
     /// is: → [`OpResult::Int`]; an error if the key has several replicas (a write at
     /// another one could go unseen).
@@ -196,6 +233,10 @@ impl<B: AsRef<[u8]>> Op<B> {
             | Op::SetRange { key, .. }
             | Op::IncrByFloat { key, .. }
             | Op::IncrBy { key, .. }
+            | Op::AssignTtl { key, .. }
+            | Op::Expire { key, .. }
+            | Op::Ttl { key }
+            | Op::GetEx { key, .. }
             | Op::Version { key }
             | Op::Exec { key, .. } => key.as_ref(),
         }
@@ -215,13 +256,17 @@ impl<B: AsRef<[u8]>> Op<B> {
             | Op::Append { .. }
             | Op::SetRange { .. }
             | Op::IncrByFloat { .. }
-            | Op::IncrBy { .. } => true,
+            | Op::IncrBy { .. }
+            | Op::AssignTtl { .. }
+            | Op::Expire { .. } => true,
+            Op::GetEx { deadline, .. } => deadline.is_some(),
             Op::Exec { ops, .. } => ops.iter().any(Op::is_write),
             Op::Get { .. }
             | Op::Exists { .. }
             | Op::TypeOf { .. }
             | Op::SetContains { .. }
             | Op::SetLen { .. }
+            | Op::Ttl { .. }
             | Op::Version { .. } => false,
         }
     }
@@ -298,6 +343,31 @@ impl<B: AsRef<[u8]>> Op<B> {
                 key: b(key),
                 delta: *delta,
             },
+            Op::AssignTtl {
+                key,
+                value,
+                condition,
+                deadline,
+            } => Op::AssignTtl {
+                key: b(key),
+                value: b(value),
+                condition: *condition,
+                deadline: *deadline,
+            },
+            Op::Expire {
+                key,
+                deadline,
+                when,
+            } => Op::Expire {
+                key: b(key),
+                deadline: *deadline,
+                when: *when,
+            },
+            Op::Ttl { key } => Op::Ttl { key: b(key) },
+            Op::GetEx { key, deadline } => Op::GetEx {
+                key: b(key),
+                deadline: *deadline,
+            },
             Op::Version { key } => Op::Version { key: b(key) },
             Op::Exec { key, guards, ops } => Op::Exec {
                 key: b(key),
@@ -329,6 +399,10 @@ impl Op<Bytes> {
             | Op::SetRange { key, .. }
             | Op::IncrByFloat { key, .. }
             | Op::IncrBy { key, .. }
+            | Op::AssignTtl { key, .. }
+            | Op::Expire { key, .. }
+            | Op::Ttl { key }
+            | Op::GetEx { key, .. }
             | Op::Version { key }
             | Op::Exec { key, .. } => key,
         }

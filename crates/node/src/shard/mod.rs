@@ -23,6 +23,7 @@ mod backing;
 mod disk;
 mod entropy;
 mod exec;
+mod expiry;
 mod journal;
 mod ops;
 mod strings;
@@ -33,6 +34,7 @@ mod views;
 
 use std::sync::Arc;
 
+pub use expiry::{Deadline, ExpireWhen, EXPIRE_STEP_KEYS};
 pub(crate) use strings::{parse_float, parse_strict_i64};
 
 use foldhash::fast::FixedState;
@@ -73,6 +75,8 @@ pub(crate) struct Handoff {
 /// What a shard did, recorded only when [`Shard::audit`] is on: the deterministic
 /// simulation checks every write it made against the cluster's final state.
 #[derive(Clone, Debug, PartialEq)]
+// Recorded only in simulation runs, where a write's full context matters more than size.
+#[allow(clippy::large_enum_variant)]
 pub enum Audit {
     /// A write this shard executed.
     Write {
@@ -204,6 +208,9 @@ pub struct Shard {
     /// Deltas of replicated keys written here since the last gossip, merged per key; also
     /// full records of keys being handed off.
     changeset: Map<Blob, Record>,
+    /// Keys with a deadline, by deadline (ms since the epoch), for background reclamation
+    /// (`expiry`): entries may be stale (the deadline changed since), and are checked.
+    expiries: std::collections::BTreeSet<(u64, Blob)>,
     /// Keys whose full record must go to one specific new replica (re-replication after a
     /// view change), sent with the next gossip round.
     outbox: Map<Replica, KeySet>,
@@ -274,6 +281,7 @@ impl Shard {
             reconcile: vec![None; store::PARTITIONS],
             reconcile_waiting: 0,
             changeset: Map::with_hasher(hasher.clone()),
+            expiries: std::collections::BTreeSet::new(),
             outbox: Map::with_hasher(hasher.clone()),
             handoff: Map::with_hasher(hasher.clone()),
             next_handoff: 0,

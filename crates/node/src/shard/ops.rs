@@ -15,6 +15,7 @@ use lattice::{Blob, Counter, Lattice, LatticeType, Lww, OrSet, Record, Timestamp
 use placement::replication;
 use store::RecordRef;
 
+use super::expiry::expired_at;
 use super::Shard;
 use crate::error::NodeError;
 use crate::op::{Condition, Op, OpResult};
@@ -60,9 +61,9 @@ impl Shard {
         Ok(())
     }
 
-    /// The live record of `key`.
+    /// The live record of `key` (an expired one is not live).
     pub(super) fn live(&self, key: &[u8]) -> Option<RecordRef<'_>> {
-        self.store.get_live(key)
+        self.store.get_live(key).filter(|r| !self.is_expired(r))
     }
 
     /// The value of `key`'s live full record (collections, counters, …); `None` for absent
@@ -72,7 +73,7 @@ impl Shard {
     }
 
     /// The physical clock reading behind write timestamps.
-    fn clock_ms(&self) -> u64 {
+    pub(super) fn clock_ms(&self) -> u64 {
         let now = self.clock.wall_ms();
         self.last_wall_ms.set(now);
         now
@@ -109,7 +110,11 @@ impl Shard {
             self.maintain_memory();
             self.fault_in(key)?;
         }
-        Ok(self.store.get_touched(key))
+        let now = self.deadline_clock(key);
+        Ok(self
+            .store
+            .get_touched(key)
+            .filter(|r| !now.is_some_and(|now| expired_at(r, now))))
     }
 
     /// The live value of `key` as a `Get` reads it (`None`: absent or deleted), for
@@ -208,6 +213,10 @@ impl Shard {
             if let Err(e) = self.check_backing(op.key()) {
                 return OpResult::Error(e);
             }
+            // An expired key is deleted (at its deadline) before anything writes to it.
+            if let Err(e) = self.reap_if_expired(op.key()) {
+                return OpResult::Error(e);
+            }
             self.begin_client_write();
             let result = self.execute_op(op);
             self.end_client_write();
@@ -247,6 +256,21 @@ impl Shard {
             }
             Op::IncrByFloat { key, by } => self.incr_by_float(key.as_ref(), by).into(),
             Op::IncrBy { key, delta } => self.incr_by(key.as_ref(), delta).into(),
+            Op::AssignTtl {
+                key,
+                value,
+                condition,
+                deadline,
+            } => self
+                .assign_ttl(key.as_ref(), value.as_ref(), condition, deadline)
+                .into(),
+            Op::Expire {
+                key,
+                deadline,
+                when,
+            } => self.expire(key.as_ref(), deadline, when).into(),
+            Op::Ttl { key } => self.ttl(key.as_ref()),
+            Op::GetEx { key, deadline } => self.get_ex(key.as_ref(), deadline).into(),
             Op::Version { key } => self.version(key.as_ref()).into(),
             Op::Exec { guards, ops, .. } => self.exec(guards, ops).into(),
         }
@@ -580,6 +604,7 @@ impl Shard {
     ) -> Result<bool, NodeError> {
         self.fault_in(key)?;
         self.log_change(key, &record);
+        self.index_deadline(key, &record);
         let outcome = self.store.merge(key, record);
         self.track_liveness(key, outcome);
         if outcome.changed {

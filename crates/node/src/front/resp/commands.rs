@@ -7,6 +7,8 @@
 //! | SADD, SREM, SMEMBERS, SISMEMBER, SCARD | `OrSet` (add-wins) | SMEMBERS/SISMEMBER/SCARD also read grow-only and ordered sets |
 //! | DEL, EXISTS, TYPE | any | DEL writes a tombstone |
 //! | SETNX, GETSET, GETDEL, APPEND, STRLEN, GETRANGE, SETRANGE, INCRBYFLOAT, MSETNX | `Lww` | `strings`: read-modify-writes run as one op at the key's worker; MSETNX is one unit |
+//! | SET … EX/PX/EXAT/PXAT/KEEPTTL, SETEX, PSETEX, EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, PERSIST, GETEX | the record's `Expiry` (LWW) | `expiry`: absolute deadlines, any type; reclaimed in the background (`shard::expiry`) |
+//! | EVAL, EVALSHA, FCALL, SCRIPT, FUNCTION | — | refused, naming the alternatives |
 //! | MULTI, EXEC, DISCARD, WATCH, UNWATCH | — | `txn`: queued per connection; WATCH needs keys with one replica |
 //! | PING, ECHO, HELLO, SELECT 0, QUIT, AUTH, ACL, CLIENT, COMMAND, CONFIG GET, INFO, DBSIZE | — | connection and server commands (`server`, `acl`) |
 //!
@@ -23,6 +25,7 @@ use std::rc::Rc;
 use wire::resp::{Args, Version};
 
 use super::acl;
+use super::expiry;
 use super::reply::{encode, encode_get, err, Shape};
 use super::server::{self, Server};
 use super::strings;
@@ -310,6 +313,9 @@ pub(super) fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
             if let Some(p) = strings::plan(other, &cmd) {
                 return p;
             }
+            if let Some(p) = expiry::plan(other, &cmd) {
+                return p;
+            }
             match server::plan(other, &cmd, state) {
                 Some(s) => Plan::Server(s),
                 None => Reply(unknown(&cmd)),
@@ -337,7 +343,9 @@ fn set<'a>(cmd: &Cmd<'a>) -> Plan<'a> {
     }
     let mut condition = Condition::Always;
     let mut get = false;
-    for i in 3..cmd.len() {
+    let mut deadline = None;
+    let mut i = 3;
+    while i < cmd.len() {
         let opt = cmd.arg(i);
         if opt.eq_ignore_ascii_case(b"NX") && condition == Condition::Always {
             condition = Condition::IfAbsent;
@@ -345,22 +353,33 @@ fn set<'a>(cmd: &Cmd<'a>) -> Plan<'a> {
             condition = Condition::IfPresent;
         } else if opt.eq_ignore_ascii_case(b"GET") {
             get = true;
-        } else if [&b"EX"[..], b"PX", b"EXAT", b"PXAT", b"KEEPTTL"]
-            .iter()
-            .any(|o| opt.eq_ignore_ascii_case(o))
-        {
-            return Plan::Reply(err(
-                "ERR expiry options (EX, PX, EXAT, PXAT, KEEPTTL) are not supported",
-            ));
+        } else if opt.eq_ignore_ascii_case(b"KEEPTTL") && deadline.is_none() {
+            deadline = Some(crate::op::Deadline::Keep);
+        } else if deadline.is_none() && i + 1 < cmd.len() {
+            match expiry::expiry_option(opt, cmd.arg(i + 1), "set") {
+                Some(Ok(d)) => deadline = Some(d),
+                Some(Err(reply)) => return Plan::Reply(reply),
+                None => return Plan::Reply(syntax_error()),
+            }
+            i += 1;
         } else {
             return Plan::Reply(syntax_error());
         }
+        i += 1;
     }
     let key = cmd.arg(1);
-    let assign = Op::Assign {
-        key,
-        value: cmd.arg(2),
-        condition,
+    let assign = match deadline {
+        None => Op::Assign {
+            key,
+            value: cmd.arg(2),
+            condition,
+        },
+        Some(deadline) => Op::AssignTtl {
+            key,
+            value: cmd.arg(2),
+            condition,
+            deadline,
+        },
     };
     if get {
         // Read and write run back to back on the same worker, so nothing interleaves.

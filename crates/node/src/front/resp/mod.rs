@@ -15,11 +15,13 @@
 //! - [`commands`]: data commands and their mapping onto lattice operations;
 //! - `server`: connection and server commands;
 //! - `reply`: encoding replies;
+//! - `expiry`: TTL commands;
 //! - `strings`: string commands beyond GET/SET;
 //! - `txn`: MULTI / EXEC / DISCARD / WATCH / UNWATCH.
 
 mod acl;
 pub mod commands;
+mod expiry;
 mod reply;
 mod server;
 mod strings;

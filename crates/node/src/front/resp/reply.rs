@@ -34,6 +34,8 @@ pub(crate) enum Shape {
     Range(i64, i64),
     /// MSETNX: 1 if the unit ran, 0 if a guard failed.
     AllOrNone,
+    /// TTL: PTTL's ms as seconds, rounded as Redis does (negative codes kept).
+    TtlSeconds,
 }
 
 /// An error reply.
@@ -168,6 +170,11 @@ pub(crate) fn encode(out: &mut Vec<u8>, v: Version, shape: &Shape, results: &[Op
                 _ => resp::integer(out, s.len() as i64),
             }
         }
+        Shape::TtlSeconds => match first {
+            Some(OpResult::Int(ms)) if *ms >= 0 => resp::integer(out, (ms + 500) / 1000),
+            Some(OpResult::Int(code)) => resp::integer(out, *code),
+            _ => resp::integer(out, -2),
+        },
         Shape::AllOrNone => match first {
             Some(OpResult::Multi(results)) => match results.iter().find_map(|r| match r {
                 OpResult::Error(e) => Some(e),
