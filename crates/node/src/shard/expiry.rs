@@ -48,9 +48,9 @@ pub enum ExpireWhen {
     LtXx,
 }
 
-/// True if `r` has a deadline that has passed at `now`.
-pub(super) fn expired_at(r: &RecordRef<'_>, now: u64) -> bool {
-    deadline_of(r).is_some_and(|at| at <= now)
+/// True if `r` has a deadline that has passed at `now()` (called only if it has one).
+pub(super) fn expired_at(r: &RecordRef<'_>, now: impl FnOnce() -> u64) -> bool {
+    deadline_of(r).is_some_and(|at| at <= now())
 }
 
 /// The deadline of a stored record.
@@ -71,21 +71,26 @@ impl Shard {
         deadline_of(r).is_some_and(|at| at <= self.clock.wall_ms())
     }
 
-    /// The wall clock now if `key`'s stored record has a deadline (so a read of a key
-    /// without one costs no clock reading).
-    pub(super) fn deadline_clock(&self, key: &[u8]) -> Option<u64> {
-        let has = self
-            .store
-            .get(key)
-            .is_some_and(|r| deadline_of(&r).is_some());
-        has.then(|| self.clock.wall_ms())
-    }
-
-    /// Notes a record entering the store: if it carries a deadline, the key joins the
-    /// index (checked when due).
+    /// Notes a record entering the store: if it carries a deadline, the key is indexed
+    /// under it (once: a key whose deadline is set again moves in the index, so refreshing
+    /// a session's TTL on every request does not grow it).
     pub(super) fn index_deadline(&mut self, key: &[u8], record: &Record) {
-        if let Some(at) = record.deadline_ms() {
-            self.expiries.insert((at, Blob::from(key)));
+        let Some(at) = record.deadline_ms() else {
+            return;
+        };
+        match self.expiry_of.get_mut(key) {
+            Some(old) if *old == at => {}
+            Some(old) => {
+                let key = Blob::from(key);
+                self.expiries.remove(&(*old, key.clone()));
+                *old = at;
+                self.expiries.insert((at, key));
+            }
+            None => {
+                let key = Blob::from(key);
+                self.expiry_of.insert(key.clone(), at);
+                self.expiries.insert((at, key));
+            }
         }
     }
 
@@ -93,6 +98,15 @@ impl Shard {
     /// the record's epoch, if a skewed clock set a deadline before it), the same on every
     /// replica. Not gossiped: every replica reclaims it itself.
     pub(super) fn reap_if_expired(&mut self, key: &[u8]) -> Result<bool, NodeError> {
+        if self.expiries.is_empty() {
+            // No key here has a deadline: no lookup on the write path.
+            return Ok(false);
+        }
+        self.reap(key)
+    }
+
+    /// [`reap_if_expired`](Self::reap_if_expired) without the shortcut.
+    fn reap(&mut self, key: &[u8]) -> Result<bool, NodeError> {
         let Some((epoch, at)) = self
             .store
             .get(key)
@@ -125,6 +139,7 @@ impl Shard {
             let Some((_, key)) = self.expiries.pop_first() else {
                 break;
             };
+            self.expiry_of.remove(&key);
             if self.store.get(&key).is_none() && !self.is_disk() {
                 continue;
             }
@@ -133,7 +148,7 @@ impl Shard {
                 continue;
             }
             // A stale entry (the deadline moved) changes nothing; the new one is indexed.
-            match self.reap_if_expired(&key) {
+            match self.reap(&key) {
                 Ok(true) => done += 1,
                 Ok(false) => {}
                 Err(e) => tracing::debug!(error = %e, "expiry: cannot reclaim a key"),

@@ -201,3 +201,23 @@ fn watch_guards_see_every_write_and_units_run_whole() {
         "its own write changed it"
     );
 }
+
+#[test]
+fn refreshing_a_deadline_keeps_one_index_entry_per_key() {
+    let (mut s, clock) = shard_with_clock();
+    set_ex(&mut s, b"session", b"v", Deadline::In(1_000));
+    for i in 0..100 {
+        s.execute(Op::Expire {
+            key: &b"session"[..],
+            deadline: Deadline::In(2_000 + i),
+            when: ExpireWhen::Always,
+        });
+    }
+    assert_eq!(s.deadlines_indexed(), 1);
+    clock.advance(1_500);
+    assert_eq!(s.expire_step(10), 0, "moved to its new deadline");
+    assert!(exists(&mut s, b"session"));
+    clock.advance(1_000);
+    assert_eq!(s.expire_step(10), 1);
+    assert_eq!(s.deadlines_indexed(), 0);
+}

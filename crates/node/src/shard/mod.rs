@@ -209,8 +209,11 @@ pub struct Shard {
     /// full records of keys being handed off.
     changeset: Map<Blob, Record>,
     /// Keys with a deadline, by deadline (ms since the epoch), for background reclamation
-    /// (`expiry`): entries may be stale (the deadline changed since), and are checked.
+    /// (`expiry`): one entry per key (`expiry_of`), possibly stale (the key was rewritten
+    /// without one since), checked when due.
     expiries: std::collections::BTreeSet<(u64, Blob)>,
+    /// The deadline each key of `expiries` is indexed under.
+    expiry_of: Map<Blob, u64>,
     /// Keys whose full record must go to one specific new replica (re-replication after a
     /// view change), sent with the next gossip round.
     outbox: Map<Replica, KeySet>,
@@ -282,6 +285,7 @@ impl Shard {
             reconcile_waiting: 0,
             changeset: Map::with_hasher(hasher.clone()),
             expiries: std::collections::BTreeSet::new(),
+            expiry_of: Map::with_hasher(hasher.clone()),
             outbox: Map::with_hasher(hasher.clone()),
             handoff: Map::with_hasher(hasher.clone()),
             next_handoff: 0,

@@ -110,11 +110,12 @@ impl Shard {
             self.maintain_memory();
             self.fault_in(key)?;
         }
-        let now = self.deadline_clock(key);
+        // The clock is read only for a record with a deadline.
+        let clock = &self.clock;
         Ok(self
             .store
             .get_touched(key)
-            .filter(|r| !now.is_some_and(|now| expired_at(r, now))))
+            .filter(|r| !expired_at(r, || clock.wall_ms())))
     }
 
     /// The live value of `key` as a `Get` reads it (`None`: absent or deleted), for
