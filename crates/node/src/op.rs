@@ -9,7 +9,6 @@ use bytes::Bytes;
 use lattice::{LatticeType, Value};
 
 use crate::error::NodeError;
-pub use crate::shard::{Deadline, ExpireWhen};
 
 /// When an LWW assignment applies (SET's NX / XX), judged at the replica receiving it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,6 +198,36 @@ pub enum Op<B> {
         /// The ops, run in order.
         ops: Vec<Op<B>>,
     },
+}
+
+/// A deadline as a command gives it, resolved by the worker running the op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deadline {
+    /// In this many ms from now (`EX`, `PX`, `EXPIRE`, `PEXPIRE`).
+    In(u64),
+    /// At this time, ms since the Unix epoch (`EXAT`, `PXAT`, `EXPIREAT`, `PEXPIREAT`).
+    At(u64),
+    /// No deadline (`PERSIST`, `GETEX PERSIST`).
+    Persist,
+    /// The key's current deadline (`SET … KEEPTTL`).
+    Keep,
+}
+
+/// `EXPIRE`'s condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpireWhen {
+    /// Always.
+    Always,
+    /// `NX`: only if the key has no deadline.
+    Nx,
+    /// `XX`: only if it has one.
+    Xx,
+    /// `GT`: only if the new deadline is later (no deadline counts as infinite).
+    Gt,
+    /// `LT`: only if the new deadline is earlier.
+    Lt,
+    /// `LT XX`: only if the key has a deadline and the new one is earlier.
+    LtXx,
 }
 
 /// A condition of an [`Op::Exec`] on one key.

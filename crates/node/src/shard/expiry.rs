@@ -16,37 +16,7 @@ use store::RecordRef;
 
 use super::Shard;
 use crate::error::NodeError;
-use crate::op::{Condition, OpResult};
-
-/// A deadline as a command gives it, resolved by the worker running the op.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Deadline {
-    /// In this many ms from now (`EX`, `PX`, `EXPIRE`, `PEXPIRE`).
-    In(u64),
-    /// At this time, ms since the Unix epoch (`EXAT`, `PXAT`, `EXPIREAT`, `PEXPIREAT`).
-    At(u64),
-    /// No deadline (`PERSIST`, `GETEX PERSIST`).
-    Persist,
-    /// The key's current deadline (`SET … KEEPTTL`).
-    Keep,
-}
-
-/// `EXPIRE`'s condition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExpireWhen {
-    /// Always.
-    Always,
-    /// `NX`: only if the key has no deadline.
-    Nx,
-    /// `XX`: only if it has one.
-    Xx,
-    /// `GT`: only if the new deadline is later (no deadline counts as infinite).
-    Gt,
-    /// `LT`: only if the new deadline is earlier.
-    Lt,
-    /// `LT XX`: only if the key has a deadline and the new one is earlier.
-    LtXx,
-}
+use crate::op::{Condition, Deadline, ExpireWhen, OpResult};
 
 /// True if `r` has a deadline that has passed at `now()` (called only if it has one).
 pub(super) fn expired_at(r: &RecordRef<'_>, now: impl FnOnce() -> u64) -> bool {

@@ -34,7 +34,7 @@ mod views;
 
 use std::sync::Arc;
 
-pub use expiry::{Deadline, ExpireWhen, EXPIRE_STEP_KEYS};
+pub use expiry::EXPIRE_STEP_KEYS;
 pub(crate) use strings::{parse_float, parse_strict_i64};
 
 use foldhash::fast::FixedState;

@@ -11,14 +11,14 @@
 //! has other replicas, into the changeset, which goes to them every gossip period, one
 //! merged record per key per destination ("merge at sender").
 
-use lattice::{Blob, Counter, Lattice, LatticeType, Lww, OrSet, Record, Timestamp, Value};
+use lattice::{Blob, Counter, Lattice, LatticeType, OrSet, Record, Timestamp, Value};
 use placement::replication;
 use store::RecordRef;
 
 use super::expiry::expired_at;
 use super::Shard;
 use crate::error::NodeError;
-use crate::op::{Condition, Op, OpResult};
+use crate::op::{Op, OpResult};
 
 impl Shard {
     /// Fails for keys a client may not use: longer than the key limit, or in the reserved
@@ -394,39 +394,6 @@ impl Shard {
         let ts = self.hlc.tick(self.clock_ms());
         self.apply(key, Record::tombstone(ts))?;
         Ok(OpResult::Int(1))
-    }
-
-    pub(super) fn assign(
-        &mut self,
-        key: &[u8],
-        value: &[u8],
-        condition: Condition,
-    ) -> Result<OpResult, NodeError> {
-        self.check_type(key, LatticeType::Lww)?;
-        if value.len() > self.config.limits.max_value_size {
-            return Err(NodeError::ValueTooLarge {
-                len: value.len(),
-                max: self.config.limits.max_value_size,
-            });
-        }
-        let exists = self.live(key).is_some();
-        let proceed = match condition {
-            Condition::Always => true,
-            Condition::IfAbsent => !exists,
-            Condition::IfPresent => exists,
-        };
-        if !proceed {
-            return Ok(OpResult::Int(0));
-        }
-        self.write_string(key, value)?;
-        Ok(OpResult::Int(1))
-    }
-
-    /// Writes `value` as `key`'s LWW string, stamped by the worker's clock.
-    pub(super) fn write_string(&mut self, key: &[u8], value: &[u8]) -> Result<(), NodeError> {
-        let ts = self.hlc.tick(self.clock_ms());
-        let record = Record::new(ts, Some(Value::Lww(Lww::new(ts, Box::from(value)))));
-        self.apply(key, record)
     }
 
     /// True if `key` holds an OR-set at `epoch` (which in-place updates may then modify).

@@ -1,5 +1,6 @@
-//! Read-modify-writes of RESP strings (`GETSET`, `GETDEL`, `APPEND`, `SETRANGE`,
-//! `INCRBYFLOAT`, and `INCR` on a string holding an integer).
+//! LWW string writes: `SET` (with NX / XX), and the read-modify-writes of RESP strings
+//! (`GETSET`, `GETDEL`, `APPEND`, `SETRANGE`, `INCRBYFLOAT`, and `INCR` on a string holding
+//! an integer).
 //!
 //! Each runs at one replica of the key: it reads the live string there and writes the
 //! result as a new LWW register stamped by the worker's clock — one op, so nothing
@@ -8,11 +9,11 @@
 //! of the two results and the other write is lost (docs/protocol.md). `INCR` on a key that
 //! does not exist creates a PN-counter instead, whose concurrent increments all count.
 
-use lattice::{LatticeType, Value};
+use lattice::{LatticeType, Lww, Record, Value};
 
 use super::Shard;
 use crate::error::NodeError;
-use crate::op::OpResult;
+use crate::op::{Condition, OpResult};
 
 /// Redis's error for a string that is not a decimal integer.
 pub(crate) const NOT_AN_INTEGER: &str = "value is not an integer or out of range";
@@ -49,6 +50,40 @@ pub(crate) fn format_float(x: f64) -> String {
 }
 
 impl Shard {
+    /// `SET` (with NX / XX): an LWW write stamped by the worker's clock.
+    pub(super) fn assign(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        condition: Condition,
+    ) -> Result<OpResult, NodeError> {
+        self.check_type(key, LatticeType::Lww)?;
+        if value.len() > self.config.limits.max_value_size {
+            return Err(NodeError::ValueTooLarge {
+                len: value.len(),
+                max: self.config.limits.max_value_size,
+            });
+        }
+        let exists = self.live(key).is_some();
+        let proceed = match condition {
+            Condition::Always => true,
+            Condition::IfAbsent => !exists,
+            Condition::IfPresent => exists,
+        };
+        if !proceed {
+            return Ok(OpResult::Int(0));
+        }
+        self.write_string(key, value)?;
+        Ok(OpResult::Int(1))
+    }
+
+    /// Writes `value` as `key`'s LWW string, stamped by the worker's clock.
+    pub(super) fn write_string(&mut self, key: &[u8], value: &[u8]) -> Result<(), NodeError> {
+        let ts = self.hlc.tick(self.clock_ms());
+        let record = Record::new(ts, Some(Value::Lww(Lww::new(ts, Box::from(value)))));
+        self.apply(key, record)
+    }
+
     /// The live string of `key` (a counter reads as its decimal form if `counters`),
     /// `None` if absent; WRONGTYPE for other types.
     fn live_string(&self, key: &[u8], counters: bool) -> Result<Option<Vec<u8>>, NodeError> {
