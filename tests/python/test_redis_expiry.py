@@ -93,3 +93,47 @@ def test_two_replicas_agree_on_deadlines(two_replicas):  # noqa: F811
     time.sleep(0.6)
     assert a.get("short") is None and b.get("short") is None
     assert a.exists("short") == 0 and b.exists("short") == 0
+
+
+def test_deadlines_survive_a_restart(tmp_path):
+    # The write-ahead log carries the deadline register: after a restart the TTL is the
+    # same absolute deadline, and a key that expired meanwhile is gone and reclaimed.
+    import os
+    import signal
+    import subprocess
+
+    from conftest import binary
+
+    def start():
+        proc = subprocess.Popen(
+            [binary(), "local", "--listen", "127.0.0.1:0", "--resp", "127.0.0.1:0",
+             "--data-dir", str(tmp_path), "--disk-nodes", "0", "--monitor", "false",
+             "--workers", "1"],
+            stdout=subprocess.PIPE, text=True, env={**os.environ, "LATTICEKV_LOG": "warn"})
+        resp = None
+        while resp is None:
+            parts = proc.stdout.readline().split()
+            assert parts or proc.poll() is None, "node exited"
+            if parts[:1] == ["resp"]:
+                resp = parts[1]
+        host, port = resp.rsplit(":", 1)
+        return proc, redis.Redis(host=host, port=int(port))
+
+    def stop(proc):
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+
+    proc, r = start()
+    r.set("long", "v", ex=100)
+    r.set("short", "v", px=300)
+    r.set("plain", "v")
+    stop(proc)
+    time.sleep(0.4)
+    proc, r = start()
+    try:
+        assert 95 <= r.ttl("long") <= 100
+        assert r.ttl("plain") == -1
+        assert r.get("short") is None
+        assert eventually(lambda: r.dbsize() == 2)
+    finally:
+        stop(proc)
