@@ -23,9 +23,12 @@ fn commands_reply_like_redis() {
     c.roundtrip(&[b"SET", b"b", b"2", b"XX"], b"$-1\r\n");
     c.roundtrip(&[b"SET", b"a", b"3", b"XX", b"GET"], b"$1\r\n1\r\n");
     c.roundtrip(&[b"GET", b"a"], b"$1\r\n3\r\n");
+    c.roundtrip(&[b"SET", b"a", b"3", b"EX", b"10"], b"+OK\r\n");
+    c.roundtrip(&[b"TTL", b"a"], b":10\r\n");
+    c.roundtrip(&[b"PERSIST", b"a"], b":1\r\n");
     c.roundtrip(
-        &[b"SET", b"a", b"1", b"EX", b"10"],
-        b"-ERR expiry options (EX, PX, EXAT, PXAT, KEEPTTL) are not supported\r\n",
+        &[b"SET", b"a", b"3", b"EX", b"0"],
+        b"-ERR invalid expire time in 'set' command\r\n",
     );
     c.roundtrip(&[b"SET", b"a", b"1", b"BOGUS"], b"-ERR syntax error\r\n");
     c.roundtrip(
@@ -66,8 +69,16 @@ fn commands_reply_like_redis() {
     c.roundtrip(&[b"TYPE", b"s"], b"+set\r\n");
     c.roundtrip(&[b"TYPE", b"a"], b"+string\r\n");
     c.roundtrip(&[b"TYPE", b"nope"], b"+none\r\n");
+    // A string holding an integer counts, as in Redis; one that does not is refused.
+    c.roundtrip(&[b"SET", b"i", b"41"], b"+OK\r\n");
+    c.roundtrip(&[b"INCR", b"i"], b":42\r\n");
+    c.roundtrip(&[b"SET", b"w", b"word"], b"+OK\r\n");
+    c.roundtrip(
+        &[b"INCR", b"w"],
+        b"-ERR value is not an integer or out of range\r\n",
+    );
     // Wrong types.
-    c.send(&[b"INCR", b"a"]);
+    c.send(&[b"INCR", b"s"]);
     assert!(c
         .line()
         .starts_with("-WRONGTYPE Operation against a key holding the wrong kind of value"));
@@ -86,7 +97,7 @@ fn commands_reply_like_redis() {
         &[b"GET"],
         b"-ERR wrong number of arguments for 'get' command\r\n",
     );
-    c.roundtrip(&[b"DBSIZE"], b":4\r\n");
+    c.roundtrip(&[b"DBSIZE"], b":6\r\n");
     c.roundtrip(&[b"QUIT"], b"+OK\r\n");
     assert!(common::closed_by_peer(&mut c.stream));
 }

@@ -374,6 +374,7 @@ fn gossip_entry(key: &str, value: pb::Value) -> pb::gossip::Entry {
         record: Some(pb::Record {
             epoch: ts(1),
             value: Some(value),
+            expiry: None,
         }),
     }
 }

@@ -13,6 +13,7 @@
 //! - [`orset`]: [`OrSet`], an add-wins observed-remove set in delta-state form.
 //! - [`ord`]: [`Max`], [`Min`] and [`Bool`] (logical or).
 //! - [`counter`]: [`Counter`], a PN-counter.
+//! - [`expiry`]: [`Expiry`], a key's deadline as a last-writer-wins register.
 //! - [`map`]: [`Map`], a key-wise merged map of lattices.
 //! - [`priority`]: [`Priority`], the value with the lowest priority wins.
 //! - [`causal`]: multi-value registers ordered by vector clocks: [`SingleKeyCausal`] and
@@ -29,6 +30,7 @@
 pub mod causal;
 pub mod clock;
 pub mod counter;
+pub mod expiry;
 pub mod laws;
 pub mod lww;
 pub mod map;
@@ -41,6 +43,7 @@ pub mod value;
 pub use causal::{CausalVersion, CausalWriter, MultiKeyCausal, SingleKeyCausal};
 pub use clock::{CausalContext, Dot, Hlc, Timestamp, VectorClock};
 pub use counter::Counter;
+pub use expiry::Expiry;
 pub use lww::Lww;
 pub use map::Map;
 pub use ord::{Bool, Max, Min};

@@ -4,9 +4,10 @@
 use std::fmt;
 use std::mem::size_of;
 
+use crate::expiry::merge_expiry;
 use crate::{
-    Blob, Bool, CausalVersion, Counter, Dot, Lattice, Lww, Map, Max, Min, MultiKeyCausal, OrSet,
-    OrderedSet, Priority, Set, SingleKeyCausal, Timestamp, VectorClock,
+    Blob, Bool, CausalVersion, Counter, Dot, Expiry, Lattice, Lww, Map, Max, Min, MultiKeyCausal,
+    OrSet, OrderedSet, Priority, Set, SingleKeyCausal, Timestamp, VectorClock,
 };
 
 /// The type of a [`Value`]. The discriminant is the wire tag, and it orders types for the
@@ -279,7 +280,9 @@ impl Lattice for Value {
 /// What the store keeps per key: an epoch and a value, or a tombstone (`value: None`).
 ///
 /// Merge rule: lexicographic. The record with the higher `epoch` wins wholesale; with equal
-/// epochs the values merge, a tombstone (`None`) being the bottom.
+/// epochs the values merge, a tombstone (`None`) being the bottom, and so do the expiries
+/// (an [`Expiry`] register; `None` is the bottom). A new incarnation (a delete, an LWW
+/// write) thus clears the deadline unless it carries one, as Redis's `SET` does.
 ///
 /// Convention (enforced by the node, which picks the epochs):
 /// - a delete writes `(hlc_now, None)`;
@@ -296,12 +299,24 @@ pub struct Record {
     pub epoch: Timestamp,
     /// The value; `None` is a tombstone (the key was deleted).
     pub value: Option<Value>,
+    /// When the key expires (RESP TTLs); `None`: never set in this incarnation.
+    /// Boxed: most records have none, and a record's inline size is per key in RAM.
+    pub expiry: Option<Box<Expiry>>,
 }
 
 impl Record {
     /// A record from its parts.
     pub fn new(epoch: Timestamp, value: Option<Value>) -> Self {
-        Record { epoch, value }
+        Record {
+            epoch,
+            value,
+            expiry: None,
+        }
+    }
+
+    /// The deadline (ms since the Unix epoch), if the key has one.
+    pub fn deadline_ms(&self) -> Option<u64> {
+        self.expiry.as_ref().and_then(|e| e.at_ms)
     }
 
     /// A tombstone: the key was deleted at `ts`.
@@ -309,6 +324,7 @@ impl Record {
         Record {
             epoch: ts,
             value: None,
+            expiry: None,
         }
     }
 
@@ -333,14 +349,16 @@ impl Lattice for Record {
         if other.epoch < self.epoch {
             return false;
         }
-        match (&mut self.value, other.value) {
+        let expiry = merge_expiry(&mut self.expiry, other.expiry);
+        let value = match (&mut self.value, other.value) {
             (_, None) => false,
             (mine @ None, Some(theirs)) => {
                 *mine = Some(theirs);
                 true
             }
             (Some(mine), Some(theirs)) => mine.merge(theirs),
-        }
+        };
+        value || expiry
     }
 }
 

@@ -14,9 +14,9 @@ use std::fmt::Debug;
 
 use common::{converges, delivery_order, laws_hold};
 use lattice::{
-    Blob, Bool, CausalContext, CausalWriter, Counter, Dot, Hlc, Lattice, LatticeType, Lww, Map,
-    Max, Min, MultiKeyCausal, OrSet, OrderedSet, Priority, Record, Set, SingleKeyCausal, Timestamp,
-    Value, VectorClock,
+    Blob, Bool, CausalContext, CausalWriter, Counter, Dot, Expiry, Hlc, Lattice, LatticeType, Lww,
+    Map, Max, Min, MultiKeyCausal, OrSet, OrderedSet, Priority, Record, Set, SingleKeyCausal,
+    Timestamp, Value, VectorClock,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -184,6 +184,23 @@ impl Sim for Lww {
     }
     fn apply(_: &mut (), _: u64, _: &Self, &(time, writer, v): &Self::Op) -> Option<Self> {
         Some(Lww::new(Timestamp::new(time, writer), blob(v)))
+    }
+}
+
+impl Sim for Expiry {
+    type Op = (u64, u64, Option<u64>);
+    type Writer = ();
+
+    fn bottom() -> Self {
+        Expiry::default()
+    }
+    fn writer(_: u64) {}
+    fn op() -> BoxedStrategy<Self::Op> {
+        // Small times and writers: equal timestamps with different deadlines happen.
+        (0..3u64, 0..2u64, proptest::option::of(0..3u64)).boxed()
+    }
+    fn apply(_: &mut (), _: u64, _: &Self, &(time, writer, at): &Self::Op) -> Option<Self> {
+        Some(Expiry::new(Timestamp::new(time, writer), at))
     }
 }
 
@@ -672,6 +689,9 @@ enum RecordOp {
     Assign(u64, u8),
     /// A write of another type, into the key's current epoch.
     Write(LeafOp),
+    /// Set (or clear, `None`) the key's deadline at physical time `ms`, in its current
+    /// epoch.
+    Expire(u64, Option<u64>),
 }
 
 /// The node's writer state: its hybrid logical clock and its causal writer.
@@ -698,6 +718,8 @@ impl Sim for Record {
             1 => (0..3u64).prop_map(RecordOp::Delete),
             1 => (0..3u64, 0..3u8).prop_map(|(ms, v)| RecordOp::Assign(ms, v)),
             3 => leaf_op().prop_map(RecordOp::Write),
+            1 => (0..3u64, proptest::option::of(0..3u64))
+                .prop_map(|(ms, at)| RecordOp::Expire(ms, at)),
         ]
         .boxed()
     }
@@ -709,6 +731,11 @@ impl Sim for Record {
             RecordOp::Assign(ms, v) | RecordOp::Write(LeafOp::Lww(ms, v)) => {
                 let ts = w.hlc.tick(*ms);
                 Some(Record::new(ts, Some(Value::Lww(Lww::new(ts, blob(*v))))))
+            }
+            RecordOp::Expire(ms, at) => {
+                let mut delta = Record::tombstone(read.epoch);
+                delta.expiry = Some(Box::new(Expiry::new(w.hlc.tick(*ms), *at)));
+                Some(delta)
             }
             RecordOp::Write(op) => {
                 let same_incarnation = match &read.value {
@@ -728,6 +755,7 @@ impl Sim for Record {
 }
 
 lattice_laws!(lww, Lww);
+lattice_laws!(expiry, Expiry);
 lattice_laws!(set, Set<Blob>);
 lattice_laws!(ordered_set, OrderedSet<Blob>);
 lattice_laws!(orset, OrSet<Blob>);

@@ -11,10 +11,14 @@ use bytes::Bytes;
 use lattice::{LatticeType, Record};
 use prost::Message;
 use wire::convert::{value_from_pb, value_to_pb};
-use wire::pb::{self, forward_op::Kind, forward_result::Result as R};
+use wire::pb::{self, forward_result::Result as R};
 
 use crate::error::NodeError;
-use crate::op::{Condition, Op, OpResult};
+use crate::op::OpResult;
+
+#[path = "codec_ops.rs"]
+mod ops;
+pub use ops::{op_from_pb, op_to_pb};
 
 /// One batch of records for one destination: keys and records to merge there.
 pub type GossipBatch = Vec<(Bytes, Record)>;
@@ -135,100 +139,6 @@ pub fn decode_journal(payload: &[u8]) -> Result<Vec<JournalEntry>, NodeError> {
         .collect()
 }
 
-/// Encodes an op for forwarding.
-pub fn op_to_pb(op: &Op<Bytes>) -> pb::ForwardOp {
-    let mut out = pb::ForwardOp {
-        key: op.key_bytes().clone(),
-        ..Default::default()
-    };
-    match op {
-        Op::Get { .. } => out.kind = Kind::Get as i32,
-        Op::Exists { .. } => out.kind = Kind::Exists as i32,
-        Op::TypeOf { .. } => out.kind = Kind::TypeOf as i32,
-        Op::SetContains { member, .. } => {
-            out.kind = Kind::SetContains as i32;
-            out.arg = member.clone();
-        }
-        Op::SetLen { .. } => out.kind = Kind::SetLen as i32,
-        Op::Put { value, .. } => {
-            out.kind = Kind::Put as i32;
-            out.value = Some(value_to_pb(value));
-        }
-        Op::Delete { .. } => out.kind = Kind::Delete as i32,
-        Op::Assign {
-            value, condition, ..
-        } => {
-            out.kind = Kind::Assign as i32;
-            out.arg = value.clone();
-            out.condition = match condition {
-                Condition::Always => pb::update::Condition::Always,
-                Condition::IfAbsent => pb::update::Condition::IfAbsent,
-                Condition::IfPresent => pb::update::Condition::IfPresent,
-            } as i32;
-        }
-        Op::SetAdd { members, .. } => {
-            out.kind = Kind::SetAdd as i32;
-            out.members = members.clone();
-        }
-        Op::SetRemove { members, .. } => {
-            out.kind = Kind::SetRemove as i32;
-            out.members = members.clone();
-        }
-        Op::CounterAdd { delta, .. } => {
-            out.kind = Kind::CounterAdd as i32;
-            out.delta = *delta;
-        }
-    }
-    out
-}
-
-/// Decodes a forwarded op.
-pub fn op_from_pb(op: pb::ForwardOp) -> Result<Op<Bytes>, NodeError> {
-    let bad = |what: &str| NodeError::BadRequest(format!("forwarded op: {what}"));
-    let key = op.key;
-    Ok(
-        match Kind::try_from(op.kind).map_err(|_| bad("unknown kind"))? {
-            Kind::Get => Op::Get { key },
-            Kind::Exists => Op::Exists { key },
-            Kind::TypeOf => Op::TypeOf { key },
-            Kind::SetContains => Op::SetContains {
-                key,
-                member: op.arg,
-            },
-            Kind::SetLen => Op::SetLen { key },
-            Kind::Put => {
-                let value = op.value.as_ref().ok_or_else(|| bad("put without value"))?;
-                Op::Put {
-                    key,
-                    value: value_from_pb(value).map_err(|e| bad(&e.to_string()))?,
-                }
-            }
-            Kind::Delete => Op::Delete { key },
-            Kind::Assign => Op::Assign {
-                key,
-                value: op.arg,
-                condition: match pb::update::Condition::try_from(op.condition) {
-                    Ok(pb::update::Condition::IfAbsent) => Condition::IfAbsent,
-                    Ok(pb::update::Condition::IfPresent) => Condition::IfPresent,
-                    _ => Condition::Always,
-                },
-            },
-            Kind::SetAdd => Op::SetAdd {
-                key,
-                members: op.members,
-            },
-            Kind::SetRemove => Op::SetRemove {
-                key,
-                members: op.members,
-            },
-            Kind::CounterAdd => Op::CounterAdd {
-                key,
-                delta: op.delta,
-            },
-        },
-    )
-}
-
 /// Encodes a result.
 pub fn result_to_pb(r: &OpResult) -> pb::ForwardResult {
     let result = match r {
@@ -240,6 +150,9 @@ pub fn result_to_pb(r: &OpResult) -> pb::ForwardResult {
             pb::LatticeType::try_from(t as i32).unwrap_or(pb::LatticeType::Unspecified)
         }) as i32),
         OpResult::Done => R::Done(true),
+        OpResult::Multi(results) => R::Multi(pb::ForwardResults {
+            results: results.iter().map(result_to_pb).collect(),
+        }),
         OpResult::Error(e) => R::Error(e.to_pb()),
     };
     pb::ForwardResult {
@@ -258,6 +171,7 @@ pub fn result_from_pb(r: pb::ForwardResult) -> OpResult {
         Some(R::Int(n)) => OpResult::Int(n),
         Some(R::Type(t)) => OpResult::Type(u8::try_from(t).ok().and_then(LatticeType::from_u8)),
         Some(R::Done(_)) => OpResult::Done,
+        Some(R::Multi(m)) => OpResult::Multi(m.results.into_iter().map(result_from_pb).collect()),
         Some(R::Error(e)) => OpResult::Error(error_from_pb(e)),
         None => unavailable("empty result from a peer"),
     }
@@ -282,6 +196,7 @@ pub fn error_from_pb(e: pb::Error) -> NodeError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::op::{Condition, Deadline, ExpireWhen, Guard, Op};
     use lattice::{Max, Value};
 
     #[test]
@@ -366,7 +281,69 @@ mod tests {
                 key: k.clone(),
                 members: vec![Bytes::from_static(b"a")],
             },
-            Op::CounterAdd { key: k, delta: -4 },
+            Op::CounterAdd {
+                key: k.clone(),
+                delta: -4,
+            },
+            Op::GetSet {
+                key: k.clone(),
+                value: Bytes::from_static(b"v"),
+            },
+            Op::GetDel { key: k.clone() },
+            Op::Append {
+                key: k.clone(),
+                value: Bytes::from_static(b"v"),
+            },
+            Op::SetRange {
+                key: k.clone(),
+                offset: 7,
+                value: Bytes::from_static(b"v"),
+            },
+            Op::IncrByFloat {
+                key: k.clone(),
+                by: -1.5,
+            },
+            Op::IncrBy {
+                key: k.clone(),
+                delta: 9,
+            },
+            Op::AssignTtl {
+                key: k.clone(),
+                value: Bytes::from_static(b"v"),
+                condition: Condition::IfPresent,
+                deadline: Deadline::In(1500),
+            },
+            Op::Expire {
+                key: k.clone(),
+                deadline: Deadline::At(1_700_000_000_000),
+                when: ExpireWhen::Gt,
+            },
+            Op::Expire {
+                key: k.clone(),
+                deadline: Deadline::Persist,
+                when: ExpireWhen::Always,
+            },
+            Op::Ttl { key: k.clone() },
+            Op::GetEx {
+                key: k.clone(),
+                deadline: None,
+            },
+            Op::GetEx {
+                key: k.clone(),
+                deadline: Some(Deadline::Keep),
+            },
+            Op::Version { key: k.clone() },
+            Op::Exec {
+                key: k.clone(),
+                guards: vec![
+                    (k.clone(), Guard::Version(u64::MAX)),
+                    (Bytes::from_static(b"j"), Guard::Absent),
+                ],
+                ops: vec![
+                    Op::Get { key: k.clone() },
+                    Op::CounterAdd { key: k, delta: 2 },
+                ],
+            },
         ];
         for op in ops {
             assert_eq!(op_from_pb(op_to_pb(&op)).unwrap(), op);
@@ -378,6 +355,7 @@ mod tests {
             OpResult::Type(Some(LatticeType::OrSet)),
             OpResult::Type(None),
             OpResult::Done,
+            OpResult::Multi(vec![OpResult::Int(1), OpResult::Value(None)]),
             OpResult::Error(NodeError::Overflow),
         ] {
             let back = result_from_pb(result_to_pb(&r));

@@ -94,6 +94,151 @@ pub enum Op<B> {
         /// The amount.
         delta: i64,
     },
+    /// Replace the string at `key`, reading the old one (`GETSET`). → [`OpResult::Value`]
+    /// the old value.
+    GetSet {
+        /// The key.
+        key: B,
+        /// The new value.
+        value: B,
+    },
+    /// Delete `key`, reading its string first (`GETDEL`). → [`OpResult::Value`] the old
+    /// value.
+    GetDel {
+        /// The key.
+        key: B,
+    },
+    /// Append to the string at `key` (`APPEND`). → [`OpResult::Int`] the new length.
+    Append {
+        /// The key.
+        key: B,
+        /// The suffix.
+        value: B,
+    },
+    /// Overwrite the string at `key` from `offset`, padding with zero bytes (`SETRANGE`).
+    /// → [`OpResult::Int`] the new length.
+    SetRange {
+        /// The key.
+        key: B,
+        /// Where the bytes go.
+        offset: u64,
+        /// The bytes.
+        value: B,
+    },
+    /// Add `by` to the decimal number in the string at `key` (`INCRBYFLOAT`). →
+    /// [`OpResult::Value`] the new string.
+    IncrByFloat {
+        /// The key.
+        key: B,
+        /// The increment.
+        by: f64,
+    },
+    /// Add `delta` to the integer at `key` (RESP `INCRBY`): a string holding a decimal
+    /// integer is rewritten (as Redis), anything else is a PN-counter as with
+    /// [`Op::CounterAdd`]. → [`OpResult::Int`] the new value.
+    IncrBy {
+        /// The key.
+        key: B,
+        /// The amount.
+        delta: i64,
+    },
+    /// LWW assignment whose record carries a deadline (`SET … EX/PX/EXAT/PXAT/KEEPTTL`,
+    /// `SETEX`, `PSETEX`). → [`OpResult::Int`] 1 if written, 0 if the condition failed.
+    AssignTtl {
+        /// The key.
+        key: B,
+        /// The new value.
+        value: B,
+        /// When to write.
+        condition: Condition,
+        /// The deadline.
+        deadline: Deadline,
+    },
+    /// Set or clear `key`'s deadline (`EXPIRE` family, `PERSIST`). → [`OpResult::Int`] 1
+    /// if done, 0 if the key is missing or the condition failed.
+    Expire {
+        /// The key.
+        key: B,
+        /// The deadline ([`Deadline::Persist`] clears it).
+        deadline: Deadline,
+        /// The condition (`NX`, `XX`, `GT`, `LT`).
+        when: ExpireWhen,
+    },
+    /// `key`'s time to live in ms (`PTTL`). → [`OpResult::Int`]: ms, -1 without a deadline,
+    /// -2 if missing.
+    Ttl {
+        /// The key.
+        key: B,
+    },
+    /// Read the string at `key` and change its deadline if asked (`GETEX`). →
+    /// [`OpResult::Value`].
+    GetEx {
+        /// The key.
+        key: B,
+        /// The new deadline, if any.
+        deadline: Option<Deadline>,
+    },
+    /// A fingerprint of `key`'s record (RESP `WATCH`), read where the key's only replica
+    /// is: → [`OpResult::Int`]; an error if the key has several replicas (a write at
+    /// another one could go unseen).
+    Version {
+        /// The key.
+        key: B,
+    },
+    /// Ops run as one unit on the worker holding `key` (RESP `EXEC` after `WATCH`,
+    /// `MSETNX`): nothing runs unless every guard holds, and nothing else runs on the
+    /// worker in between. Every key must be held by that worker alone (see
+    /// [`Guard`]). → [`OpResult::Multi`] with one result per op, or [`OpResult::Int`] 0
+    /// if a guard failed (nothing was applied).
+    Exec {
+        /// Where the unit runs: the first guarded or written key.
+        key: B,
+        /// Conditions on keys, checked first.
+        guards: Vec<(B, Guard)>,
+        /// The ops, run in order.
+        ops: Vec<Op<B>>,
+    },
+}
+
+/// A deadline as a command gives it, resolved by the worker running the op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deadline {
+    /// In this many ms from now (`EX`, `PX`, `EXPIRE`, `PEXPIRE`).
+    In(u64),
+    /// At this time, ms since the Unix epoch (`EXAT`, `PXAT`, `EXPIREAT`, `PEXPIREAT`).
+    At(u64),
+    /// No deadline (`PERSIST`, `GETEX PERSIST`).
+    Persist,
+    /// The key's current deadline (`SET … KEEPTTL`).
+    Keep,
+}
+
+/// `EXPIRE`'s condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpireWhen {
+    /// Always.
+    Always,
+    /// `NX`: only if the key has no deadline.
+    Nx,
+    /// `XX`: only if it has one.
+    Xx,
+    /// `GT`: only if the new deadline is later (no deadline counts as infinite).
+    Gt,
+    /// `LT`: only if the new deadline is earlier.
+    Lt,
+    /// `LT XX`: only if the key has a deadline and the new one is earlier.
+    LtXx,
+}
+
+/// A condition of an [`Op::Exec`] on one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guard {
+    /// The key's record is the one a [`Op::Version`] read (`WATCH`); the key must have one
+    /// replica, else a change at another replica could go unseen.
+    Version(u64),
+    /// The key holds no live value (`MSETNX`), judged at the replica running the unit,
+    /// like `SET … NX`.
+    Absent,
 }
 
 impl<B: AsRef<[u8]>> Op<B> {
@@ -110,21 +255,61 @@ impl<B: AsRef<[u8]>> Op<B> {
             | Op::Assign { key, .. }
             | Op::SetAdd { key, .. }
             | Op::SetRemove { key, .. }
-            | Op::CounterAdd { key, .. } => key.as_ref(),
+            | Op::CounterAdd { key, .. }
+            | Op::GetSet { key, .. }
+            | Op::GetDel { key }
+            | Op::Append { key, .. }
+            | Op::SetRange { key, .. }
+            | Op::IncrByFloat { key, .. }
+            | Op::IncrBy { key, .. }
+            | Op::AssignTtl { key, .. }
+            | Op::Expire { key, .. }
+            | Op::Ttl { key }
+            | Op::GetEx { key, .. }
+            | Op::Version { key }
+            | Op::Exec { key, .. } => key.as_ref(),
         }
     }
 
     /// True if the op may change the store.
     pub fn is_write(&self) -> bool {
-        matches!(
-            self,
+        match self {
             Op::Put { .. }
-                | Op::Delete { .. }
-                | Op::Assign { .. }
-                | Op::SetAdd { .. }
-                | Op::SetRemove { .. }
-                | Op::CounterAdd { .. }
-        )
+            | Op::Delete { .. }
+            | Op::Assign { .. }
+            | Op::SetAdd { .. }
+            | Op::SetRemove { .. }
+            | Op::CounterAdd { .. }
+            | Op::GetSet { .. }
+            | Op::GetDel { .. }
+            | Op::Append { .. }
+            | Op::SetRange { .. }
+            | Op::IncrByFloat { .. }
+            | Op::IncrBy { .. }
+            | Op::AssignTtl { .. }
+            | Op::Expire { .. } => true,
+            Op::GetEx { deadline, .. } => deadline.is_some(),
+            Op::Exec { ops, .. } => ops.iter().any(Op::is_write),
+            Op::Get { .. }
+            | Op::Exists { .. }
+            | Op::TypeOf { .. }
+            | Op::SetContains { .. }
+            | Op::SetLen { .. }
+            | Op::Ttl { .. }
+            | Op::Version { .. } => false,
+        }
+    }
+
+    /// Every key the op reads or writes (an [`Op::Exec`] has several).
+    pub fn keys(&self) -> Vec<&[u8]> {
+        match self {
+            Op::Exec { guards, ops, .. } => guards
+                .iter()
+                .map(|(k, _)| k.as_ref())
+                .chain(ops.iter().flat_map(Op::keys))
+                .collect(),
+            other => vec![other.key()],
+        }
     }
 
     /// An owned copy, for forwarding to another worker.
@@ -165,6 +350,59 @@ impl<B: AsRef<[u8]>> Op<B> {
                 key: b(key),
                 delta: *delta,
             },
+            Op::GetSet { key, value } => Op::GetSet {
+                key: b(key),
+                value: b(value),
+            },
+            Op::GetDel { key } => Op::GetDel { key: b(key) },
+            Op::Append { key, value } => Op::Append {
+                key: b(key),
+                value: b(value),
+            },
+            Op::SetRange { key, offset, value } => Op::SetRange {
+                key: b(key),
+                offset: *offset,
+                value: b(value),
+            },
+            Op::IncrByFloat { key, by } => Op::IncrByFloat {
+                key: b(key),
+                by: *by,
+            },
+            Op::IncrBy { key, delta } => Op::IncrBy {
+                key: b(key),
+                delta: *delta,
+            },
+            Op::AssignTtl {
+                key,
+                value,
+                condition,
+                deadline,
+            } => Op::AssignTtl {
+                key: b(key),
+                value: b(value),
+                condition: *condition,
+                deadline: *deadline,
+            },
+            Op::Expire {
+                key,
+                deadline,
+                when,
+            } => Op::Expire {
+                key: b(key),
+                deadline: *deadline,
+                when: *when,
+            },
+            Op::Ttl { key } => Op::Ttl { key: b(key) },
+            Op::GetEx { key, deadline } => Op::GetEx {
+                key: b(key),
+                deadline: *deadline,
+            },
+            Op::Version { key } => Op::Version { key: b(key) },
+            Op::Exec { key, guards, ops } => Op::Exec {
+                key: b(key),
+                guards: guards.iter().map(|(k, g)| (b(k), *g)).collect(),
+                ops: ops.iter().map(Op::to_owned_op).collect(),
+            },
         }
     }
 }
@@ -183,7 +421,19 @@ impl Op<Bytes> {
             | Op::Assign { key, .. }
             | Op::SetAdd { key, .. }
             | Op::SetRemove { key, .. }
-            | Op::CounterAdd { key, .. } => key,
+            | Op::CounterAdd { key, .. }
+            | Op::GetSet { key, .. }
+            | Op::GetDel { key }
+            | Op::Append { key, .. }
+            | Op::SetRange { key, .. }
+            | Op::IncrByFloat { key, .. }
+            | Op::IncrBy { key, .. }
+            | Op::AssignTtl { key, .. }
+            | Op::Expire { key, .. }
+            | Op::Ttl { key }
+            | Op::GetEx { key, .. }
+            | Op::Version { key }
+            | Op::Exec { key, .. } => key,
         }
     }
 }
@@ -199,6 +449,8 @@ pub enum OpResult {
     Type(Option<LatticeType>),
     /// A write without a count.
     Done,
+    /// The results of an [`Op::Exec`]'s ops, in order.
+    Multi(Vec<OpResult>),
     /// The op failed.
     Error(NodeError),
 }

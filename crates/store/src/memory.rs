@@ -158,6 +158,10 @@ impl<'a> RecordRef<'a> {
 
 /// If `record` can be stored packed under `key`: the LWW timestamp and value.
 fn packable<'r>(key: &[u8], record: &'r Record) -> Option<(Timestamp, &'r [u8])> {
+    if record.expiry.is_some() {
+        // A packed block has no room for a deadline.
+        return None;
+    }
     match &record.value {
         Some(Value::Lww(l)) if l.ts == record.epoch && key.len() <= usize::from(u16::MAX) => {
             Some((l.ts, &l.value))

@@ -9,8 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use lattice::{
-    Blob, Bool, CausalContext, CausalVersion, Counter, Dot, Lww, Map, Max, Min, MultiKeyCausal,
-    OrSet, OrderedSet, Priority, Record, Set, SingleKeyCausal, Timestamp, Value, VectorClock,
+    Blob, Bool, CausalContext, CausalVersion, Counter, Dot, Expiry, Lww, Map, Max, Min,
+    MultiKeyCausal, OrSet, OrderedSet, Priority, Record, Set, SingleKeyCausal, Timestamp, Value,
+    VectorClock,
 };
 
 use crate::pb;
@@ -81,6 +82,10 @@ pub fn record_to_pb(r: &Record) -> pb::Record {
     pb::Record {
         epoch: Some(timestamp_to_pb(r.epoch)),
         value: r.value.as_ref().map(value_to_pb),
+        expiry: r.expiry.as_ref().map(|e| pb::Expiry {
+            ts: Some(timestamp_to_pb(e.ts)),
+            at_ms: e.at_ms,
+        }),
     }
 }
 
@@ -92,7 +97,22 @@ pub fn record_from_pb(r: &pb::Record) -> Result<Record, ConvertError> {
         .map(timestamp_from_pb)
         .ok_or(ConvertError::Missing("Record.epoch"))?;
     let value = r.value.as_ref().map(value_from_pb).transpose()?;
-    Ok(Record { epoch, value })
+    let expiry = r
+        .expiry
+        .as_ref()
+        .map(|e| {
+            let ts =
+                e.ts.as_ref()
+                    .map(timestamp_from_pb)
+                    .ok_or(ConvertError::Missing("Expiry.ts"))?;
+            Ok::<_, ConvertError>(Box::new(Expiry::new(ts, e.at_ms)))
+        })
+        .transpose()?;
+    Ok(Record {
+        epoch,
+        value,
+        expiry,
+    })
 }
 
 /// Encodes a lattice value.

@@ -456,6 +456,8 @@ impl Core {
         }
         self.entropy_step(now);
         self.reclaim_step(now);
+        // Keys past their deadline, a bounded number per tick (see `shard::expiry`).
+        self.shard.expire_step(crate::shard::EXPIRE_STEP_KEYS);
         self.pump_backing();
         if self.timers.journal.is_some_and(|j| now >= j) {
             self.flush_journal();

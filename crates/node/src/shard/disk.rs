@@ -101,6 +101,7 @@ impl Shard {
         }
         match disk.store.get_owned(key) {
             Ok(Some(record)) => {
+                self.index_deadline(key, &record);
                 self.store.merge(key, record);
                 Ok(())
             }

@@ -106,6 +106,7 @@ impl Shard {
                     if let Some(lattice::Value::Lww(l)) = &record.value {
                         self.hlc.observe(l.ts);
                     }
+                    self.index_deadline(&key, &record);
                     let outcome = self.store.merge(&key, record);
                     self.track_liveness(&key, outcome);
                     if self.tier.spilled {

@@ -22,14 +22,20 @@
 mod backing;
 mod disk;
 mod entropy;
+mod exec;
+mod expiry;
 mod journal;
 mod ops;
+mod strings;
 mod sync;
 mod tier;
 mod tombstones;
 mod views;
 
 use std::sync::Arc;
+
+pub use expiry::EXPIRE_STEP_KEYS;
+pub(crate) use strings::{parse_float, parse_strict_i64};
 
 use foldhash::fast::FixedState;
 use lattice::{Blob, Hlc, Record};
@@ -69,6 +75,8 @@ pub(crate) struct Handoff {
 /// What a shard did, recorded only when [`Shard::audit`] is on: the deterministic
 /// simulation checks every write it made against the cluster's final state.
 #[derive(Clone, Debug, PartialEq)]
+// Recorded only in simulation runs, where a write's full context matters more than size.
+#[allow(clippy::large_enum_variant)]
 pub enum Audit {
     /// A write this shard executed.
     Write {
@@ -200,6 +208,12 @@ pub struct Shard {
     /// Deltas of replicated keys written here since the last gossip, merged per key; also
     /// full records of keys being handed off.
     changeset: Map<Blob, Record>,
+    /// Keys with a deadline, by deadline (ms since the epoch), for background reclamation
+    /// (`expiry`): one entry per key (`expiry_of`), possibly stale (the key was rewritten
+    /// without one since), checked when due.
+    expiries: std::collections::BTreeSet<(u64, Blob)>,
+    /// The deadline each key of `expiries` is indexed under.
+    expiry_of: Map<Blob, u64>,
     /// Keys whose full record must go to one specific new replica (re-replication after a
     /// view change), sent with the next gossip round.
     outbox: Map<Replica, KeySet>,
@@ -270,6 +284,8 @@ impl Shard {
             reconcile: vec![None; store::PARTITIONS],
             reconcile_waiting: 0,
             changeset: Map::with_hasher(hasher.clone()),
+            expiries: std::collections::BTreeSet::new(),
+            expiry_of: Map::with_hasher(hasher.clone()),
             outbox: Map::with_hasher(hasher.clone()),
             handoff: Map::with_hasher(hasher.clone()),
             next_handoff: 0,

@@ -11,13 +11,14 @@
 //! has other replicas, into the changeset, which goes to them every gossip period, one
 //! merged record per key per destination ("merge at sender").
 
-use lattice::{Blob, Counter, Lattice, LatticeType, Lww, OrSet, Record, Timestamp, Value};
+use lattice::{Blob, Counter, Lattice, LatticeType, OrSet, Record, Timestamp, Value};
 use placement::replication;
 use store::RecordRef;
 
+use super::expiry::expired_at;
 use super::Shard;
 use crate::error::NodeError;
-use crate::op::{Condition, Op, OpResult};
+use crate::op::{Op, OpResult};
 
 impl Shard {
     /// Fails for keys a client may not use: longer than the key limit, or in the reserved
@@ -60,9 +61,9 @@ impl Shard {
         Ok(())
     }
 
-    /// The live record of `key`.
+    /// The live record of `key` (an expired one is not live).
     pub(super) fn live(&self, key: &[u8]) -> Option<RecordRef<'_>> {
-        self.store.get_live(key)
+        self.store.get_live(key).filter(|r| !self.is_expired(r))
     }
 
     /// The value of `key`'s live full record (collections, counters, …); `None` for absent
@@ -72,7 +73,7 @@ impl Shard {
     }
 
     /// The physical clock reading behind write timestamps.
-    fn clock_ms(&self) -> u64 {
+    pub(super) fn clock_ms(&self) -> u64 {
         let now = self.clock.wall_ms();
         self.last_wall_ms.set(now);
         now
@@ -109,7 +110,12 @@ impl Shard {
             self.maintain_memory();
             self.fault_in(key)?;
         }
-        Ok(self.store.get_touched(key))
+        // The clock is read only for a record with a deadline.
+        let clock = &self.clock;
+        Ok(self
+            .store
+            .get_touched(key)
+            .filter(|r| !expired_at(r, || clock.wall_ms())))
     }
 
     /// The live value of `key` as a `Get` reads it (`None`: absent or deleted), for
@@ -208,6 +214,10 @@ impl Shard {
             if let Err(e) = self.check_backing(op.key()) {
                 return OpResult::Error(e);
             }
+            // An expired key is deleted (at its deadline) before anything writes to it.
+            if let Err(e) = self.reap_if_expired(op.key()) {
+                return OpResult::Error(e);
+            }
             self.begin_client_write();
             let result = self.execute_op(op);
             self.end_client_write();
@@ -239,6 +249,31 @@ impl Shard {
             Op::SetAdd { key, members } => self.set_add(key.as_ref(), &members).into(),
             Op::SetRemove { key, members } => self.set_remove(key.as_ref(), &members).into(),
             Op::CounterAdd { key, delta } => self.counter_add(key.as_ref(), delta).into(),
+            Op::GetSet { key, value } => self.get_set(key.as_ref(), value.as_ref()).into(),
+            Op::GetDel { key } => self.get_del(key.as_ref()).into(),
+            Op::Append { key, value } => self.append(key.as_ref(), value.as_ref()).into(),
+            Op::SetRange { key, offset, value } => {
+                self.set_range(key.as_ref(), offset, value.as_ref()).into()
+            }
+            Op::IncrByFloat { key, by } => self.incr_by_float(key.as_ref(), by).into(),
+            Op::IncrBy { key, delta } => self.incr_by(key.as_ref(), delta).into(),
+            Op::AssignTtl {
+                key,
+                value,
+                condition,
+                deadline,
+            } => self
+                .assign_ttl(key.as_ref(), value.as_ref(), condition, deadline)
+                .into(),
+            Op::Expire {
+                key,
+                deadline,
+                when,
+            } => self.expire(key.as_ref(), deadline, when).into(),
+            Op::Ttl { key } => self.ttl(key.as_ref()),
+            Op::GetEx { key, deadline } => self.get_ex(key.as_ref(), deadline).into(),
+            Op::Version { key } => self.version(key.as_ref()).into(),
+            Op::Exec { guards, ops, .. } => self.exec(guards, ops).into(),
         }
     }
 
@@ -358,34 +393,6 @@ impl Shard {
         }
         let ts = self.hlc.tick(self.clock_ms());
         self.apply(key, Record::tombstone(ts))?;
-        Ok(OpResult::Int(1))
-    }
-
-    pub(super) fn assign(
-        &mut self,
-        key: &[u8],
-        value: &[u8],
-        condition: Condition,
-    ) -> Result<OpResult, NodeError> {
-        self.check_type(key, LatticeType::Lww)?;
-        if value.len() > self.config.limits.max_value_size {
-            return Err(NodeError::ValueTooLarge {
-                len: value.len(),
-                max: self.config.limits.max_value_size,
-            });
-        }
-        let exists = self.live(key).is_some();
-        let proceed = match condition {
-            Condition::Always => true,
-            Condition::IfAbsent => !exists,
-            Condition::IfPresent => exists,
-        };
-        if !proceed {
-            return Ok(OpResult::Int(0));
-        }
-        let ts = self.hlc.tick(self.clock_ms());
-        let record = Record::new(ts, Some(Value::Lww(Lww::new(ts, Box::from(value)))));
-        self.apply(key, record)?;
         Ok(OpResult::Int(1))
     }
 
@@ -565,6 +572,7 @@ impl Shard {
     ) -> Result<bool, NodeError> {
         self.fault_in(key)?;
         self.log_change(key, &record);
+        self.index_deadline(key, &record);
         let outcome = self.store.merge(key, record);
         self.track_liveness(key, outcome);
         if outcome.changed {

@@ -256,6 +256,7 @@ impl Shard {
             if let Some(lattice::Value::Lww(l)) = &record.value {
                 self.hlc.observe(l.ts);
             }
+            self.index_deadline(key, &record);
             self.store.merge(key, record);
         }
         self.store.set_partial(key, !complete);

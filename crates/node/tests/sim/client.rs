@@ -235,6 +235,7 @@ pub fn derive(
         Some(Record {
             epoch: e,
             value: Some(Value::OrSet(s)),
+            ..
         }) if *e == epoch => Some((**s).clone()),
         _ => None,
     };

@@ -221,3 +221,36 @@ fn ages_partial_flags_and_samples() {
     });
     assert_eq!(n, 1);
 }
+
+#[test]
+fn a_record_with_a_deadline_keeps_it() {
+    // A packed LWW block has no room for a deadline: such a record is kept whole.
+    let mut s = MemStore::new();
+    let mut r = lww(1, b"v");
+    r.expiry = Some(Box::new(lattice::Expiry::new(ts(1), Some(5_000))));
+    s.merge(b"k", r.clone());
+    assert_eq!(s.get(b"k").map(|r| r.to_record()), Some(r.clone()));
+    // Setting the deadline again at the same epoch merges the registers.
+    let mut later = Record::tombstone(ts(1));
+    later.expiry = Some(Box::new(lattice::Expiry::new(ts(2), None)));
+    assert!(s.merge(b"k", later).changed);
+    let stored = s.get(b"k").map(|r| r.to_record()).unwrap();
+    assert_eq!(stored.value, r.value);
+    assert_eq!(stored.deadline_ms(), None);
+    assert!(stored.expiry.is_some());
+}
+
+#[test]
+fn a_deadline_set_on_a_packed_register_unpacks_it() {
+    let mut s = MemStore::new();
+    s.merge(b"k", lww(1, b"v"));
+    let mut delta = Record::tombstone(ts(1));
+    delta.expiry = Some(Box::new(lattice::Expiry::new(ts(2), Some(9))));
+    assert!(s.merge(b"k", delta).changed);
+    let stored = s.get(b"k").map(|r| r.to_record()).unwrap();
+    assert_eq!(stored.value, lww(1, b"v").value);
+    assert_eq!(stored.deadline_ms(), Some(9));
+    // A newer write (a new incarnation) clears it, as Redis's SET does.
+    s.merge(b"k", lww(3, b"w"));
+    assert_eq!(s.get(b"k").map(|r| r.to_record().deadline_ms()), Some(None));
+}

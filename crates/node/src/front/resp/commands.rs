@@ -3,9 +3,13 @@
 //! | commands | lattice | notes |
 //! |---|---|---|
 //! | GET, SET [NX\|XX] [GET], MGET, MSET | `Lww` | timestamps from the worker's hybrid logical clock; GET also reads a `Counter` as its decimal value |
-//! | INCR, INCRBY, DECR, DECRBY | `Counter` (PN) | a key created by SET is not a counter (WRONGTYPE) |
+//! | INCR, INCRBY, DECR, DECRBY | `Counter` (PN), or `Lww` | a missing key becomes a counter; a string holding an integer is rewritten (`strings`) |
 //! | SADD, SREM, SMEMBERS, SISMEMBER, SCARD | `OrSet` (add-wins) | SMEMBERS/SISMEMBER/SCARD also read grow-only and ordered sets |
 //! | DEL, EXISTS, TYPE | any | DEL writes a tombstone |
+//! | SETNX, GETSET, GETDEL, APPEND, STRLEN, GETRANGE, SETRANGE, INCRBYFLOAT, MSETNX | `Lww` | `strings`: read-modify-writes run as one op at the key's worker; MSETNX is one unit |
+//! | SET … EX/PX/EXAT/PXAT/KEEPTTL, SETEX, PSETEX, EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, PERSIST, GETEX | the record's `Expiry` (LWW) | `expiry`: absolute deadlines, any type; reclaimed in the background (`shard::expiry`) |
+//! | EVAL, EVALSHA, FCALL, SCRIPT, FUNCTION | — | refused, naming the alternatives |
+//! | MULTI, EXEC, DISCARD, WATCH, UNWATCH | — | `txn`: queued per connection; WATCH needs keys with one replica |
 //! | PING, ECHO, HELLO, SELECT 0, QUIT, AUTH, ACL, CLIENT, COMMAND, CONFIG GET, INFO, DBSIZE | — | connection and server commands (`server`, `acl`) |
 //!
 //! On a node with users, a connection must authenticate before anything but AUTH, HELLO
@@ -14,14 +18,18 @@
 //!
 //! A key's lattice type is fixed by its first write; a command for another type gets
 //! `-WRONGTYPE` (unlike Redis, `SET` does not replace a set or a counter: `DEL` it first).
+//! Multi-master behaviour of each family: docs/protocol.md.
 
 use std::rc::Rc;
 
 use wire::resp::{Args, Version};
 
 use super::acl;
+use super::expiry;
 use super::reply::{encode, encode_get, err, Shape};
 use super::server::{self, Server};
+use super::strings;
+use super::txn;
 use super::ConnState;
 use crate::ack::Ack;
 use crate::auth::{AuthError, Permission, User};
@@ -61,8 +69,9 @@ pub(super) fn syntax_error() -> Vec<u8> {
     err("ERR syntax error")
 }
 
+/// An integer argument, in the canonical form Redis accepts (no `+`, no leading zeros).
 pub(super) fn parse_i64(b: &[u8]) -> Option<i64> {
-    std::str::from_utf8(b).ok()?.parse().ok()
+    crate::shard::parse_strict_i64(b)
 }
 
 /// Upper-cases a command name into a fixed buffer (no allocation); `None` if too long to be
@@ -79,7 +88,7 @@ fn upper(name: &[u8]) -> Option<([u8; 16], usize)> {
 }
 
 /// What a command needs.
-enum Plan<'a> {
+pub(super) enum Plan<'a> {
     /// GET: read one key (without copying the value when this worker holds it).
     Get(&'a [u8]),
     /// Run one op on the worker holding its key; encode the result with the shape.
@@ -103,6 +112,9 @@ pub(super) fn run(w: &Rc<Worker>, state: &mut ConnState, cmd: &Cmd<'_>, replies:
         None if acl::allowed_before_auth(cmd.arg(0)) => None,
         None => return replies.emit(|o| o.extend_from_slice(&err(acl::NOAUTH))),
     };
+    if txn::intercept(w, state, cmd, user.as_deref(), replies) {
+        return;
+    }
     let plan = plan(cmd, state);
     if let Some(Err(e)) = user.map(|u| permit(&u, &plan)) {
         return replies.emit(|o| o.extend_from_slice(&acl::noperm(&e, cmd)));
@@ -131,7 +143,7 @@ pub(super) fn run(w: &Rc<Worker>, state: &mut ConnState, cmd: &Cmd<'_>, replies:
 
 /// Checks that `user` may run `plan`: reads need `read`, writes `write` (both for SET …
 /// GET), DBSIZE `read`; every key must match the user's patterns.
-fn permit(user: &User, plan: &Plan<'_>) -> Result<(), AuthError> {
+pub(super) fn permit(user: &User, plan: &Plan<'_>) -> Result<(), AuthError> {
     let check_ops = |ops: &[Op<&[u8]>]| {
         if ops.iter().any(|o| !o.is_write()) {
             user.check(Permission::Read, [])?;
@@ -139,7 +151,7 @@ fn permit(user: &User, plan: &Plan<'_>) -> Result<(), AuthError> {
         if ops.iter().any(|o| o.is_write()) {
             user.check(Permission::Write, [])?;
         }
-        user.check_keys(ops.iter().map(|o| o.key()))
+        user.check_keys(ops.iter().flat_map(|o| o.keys()))
     };
     match plan {
         Plan::Get(key) => user.check(Permission::Read, [*key]),
@@ -164,7 +176,7 @@ fn submit(
 }
 
 /// Decides what a command needs (no I/O, no waiting).
-fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
+pub(super) fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
     use Plan::{Ops, Reply};
     let Some((name, n)) = upper(cmd.arg(0)) else {
         return Reply(unknown(cmd));
@@ -233,7 +245,7 @@ fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
             let delta = if &name[..n] == b"INCR" { 1 } else { -1 };
             Plan::One(
                 Shape::Int,
-                Op::CounterAdd {
+                Op::IncrBy {
                     key: cmd.arg(1),
                     delta,
                 },
@@ -256,7 +268,7 @@ fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
             };
             Plan::One(
                 Shape::Int,
-                Op::CounterAdd {
+                Op::IncrBy {
                     key: cmd.arg(1),
                     delta,
                 },
@@ -297,10 +309,18 @@ fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
             }
             Plan::One(Shape::Int, Op::SetLen { key: cmd.arg(1) })
         }
-        other => match server::plan(other, &cmd, state) {
-            Some(s) => Plan::Server(s),
-            None => Reply(unknown(&cmd)),
-        },
+        other => {
+            if let Some(p) = strings::plan(other, &cmd) {
+                return p;
+            }
+            if let Some(p) = expiry::plan(other, &cmd) {
+                return p;
+            }
+            match server::plan(other, &cmd, state) {
+                Some(s) => Plan::Server(s),
+                None => Reply(unknown(&cmd)),
+            }
+        }
     }
 }
 
@@ -323,7 +343,9 @@ fn set<'a>(cmd: &Cmd<'a>) -> Plan<'a> {
     }
     let mut condition = Condition::Always;
     let mut get = false;
-    for i in 3..cmd.len() {
+    let mut deadline = None;
+    let mut i = 3;
+    while i < cmd.len() {
         let opt = cmd.arg(i);
         if opt.eq_ignore_ascii_case(b"NX") && condition == Condition::Always {
             condition = Condition::IfAbsent;
@@ -331,22 +353,33 @@ fn set<'a>(cmd: &Cmd<'a>) -> Plan<'a> {
             condition = Condition::IfPresent;
         } else if opt.eq_ignore_ascii_case(b"GET") {
             get = true;
-        } else if [&b"EX"[..], b"PX", b"EXAT", b"PXAT", b"KEEPTTL"]
-            .iter()
-            .any(|o| opt.eq_ignore_ascii_case(o))
-        {
-            return Plan::Reply(err(
-                "ERR expiry options (EX, PX, EXAT, PXAT, KEEPTTL) are not supported",
-            ));
+        } else if opt.eq_ignore_ascii_case(b"KEEPTTL") && deadline.is_none() {
+            deadline = Some(crate::op::Deadline::Keep);
+        } else if deadline.is_none() && i + 1 < cmd.len() {
+            match expiry::expiry_option(opt, cmd.arg(i + 1), "set") {
+                Some(Ok(d)) => deadline = Some(d),
+                Some(Err(reply)) => return Plan::Reply(reply),
+                None => return Plan::Reply(syntax_error()),
+            }
+            i += 1;
         } else {
             return Plan::Reply(syntax_error());
         }
+        i += 1;
     }
     let key = cmd.arg(1);
-    let assign = Op::Assign {
-        key,
-        value: cmd.arg(2),
-        condition,
+    let assign = match deadline {
+        None => Op::Assign {
+            key,
+            value: cmd.arg(2),
+            condition,
+        },
+        Some(deadline) => Op::AssignTtl {
+            key,
+            value: cmd.arg(2),
+            condition,
+            deadline,
+        },
     };
     if get {
         // Read and write run back to back on the same worker, so nothing interleaves.

@@ -14,12 +14,18 @@
 //! - this module: the codec and a connection's state;
 //! - [`commands`]: data commands and their mapping onto lattice operations;
 //! - `server`: connection and server commands;
-//! - `reply`: encoding replies.
+//! - `reply`: encoding replies;
+//! - `expiry`: TTL commands;
+//! - `strings`: string commands beyond GET/SET;
+//! - `txn`: MULTI / EXEC / DISCARD / WATCH / UNWATCH.
 
 mod acl;
 pub mod commands;
+mod expiry;
 mod reply;
 mod server;
+mod strings;
+mod txn;
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -50,6 +56,8 @@ pub struct ConnState {
     pub users: Arc<Users>,
     /// In a slot kept for administrators: nothing but AUTH / HELLO until an admin logs in.
     pub admins_only: bool,
+    /// `MULTI`'s queue and `WATCH`'s keys.
+    pub txn: txn::Txn,
 }
 
 /// One RESP connection.
@@ -74,6 +82,7 @@ impl Resp {
                 user: w.shared.users.initial(),
                 users: w.shared.users.clone(),
                 admins_only: false,
+                txn: txn::Txn::default(),
             },
             limits: resp::Limits {
                 max_bulk_len: limits.max_frame_size,

@@ -28,6 +28,14 @@ pub(crate) enum Shape {
     Members,
     /// TYPE: a simple string.
     Type,
+    /// STRLEN: the length of the string (a counter's decimal form), 0 if absent.
+    StrLen,
+    /// GETRANGE start end: those bytes of the string.
+    Range(i64, i64),
+    /// MSETNX: 1 if the unit ran, 0 if a guard failed.
+    AllOrNone,
+    /// TTL: PTTL's ms as seconds, rounded as Redis does (negative codes kept).
+    TtlSeconds,
 }
 
 /// An error reply.
@@ -145,6 +153,37 @@ pub(crate) fn encode(out: &mut Vec<u8>, v: Version, shape: &Shape, results: &[Op
                 other => write_error(out, &NodeError::wrong_type("a set", other.lattice_type())),
             },
             _ => resp::set_header(out, 0, v),
+        },
+        Shape::StrLen | Shape::Range(..) => {
+            let s: Vec<u8> = match first {
+                Some(OpResult::Value(Some(Value::Lww(l)))) => l.value.to_vec(),
+                Some(OpResult::Value(Some(Value::Counter(c)))) => c.value().to_string().into(),
+                Some(OpResult::Value(Some(other))) => {
+                    return write_error(out, &NodeError::wrong_type("lww", other.lattice_type()))
+                }
+                _ => Vec::new(),
+            };
+            match shape {
+                Shape::Range(start, end) => {
+                    resp::bulk(out, super::strings::range(&s, *start, *end))
+                }
+                _ => resp::integer(out, s.len() as i64),
+            }
+        }
+        Shape::TtlSeconds => match first {
+            Some(OpResult::Int(ms)) if *ms >= 0 => resp::integer(out, (ms + 500) / 1000),
+            Some(OpResult::Int(code)) => resp::integer(out, *code),
+            _ => resp::integer(out, -2),
+        },
+        Shape::AllOrNone => match first {
+            Some(OpResult::Multi(results)) => match results.iter().find_map(|r| match r {
+                OpResult::Error(e) => Some(e),
+                _ => None,
+            }) {
+                Some(e) => write_error(out, e),
+                None => resp::integer(out, 1),
+            },
+            _ => resp::integer(out, 0),
         },
         Shape::Type => match first {
             Some(OpResult::Type(Some(t))) => resp::simple(out, redis_type_name(*t)),

@@ -201,6 +201,26 @@ const COMMANDS: &[CommandInfo] = &[
     ("decr", 2, &["write", "denyoom", "fast"], 1, 1, 1),
     ("incrby", 3, &["write", "denyoom", "fast"], 1, 1, 1),
     ("decrby", 3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("setnx", 3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("getset", 3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("getdel", 2, &["write", "fast"], 1, 1, 1),
+    ("append", 3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("strlen", 2, &["readonly", "fast"], 1, 1, 1),
+    ("getrange", 4, &["readonly"], 1, 1, 1),
+    ("substr", 4, &["readonly"], 1, 1, 1),
+    ("setrange", 4, &["write", "denyoom"], 1, 1, 1),
+    ("incrbyfloat", 3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("msetnx", -3, &["write", "denyoom"], 1, -1, 2),
+    ("setex", 4, &["write", "denyoom"], 1, 1, 1),
+    ("psetex", 4, &["write", "denyoom"], 1, 1, 1),
+    ("expire", -3, &["write", "fast"], 1, 1, 1),
+    ("pexpire", -3, &["write", "fast"], 1, 1, 1),
+    ("expireat", -3, &["write", "fast"], 1, 1, 1),
+    ("pexpireat", -3, &["write", "fast"], 1, 1, 1),
+    ("persist", 2, &["write", "fast"], 1, 1, 1),
+    ("ttl", 2, &["readonly", "fast"], 1, 1, 1),
+    ("pttl", 2, &["readonly", "fast"], 1, 1, 1),
+    ("getex", -2, &["write", "fast"], 1, 1, 1),
     ("sadd", -3, &["write", "denyoom", "fast"], 1, 1, 1),
     ("srem", -3, &["write", "fast"], 1, 1, 1),
     ("smembers", 2, &["readonly"], 1, 1, 1),
@@ -260,7 +280,46 @@ const COMMANDS: &[CommandInfo] = &[
     ),
     ("info", -1, &["loading", "stale"], 0, 0, 0),
     ("dbsize", 1, &["readonly", "fast"], 0, 0, 0),
+    (
+        "multi",
+        1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
+    ("exec", 1, &["noscript", "loading", "stale"], 0, 0, 0),
+    (
+        "discard",
+        1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
+    (
+        "watch",
+        -2,
+        &["noscript", "loading", "stale", "fast"],
+        1,
+        -1,
+        1,
+    ),
+    (
+        "unwatch",
+        1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
 ];
+
+/// The Redis arity of command `name` (lower case): `n` exactly `n` arguments with the
+/// name, `-n` at least `n`; `None` if latticekv does not implement it.
+pub(super) fn arity(name: &str) -> Option<i64> {
+    COMMANDS.iter().find(|c| c.0 == name).map(|c| c.1)
+}
 
 fn command_entry(o: &mut Vec<u8>, c: &CommandInfo, v: Version) {
     resp::array_header(o, 6);
