@@ -387,6 +387,11 @@ pub fn key_results<'a>(multi: &'a [u8], mut each: impl FnMut(Option<&'a [u8]>)) 
     Some(n)
 }
 
+/// Whether an encoded `Error` is a redirect (the key lives elsewhere now).
+pub fn is_redirect(error: &[u8]) -> bool {
+    pb::Error::decode(error).is_ok_and(|e| e.code == pb::ErrorCode::Redirect as i32)
+}
+
 /// An encoded `Error` as text: `CODE: message`.
 pub fn error_text(error: &[u8]) -> String {
     match pb::Error::decode(error) {
@@ -592,6 +597,14 @@ mod tests {
             error_text(s.error.unwrap()),
             "ERROR_CODE_WRONG_TYPE: wrong type"
         );
+        assert!(!is_redirect(s.error.unwrap()));
+        let moved = pb::Error {
+            code: pb::ErrorCode::Redirect as i32,
+            message: "moved".into(),
+            redirect: vec!["127.0.0.1:1".into()],
+        };
+        assert!(is_redirect(&moved.encode_to_vec()));
+        assert!(!is_redirect(b"\xff\xff"));
         let get = encode_response(&pb::Response {
             id: 1 << 40,
             result: Some(R::Get(pb::GetResult {
