@@ -410,7 +410,7 @@ mod tests {
         assert!(bad(&["--zipf-theta=-1"]));
         assert!(bad(&["--duration", "0"]));
         assert!(bad(&["--rate", "0"]));
-        assert!(bad(&["--rate", "-5"]));
+        assert!(bad(&["--rate=-5"]));
         assert!(!bad(&["--rate", "2500.5"]));
         assert!(BenchArgs::default().rate.is_none());
         assert!(bad(&["--follow-topology"]));
