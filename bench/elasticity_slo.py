@@ -77,14 +77,23 @@ def finish(proc):
     return json.loads(out)
 
 
-def preload(binary, addr, keys, value_size):
-    out = subprocess.run([binary, "bench", "--json", "--quiet", "--protocol", "native",
-                          "--workload", "set", "--keys", str(keys), "--value-size",
-                          str(value_size), "--load", "--ops", "1", "--warmup", "0",
-                          "--pipeline", "16", "--batch", "64", "--addr", addr],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"preload failed: {out.stderr}")
+def preload(binary, addr, keys, value_size, tries=3):
+    """Writes keys 0..keys. A memory node over its budget refuses writes (MEMORY_LIMIT)
+    until the disk tier has acknowledged what it may evict, which a busy machine can delay:
+    the load is retried (the writes are idempotent), and smaller batches are used for values
+    of a kilobyte and more."""
+    batch = "64" if value_size < 1024 else "16"
+    for attempt in range(tries):
+        out = subprocess.run([binary, "bench", "--json", "--quiet", "--protocol", "native",
+                              "--workload", "set", "--keys", str(keys), "--value-size",
+                              str(value_size), "--load", "--ops", "1", "--warmup", "0",
+                              "--pipeline", "4", "--batch", batch, "--connections", "4",
+                              "--addr", addr], capture_output=True, text=True)
+        if out.returncode == 0:
+            return
+        log(f"preload attempt {attempt + 1} failed: {out.stderr.strip()[:200]}")
+        time.sleep(2)
+    raise RuntimeError(f"preload failed: {out.stderr}")
 
 
 def closed_loop(binary, addr, a, secs):
@@ -562,13 +571,13 @@ def add_args(ap):
     g.add_argument("--cost-value-size", type=int, default=1024)
     g.add_argument("--mem-budget", type=int, default=12 << 20, help="bytes per memory node")
     g.add_argument("--disk-capacity", type=int, default=1 << 30)
-    g.add_argument("--cost-rate", type=int, default=20_000)
+    g.add_argument("--cost-rate", type=int, default=10_000)
     g.add_argument("--budgets", default="1.2,1.8,2.4,3.0", help="$/h")
     g.add_argument("--objectives", default="100,400,2000", help="µs")
     g.add_argument("--cost-thetas", default="0.5,0.8,1.0")
     g.add_argument("--settle", type=float, default=15)
-    g.add_argument("--settle-max", type=float, default=60)
-    g.add_argument("--cost-measure", type=float, default=8)
+    g.add_argument("--settle-max", type=float, default=45)
+    g.add_argument("--cost-measure", type=float, default=6)
     g.add_argument("--settle-step", type=float, default=3,
                    help="seconds of load between two looks at the node count")
     g.add_argument("--cost-warmup", type=float, default=1)
