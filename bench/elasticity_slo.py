@@ -215,7 +215,7 @@ def slo(binary, a):
     try:
         preload(binary, n1.native, a.slo_keys, a.value_size)
         cap = closed_loop(binary, n1.native, a, 1 if a.smoke else 4)["ops_per_sec"]
-        light = a.light_frac * cap
+        light = a.light_rate
         log(f"slo: one node, closed loop {cap:,.0f} ops/s; light load {light:,.0f} ops/s")
         # The baseline: the light load on one node, watched by a monitor that cannot act
         # (an objective of an hour).
@@ -325,7 +325,7 @@ def slo_report(res, a, cmdline):
         "`latticekv server --workers 1` children; native load, 16 connections × 8-key "
         f"batches, open loop (`--rate`), over {a.slo_keys:,} keys of {a.value_size} bytes. "
         f"Calibration: one node serves {res['capacity']:,.0f} ops/s closed-loop; the light "
-        f"load is {a.light_frac:g}× that, {res['light']:,.0f} ops/s, under which the servers' "
+        f"load is {res['light']:,.0f} ops/s, under which the servers' "
         f"queue-corrected mean (L_obs) was {res['l_base']:.1f} µs and the client's mean "
         f"{res['c_base']:.0f} µs. Objective = {a.slo_factor:g}× the baseline: "
         f"`latency_objective_us = {res['objective']:.0f}` for the policy, and "
@@ -349,8 +349,12 @@ def slo_report(res, a, cmdline):
               f"the client's mean ({len(pts)} intervals), {s_held / max(1, len(snaps)) * 100:.0f} %"
               f" of the monitor's rounds by L_obs ({len(snaps)} rounds). The paper: 97 %."]
     v = violations(pts, res["client_slo"])
-    lines.append("- **Violations** (client mean above its objective): " + (", ".join(
-        f"{w:.1f}× for {d:.1f} s at {b:.0f} s" for b, d, w in v) if v else "none") + ".")
+    longest = sorted(v, key=lambda x: -x[1])[:6]
+    lines.append(
+        f"- **Violations** (client mean above its objective): {len(v)}, "
+        f"{sum(d for _, d, _ in v):.0f} s in all; the longest: " + (", ".join(
+            f"{w:.1f}× (worst 0.5 s) for {d:.1f} s from {b:.0f} s"
+            for b, d, w in sorted(longest)) if v else "none") + ".")
     ev = node_events(res)
     nodes_ev = [f"{t:.0f} s {x}" for t, x in ev if "node" in x or x.startswith("−")]
     keys_ev = [f"{t:.0f} s {x}" for t, x in ev if "replicate" in x]
@@ -408,14 +412,17 @@ def two_tier(binary, a, tmp):
     mem = Server(binary, "seed", flags=flags + ["--memory-budget", str(a.mem_budget),
                                                 "--data-dir", os.path.join(tmp, "seed")],
                  cpu="0,1")
+    disk = None
     try:
         disk = Server(binary, "disk0", seed=mem.native, cpu="0,1",
                       flags=flags + ["--tier", "disk", "--data-dir", os.path.join(tmp, "disk0")])
+        time.sleep(1)
+        preload(binary, mem.native, a.cost_keys, a.cost_value_size)
     except Exception:
+        if disk:
+            disk.stop()
         mem.stop()
         raise
-    time.sleep(1)
-    preload(binary, mem.native, a.cost_keys, a.cost_value_size)
     return mem, disk
 
 
@@ -528,6 +535,7 @@ def cost_plot(res, a, plt):
     ax2.set_xscale("log")
     ax2.set_xlabel("latency_objective_us (servers' L_obs)")
     ax2.set_ylabel("cost $/h settled")
+    ax2.set_ylim(0, max([c for _, c in pts] + [1.0]) * 1.2)
     ax2.set_title("(b) cost for a latency objective")
     fig.tight_layout()
     fig.savefig(ROOT / "docs" / "elasticity-cost.png", dpi=110)
@@ -559,8 +567,9 @@ def add_args(ap):
     g = ap.add_argument_group("--case slo / cost")
     g.add_argument("--slo-keys", type=int, default=100_000)
     g.add_argument("--value-size", type=int, default=100)
-    g.add_argument("--light-frac", type=float, default=0.2,
-                   help="light load as a fraction of one node's closed-loop throughput")
+    g.add_argument("--light-rate", type=float, default=20_000,
+                   help="ops/s of the light load (×4 must stay within what the paced load "
+                        "generator can send on this machine: about 100,000 ops/s)")
     g.add_argument("--slo-factor", type=float, default=1.33,
                    help="objective = this × the light load's latency")
     g.add_argument("--reduce", type=float, default=4.0, help="last phase: light load / this")
@@ -589,6 +598,7 @@ def finish_args(a):
     a.cost_thetas = [float(x) for x in a.cost_thetas.split(",")]
     if a.smoke:
         a.slo_keys, a.slo_phase, a.calibrate, a.grace = 2_000, 1.5, 1, 1
+        a.light_rate = 5_000
         a.cost_keys, a.mem_budget, a.budgets, a.objectives = 2_000, 1 << 20, [1.2], []
         a.cost_thetas, a.settle, a.settle_max, a.cost_measure = [0.8], 0.5, 1, 1
         a.settle_step, a.cost_warmup = 1, 0
