@@ -159,6 +159,27 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0x5eed)]
     pub seed: u64,
 
+    /// Also report throughput and latency per interval of this many seconds of the measured
+    /// phase (a round counts in the interval it completed in), to follow a run that changes
+    /// while it goes: nodes added or removed, keys replicated.
+    #[arg(long, value_name = "SECS")]
+    pub timeline: Option<f64>,
+
+    /// Open loop: send this many operations per second in all, spread evenly over the
+    /// connections, each sending a round (`--pipeline` × `--batch` operations) when it is
+    /// due and measuring its latency from then (a round due while the previous one is
+    /// still out starts late, and that delay counts). Without it each connection sends its
+    /// next round as soon as the last one is answered (closed loop).
+    #[arg(long, value_name = "OPS")]
+    pub rate: Option<f64>,
+
+    /// Native only: follow a cluster that changes during the run (nodes added or removed,
+    /// keys replicated): the key placement is fetched again every second and as soon as a
+    /// request is redirected or a worker's connection is lost. Such requests count as
+    /// errors. Without it a redirect is only an error, and a lost connection ends the run.
+    #[arg(long)]
+    pub follow_topology: bool,
+
     /// Print the report as one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -273,6 +294,12 @@ impl BenchArgs {
         if self.batch > 1 && self.protocol != Protocol::Native {
             return fail("--batch needs --protocol native".into());
         }
+        if self.follow_topology && self.protocol != Protocol::Native {
+            return fail(
+                "--follow-topology needs --protocol native (the session protocol's client follows redirects itself)"
+                    .into(),
+            );
+        }
         if !(self.duration.is_finite() && self.duration > 0.0 && self.duration < 1e7) {
             return fail("--duration must be a positive number of seconds".into());
         }
@@ -281,6 +308,23 @@ impl BenchArgs {
         }
         if self.ops == Some(0) {
             return fail("--ops must be at least 1".into());
+        }
+        if let Some(r) = self.rate {
+            if !(r.is_finite() && r > 0.0) {
+                return fail("--rate must be a positive number of operations per second".into());
+            }
+        }
+        if let Some(t) = self.timeline {
+            if !(t.is_finite() && t >= 0.001) {
+                return fail("--timeline must be at least 0.001 seconds".into());
+            }
+            if self.ops.is_none() && self.duration / t > crate::stats::MAX_INTERVALS as f64 {
+                return fail(format!(
+                    "--timeline {t} cuts --duration {} into more than {} intervals",
+                    self.duration,
+                    crate::stats::MAX_INTERVALS
+                ));
+            }
         }
         if self.load_keys() > self.keys {
             return fail(format!(
@@ -365,6 +409,16 @@ mod tests {
         assert!(bad(&["--load", "200", "--keys", "100"]));
         assert!(bad(&["--zipf-theta=-1"]));
         assert!(bad(&["--duration", "0"]));
+        assert!(bad(&["--rate", "0"]));
+        assert!(bad(&["--rate=-5"]));
+        assert!(!bad(&["--rate", "2500.5"]));
+        assert!(BenchArgs::default().rate.is_none());
+        assert!(bad(&["--follow-topology"]));
+        assert!(!bad(&["--follow-topology", "--protocol", "native"]));
+        assert!(bad(&["--timeline", "0"]));
+        assert!(bad(&["--timeline", "0.001", "--duration", "1000"]));
+        assert!(!bad(&["--timeline", "0.5", "--duration", "60"]));
+        assert!(!bad(&["--timeline", "0.001", "--ops", "10"]));
         assert!(smoke_args("127.0.0.1:1", Protocol::Native)
             .validate()
             .is_ok());

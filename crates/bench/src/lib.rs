@@ -24,6 +24,9 @@
 //!   YCSB F) sends the write after the read's reply and counts as one operation whose
 //!   latency is the sum of both round trips. A batched native request's operations each get
 //!   the request's latency.
+//! - **Timeline** (`--timeline SECS`): the same, per interval of the measured phase, each
+//!   round in the interval it completed in (one more clock reading per round), with the
+//!   wall-clock time the measurement began so other observations can be lined up with it.
 //! - **Threads.** `--threads` OS threads, each a tokio current-thread runtime owning
 //!   `connections / threads` connections; nothing is shared on the hot path but two relaxed
 //!   atomic counters bumped once per round.
@@ -64,7 +67,7 @@ pub mod zipf;
 
 pub use args::{smoke_args, BenchArgs, Distribution, LoadKeys, Protocol, Workload, WriteType};
 pub use error::BenchError;
-pub use report::{Latency, LoadReport, Report};
+pub use report::{Latency, LoadReport, Report, Timeline, TimelinePoint};
 pub use zipf::{KeyChooser, Zipf};
 
 /// Runs the benchmark described by `args`: the optional load phase, the warm-up, then the

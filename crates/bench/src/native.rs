@@ -16,7 +16,8 @@
 //! thread's [`lattice::Hlc`], a PN-counter entry with the thread's cumulative increments
 //! for the key, or an OR-set delta adding the member with a fresh dot.
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -27,8 +28,7 @@ use crate::clock::{micros, physical_ms};
 use crate::error::BenchError;
 use crate::keys::member;
 use crate::proto::{self, PutValue};
-use crate::setup::{ClientLattice, ConnCtx, Setup};
-use crate::stats::Phase;
+use crate::setup::{ClientLattice, ConnCtx, Route, Setup};
 use crate::workload::{Action, OpKind, Slot};
 
 /// One request written in this phase.
@@ -118,12 +118,14 @@ impl Sock {
         }
     }
 
-    /// Reads the responses to this phase's requests, accounting each to its slots.
+    /// Reads the responses to this phase's requests, accounting each to its slots. Returns
+    /// whether any operation was redirected (the route is stale).
     async fn read_responses(
         &mut self,
         slots: &mut [Slot],
         first_error: &mut Option<String>,
-    ) -> Result<(), BenchError> {
+    ) -> Result<bool, BenchError> {
+        let mut redirected = false;
         let mut arrived = self.sent;
         for r in 0..self.reqs.len() {
             let req = self.reqs[r];
@@ -156,6 +158,7 @@ impl Sock {
                     slot.error |= error.is_some();
                 }
                 if let Some(e) = error {
+                    redirected |= proto::is_redirect(e);
                     if first_error.is_none() {
                         *first_error = Some(proto::error_text(e));
                     }
@@ -186,7 +189,21 @@ impl Sock {
             }
             self.start += HEADER_LEN + len;
         }
-        Ok(())
+        Ok(redirected)
+    }
+
+    /// Marks every operation of this phase's requests as failed (the connection was lost),
+    /// with the time waited so far as its latency if it has none yet.
+    fn fail_all(&self, slots: &mut [Slot]) {
+        let waited = micros(self.sent.elapsed());
+        for &i in &self.order {
+            if let Some(slot) = slots.get_mut(i) {
+                slot.error = true;
+                if slot.latency_us == 0 {
+                    slot.latency_us = waited;
+                }
+            }
+        }
     }
 }
 
@@ -197,8 +214,15 @@ struct Group {
     writes: Vec<usize>,
 }
 
+/// How long a connection following the topology waits after failing to reach a worker,
+/// before its next round (the route is refreshed meanwhile).
+const UNREACHABLE_PAUSE: Duration = Duration::from_millis(10);
+
 /// One logical connection: a socket per worker, opened on first use.
 struct Conn {
+    /// The route it uses, and that route's generation.
+    route: Arc<Route>,
+    generation: u64,
     socks: Vec<Option<Sock>>,
     groups: Vec<Group>,
     /// Worker of each slot of the round.
@@ -211,8 +235,11 @@ struct Conn {
 }
 
 impl Conn {
-    fn new(workers: usize) -> Conn {
+    fn new(generation: u64, route: Arc<Route>) -> Conn {
+        let workers = route.workers();
         Conn {
+            route,
+            generation,
             socks: (0..workers).map(|_| None).collect(),
             groups: (0..workers).map(|_| Group::default()).collect(),
             worker_of: Vec::new(),
@@ -222,20 +249,56 @@ impl Conn {
         }
     }
 
-    /// Computes the worker of every slot and opens the sockets the round needs.
-    async fn route(&mut self, setup: &Setup, slots: &[Slot]) -> Result<(), BenchError> {
-        let Some(route) = &setup.route else {
-            return Err(BenchError::Config("native run without a topology".into()));
-        };
+    /// Switches to a newer route: sockets to workers still in it are kept (under their new
+    /// index), the others closed.
+    fn adopt(&mut self, generation: u64, route: Arc<Route>) {
+        let mut old: Vec<Sock> = self.socks.drain(..).flatten().collect();
+        let workers = route.workers();
+        self.socks = (0..workers)
+            .map(|w| {
+                let addr = route.addr(w);
+                let i = old.iter().position(|s| s.addr == addr)?;
+                Some(old.swap_remove(i))
+            })
+            .collect();
+        self.groups = (0..workers).map(|_| Group::default()).collect();
+        self.route = route;
+        self.generation = generation;
+    }
+
+    /// Computes the worker of every slot and opens the sockets the round needs. When
+    /// following the topology, a worker that cannot be reached fails the round's
+    /// operations instead of the run: returns false then (the route is marked stale).
+    async fn route(
+        &mut self,
+        setup: &Setup,
+        slots: &mut [Slot],
+        first_error: &mut Option<String>,
+    ) -> Result<bool, BenchError> {
+        let route = self.route.clone();
         self.worker_of.clear();
-        for slot in slots {
+        for slot in slots.iter() {
             let w = route.worker(slot.key, setup.keys.get(slot.key));
             self.worker_of.push(w);
             if self.socks[w].is_none() {
-                self.socks[w] = Some(Sock::connect(route.addr(w)).await?);
+                match Sock::connect(route.addr(w)).await {
+                    Ok(sock) => self.socks[w] = Some(sock),
+                    Err(e) if setup.follow => {
+                        if let Some(routes) = &setup.route {
+                            routes.mark_stale();
+                        }
+                        for slot in slots.iter_mut() {
+                            slot.error = true;
+                        }
+                        first_error.get_or_insert_with(|| e.to_string());
+                        tokio::time::sleep(UNREACHABLE_PAUSE).await;
+                        return Ok(false);
+                    }
+                    Err(e) => return Err(e),
+                }
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     fn id(&mut self) -> u64 {
@@ -374,18 +437,45 @@ impl Conn {
             let mut lattice = ctx.lattice.borrow_mut();
             self.encode(&ctx.setup, &mut lattice, slots, phase);
         }
-        for &w in &self.active {
+        let follow = ctx.setup.follow;
+        let mut stale = false;
+        for a in 0..self.active.len() {
+            let w = self.active[a];
             let Some(sock) = self.socks[w].as_mut() else {
                 continue;
             };
             sock.sent = Instant::now();
             if let Err(e) = sock.stream.write_all(&sock.out).await {
-                return Err(sock.failed(e));
+                if !follow {
+                    return Err(sock.failed(e));
+                }
+                // Lost: its operations fail, the socket is dropped (reopened if the next
+                // route still names the worker).
+                sock.fail_all(slots);
+                first_error.get_or_insert_with(|| sock.failed(e).to_string());
+                self.socks[w] = None;
+                stale = true;
             }
         }
-        for &w in &self.active {
-            if let Some(sock) = self.socks[w].as_mut() {
-                sock.read_responses(slots, first_error).await?;
+        for a in 0..self.active.len() {
+            let w = self.active[a];
+            let Some(sock) = self.socks[w].as_mut() else {
+                continue;
+            };
+            match sock.read_responses(slots, first_error).await {
+                Ok(redirected) => stale |= redirected,
+                Err(e) if follow => {
+                    sock.fail_all(slots);
+                    first_error.get_or_insert_with(|| e.to_string());
+                    self.socks[w] = None;
+                    stale = true;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if stale && follow {
+            if let Some(routes) = &ctx.setup.route {
+                routes.mark_stale();
             }
         }
         Ok(())
@@ -405,15 +495,23 @@ fn push_req(sock: &mut Sock, id: u64, chunk: &[usize]) {
 /// Runs one logical connection until its source is exhausted or the run stops.
 pub(crate) async fn run(ctx: &mut ConnCtx) -> Result<(), BenchError> {
     let setup = ctx.setup.clone();
-    let workers = setup.route.as_ref().map_or(1, |r| r.workers());
-    let mut conn = Conn::new(workers);
+    let Some(routes) = &setup.route else {
+        return Err(BenchError::Config("native run without a topology".into()));
+    };
+    let (generation, route) = routes.current();
+    let mut conn = Conn::new(generation, route);
     let mut slots = Vec::new();
     let mut first_error = None;
-    while ctx.control.phase() != Phase::Stop && ctx.source.fill(&setup, &mut slots) {
-        conn.route(&setup, &slots).await?;
-        conn.exec(ctx, &mut slots, 0, &mut first_error).await?;
-        if slots.iter().any(|s| s.kind == OpKind::Rmw) {
-            conn.exec(ctx, &mut slots, 1, &mut first_error).await?;
+    while ctx.next_round(&mut slots).await {
+        if routes.generation() != conn.generation {
+            let (generation, route) = routes.current();
+            conn.adopt(generation, route);
+        }
+        if conn.route(&setup, &mut slots, &mut first_error).await? {
+            conn.exec(ctx, &mut slots, 0, &mut first_error).await?;
+            if slots.iter().any(|s| s.kind == OpKind::Rmw) {
+                conn.exec(ctx, &mut slots, 1, &mut first_error).await?;
+            }
         }
         ctx.control
             .finish_round(&slots, &mut ctx.stats.borrow_mut(), &mut first_error);

@@ -32,6 +32,34 @@ pub struct LoadReport {
     pub ops_per_sec: f64,
 }
 
+/// One interval of the timeline (`--timeline`): the rounds completed in it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct TimelinePoint {
+    /// End of the interval, in seconds since the measured phase began (the last one ends
+    /// with the run).
+    pub end_secs: f64,
+    /// Operations completed.
+    pub ops: u64,
+    /// Operations per second over the interval.
+    pub ops_per_sec: f64,
+    /// Those that got an error reply.
+    pub errors: u64,
+    /// Their latency (two significant digits; zeros for an interval without operations).
+    pub latency_us: Latency,
+}
+
+/// Throughput and latency per interval of the measured phase.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Timeline {
+    /// Length of an interval, in seconds.
+    pub interval_secs: f64,
+    /// When the measured phase began, in milliseconds since the Unix epoch (to line the
+    /// intervals up with other observations of the run).
+    pub start_unix_ms: u64,
+    /// The intervals, in order, up to the end of the run.
+    pub points: Vec<TimelinePoint>,
+}
+
 /// What a run measured.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
@@ -67,6 +95,10 @@ pub struct Report {
     pub latency_us: Latency,
     /// The load phase, if there was one.
     pub load: Option<LoadReport>,
+    /// Per-interval throughput and latency, with `--timeline` (absent from the JSON
+    /// otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Timeline>,
 }
 
 fn name<T: Serialize>(v: &T) -> String {
@@ -128,7 +160,27 @@ impl Report {
             out,
             "latency µs  p50 {:.0}  p99 {:.0}  p99.9 {:.0}  max {:.0}  mean {:.1}",
             l.p50, l.p99, l.p999, l.max, l.mean
-        )
+        )?;
+        if let Some(t) = &self.timeline {
+            writeln!(
+                out,
+                "timeline    {:>8} {:>11} {:>8} {:>8} {:>8} {:>6}",
+                "s", "ops/s", "mean µs", "p50", "p99", "errors"
+            )?;
+            for p in &t.points {
+                writeln!(
+                    out,
+                    "            {:>8.2} {:>11} {:>8.0} {:>8.0} {:>8.0} {:>6}",
+                    p.end_secs,
+                    group_digits(p.ops_per_sec.round() as u64),
+                    p.latency_us.mean,
+                    p.latency_us.p50,
+                    p.latency_us.p99,
+                    p.errors
+                )?;
+            }
+        }
+        Ok(())
     }
 
     /// Prints the report as JSON (`json`) or as the table.
@@ -197,6 +249,7 @@ mod tests {
                 secs: 0.5,
                 ops_per_sec: 200_000.0,
             }),
+            timeline: None,
         }
     }
 
@@ -237,6 +290,36 @@ mod tests {
         };
         let v: serde_json::Value = serde_json::from_str(&none.to_json()).unwrap();
         assert!(v["load"].is_null());
+        let with = Report {
+            timeline: Some(Timeline {
+                interval_secs: 0.5,
+                start_unix_ms: 1_700_000_000_000,
+                points: vec![TimelinePoint {
+                    end_secs: 0.5,
+                    ops: 100,
+                    ops_per_sec: 200.0,
+                    errors: 0,
+                    latency_us: Latency {
+                        mean: 12.5,
+                        ..Latency::default()
+                    },
+                }],
+            }),
+            ..sample()
+        };
+        let v: serde_json::Value = serde_json::from_str(&with.to_json()).unwrap();
+        assert_eq!(v["timeline"]["interval_secs"], 0.5);
+        assert_eq!(v["timeline"]["points"][0]["ops_per_sec"], 200.0);
+        assert_eq!(v["timeline"]["points"][0]["latency_us"]["mean"], 12.5);
+        let mut out = Vec::new();
+        with.print_table(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("timeline"), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.contains(" 0.50 ") && l.contains(" 200 ")),
+            "{text}"
+        );
     }
 
     #[test]

@@ -16,7 +16,6 @@ use crate::clock::micros;
 use crate::error::BenchError;
 use crate::keys::member;
 use crate::setup::{ConnCtx, Setup};
-use crate::stats::Phase;
 use crate::workload::{Action, OpKind, Slot};
 
 /// The argument after the key.
@@ -242,7 +241,7 @@ pub(crate) async fn run(ctx: &mut ConnCtx) -> Result<(), BenchError> {
     let mut conn = Conn::connect(&setup.addr).await?;
     let mut slots = Vec::new();
     let mut first_error = None;
-    while ctx.control.phase() != Phase::Stop && ctx.source.fill(&setup, &mut slots) {
+    while ctx.next_round(&mut slots).await {
         conn.exec(&setup, &commands, &mut slots, 0, &mut first_error)
             .await?;
         if slots.iter().any(|s| s.kind == OpKind::Rmw) {

@@ -15,9 +15,9 @@ use tokio::sync::oneshot;
 
 use crate::args::{BenchArgs, Distribution, Protocol};
 use crate::error::BenchError;
-use crate::report::{group_digits, Latency, LoadReport, Report};
-use crate::setup::{ClientLattice, ConnCtx, Setup, Source};
-use crate::stats::{Control, Phase, ThreadStats};
+use crate::report::{group_digits, Latency, LoadReport, Report, Timeline, TimelinePoint};
+use crate::setup::{round_period, ClientLattice, ConnCtx, Pacer, Route, Setup, Source};
+use crate::stats::{Control, Interval, Phase, ThreadStats};
 
 /// Requests per connection in flight during the load phase (at least).
 const LOAD_PIPELINE: usize = 32;
@@ -27,6 +27,43 @@ const TICK: Duration = Duration::from_millis(50);
 const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 /// How long connections may take to finish their last round after the run stops.
 const GRACE: Duration = Duration::from_secs(10);
+/// `--follow-topology`: the key placement is fetched again this often…
+const FOLLOW_EVERY: Duration = Duration::from_secs(1);
+/// …and this soon after a connection saw a redirect or lost a worker, but not sooner after
+/// the previous fetch (a cluster in the middle of a change redirects many requests).
+const FOLLOW_MIN_GAP: Duration = Duration::from_millis(100);
+/// Longest a topology fetch may take (the coordinator waits for it).
+const FOLLOW_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Refreshes the native route of a run that follows the topology.
+struct Follower {
+    last: Instant,
+}
+
+impl Follower {
+    fn new() -> Follower {
+        Follower {
+            last: Instant::now(),
+        }
+    }
+
+    /// Fetches the topology again if it is time to, or a connection asked and the last
+    /// fetch is not too recent. A failed fetch keeps the current route (tried again later).
+    async fn tick(&mut self, setup: &Setup) {
+        let Some(routes) = setup.route.as_ref().filter(|_| setup.follow) else {
+            return;
+        };
+        let since = self.last.elapsed();
+        if since < FOLLOW_MIN_GAP || (since < FOLLOW_EVERY && !routes.take_stale()) {
+            return;
+        }
+        self.last = Instant::now();
+        let fetch = Route::fetch(&setup.addr, &setup.keys);
+        if let Ok(Ok(route)) = tokio::time::timeout(FOLLOW_TIMEOUT, fetch).await {
+            routes.replace(route);
+        }
+    }
+}
 
 /// Mixes a seed with a stream number (SplitMix64's finaliser).
 pub(crate) fn seed_for(seed: u64, stream: u64) -> u64 {
@@ -53,6 +90,8 @@ struct Plan {
     threads: usize,
     /// Operations per connection per round.
     round: usize,
+    /// `--rate`: operations per second in all (None: closed loop).
+    rate: Option<f64>,
 }
 
 async fn conn_main(mut ctx: ConnCtx) {
@@ -92,6 +131,7 @@ fn thread_main(
     };
     let stats = Rc::new(RefCell::new(ThreadStats::default()));
     let lattice = Rc::new(RefCell::new(ClientLattice::new(actor, &setup)));
+    let start = Instant::now();
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async {
         let mut tasks = Vec::new();
@@ -108,12 +148,19 @@ fn thread_main(
                     round: plan.round,
                 },
             };
+            // Paced connections start staggered over one period, so rounds are spread out.
+            let pacer = plan.rate.map(|rate| {
+                let period = round_period(rate, plan.connections, plan.round);
+                let offset = period.mul_f64(c as f64 / plan.connections as f64);
+                Pacer::new(start + offset, period)
+            });
             let ctx = ConnCtx {
                 setup: setup.clone(),
                 control: control.clone(),
                 stats: stats.clone(),
                 lattice: lattice.clone(),
                 source,
+                pacer,
             };
             tasks.push(tokio::task::spawn_local(conn_main(ctx)));
         }
@@ -268,6 +315,7 @@ async fn load_phase(
         connections,
         threads: args.threads.min(connections),
         round: args.pipeline.max(LOAD_PIPELINE) * setup.batch,
+        rate: None,
     };
     progress.restart(&control);
     let start = Instant::now();
@@ -293,26 +341,36 @@ async fn load_phase(
     })
 }
 
+/// What the measured phase returns: the merged stats, its length in seconds and, with a
+/// timeline, the wall-clock ms when it began.
+type Measured = (ThreadStats, f64, u64);
+
 /// The measured phase (after its warm-up).
 async fn measure_phase(
     setup: &Arc<Setup>,
     args: &BenchArgs,
     progress: &mut Progress,
-) -> Result<(ThreadStats, f64), BenchError> {
+) -> Result<Measured, BenchError> {
     let warmup = Duration::from_secs_f64(args.warmup);
     let initial = if warmup.is_zero() {
         Phase::Measure
     } else {
         Phase::Warmup
     };
-    let control = Arc::new(Control::new(initial, args.ops));
+    let mut control = Control::new(initial, args.ops);
+    if let Some(t) = args.timeline {
+        control = control.with_timeline(Duration::from_secs_f64(t));
+    }
+    let control = Arc::new(control);
     let plan = Plan {
         mode: Mode::Measure,
         connections: args.connections,
         threads: args.threads,
         round: args.pipeline * setup.batch,
+        rate: args.rate,
     };
     progress.restart(&control);
+    let mut follower = Follower::new();
     let receivers = spawn_threads(setup, &control, plan)?;
     let started = Instant::now();
     while control.phase() == Phase::Warmup {
@@ -323,8 +381,13 @@ async fn measure_phase(
         }
         tokio::time::sleep(left.min(TICK)).await;
         progress.tick("warmup", &control);
+        follower.tick(setup).await;
     }
     let measure_start = Instant::now();
+    // The wall clock when the control's measured phase began (it flipped just before).
+    let began = control.measure_started_at().unwrap_or(measure_start);
+    let start_unix_ms = crate::clock::physical_ms()
+        .saturating_sub(measure_start.saturating_duration_since(began).as_millis() as u64);
     progress.restart(&control);
     let deadline = match args.ops {
         Some(_) => None,
@@ -339,6 +402,7 @@ async fn measure_phase(
         };
         tokio::time::sleep(sleep).await;
         progress.tick("measure", &control);
+        follower.tick(setup).await;
     }
     let end = control.target_reached_at().unwrap_or_else(Instant::now);
     control.set_phase(Phase::Stop);
@@ -349,7 +413,56 @@ async fn measure_phase(
     if let Some(e) = stats.failure {
         return Err(e);
     }
-    Ok((stats, secs))
+    Ok((stats, secs, start_unix_ms))
+}
+
+/// The latency summary of a histogram (zeros if it is empty).
+fn latency_of(h: &hdrhistogram::Histogram<u64>) -> Latency {
+    if h.is_empty() {
+        return Latency::default();
+    }
+    Latency {
+        p50: h.value_at_quantile(0.5) as f64,
+        p99: h.value_at_quantile(0.99) as f64,
+        p999: h.value_at_quantile(0.999) as f64,
+        max: h.max() as f64,
+        mean: h.mean(),
+    }
+}
+
+/// The timeline of a run of `secs` measured seconds cut into `interval`-second intervals:
+/// one point per interval up to the end of the run (intervals without a completed round
+/// included), the last one ending with the run.
+pub(crate) fn timeline(
+    intervals: &[Interval],
+    interval: f64,
+    secs: f64,
+    start_unix_ms: u64,
+) -> Timeline {
+    let count = ((secs / interval).ceil() as usize)
+        .max(intervals.len())
+        .max(1);
+    let empty = Interval::default();
+    let points = (0..count)
+        .map(|i| {
+            let it = intervals.get(i).unwrap_or(&empty);
+            let begin = i as f64 * interval;
+            let end = ((i + 1) as f64 * interval).min(secs.max(begin));
+            let len = end - begin;
+            TimelinePoint {
+                end_secs: end,
+                ops: it.ops,
+                ops_per_sec: if len > 0.0 { it.ops as f64 / len } else { 0.0 },
+                errors: it.errors,
+                latency_us: latency_of(&it.histogram),
+            }
+        })
+        .collect();
+    Timeline {
+        interval_secs: interval,
+        start_unix_ms,
+        points,
+    }
 }
 
 /// Runs the benchmark described by `args`: optional load phase, warm-up, measured phase.
@@ -361,7 +474,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         0 => None,
         n => Some(load_phase(&setup, &args, n, &mut progress).await?),
     };
-    let (stats, secs) = measure_phase(&setup, &args, &mut progress).await?;
+    let (stats, secs, start_unix_ms) = measure_phase(&setup, &args, &mut progress).await?;
     match (&stats.first_error, args.quiet) {
         (Some(e), false) if stats.errors > 0 => eprintln!(
             "note: {} measured operations got error replies; the first: {e}",
@@ -370,18 +483,10 @@ pub(crate) async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         (Some(e), false) => eprintln!("note: error replies during the warm-up; the first: {e}"),
         _ => {}
     }
-    let h = &stats.histogram;
-    let latency = if h.is_empty() {
-        Latency::default()
-    } else {
-        Latency {
-            p50: h.value_at_quantile(0.5) as f64,
-            p99: h.value_at_quantile(0.99) as f64,
-            p999: h.value_at_quantile(0.999) as f64,
-            max: h.max() as f64,
-            mean: h.mean(),
-        }
-    };
+    let latency = latency_of(&stats.histogram);
+    let timeline = args
+        .timeline
+        .map(|t| timeline(&stats.timeline, t, secs, start_unix_ms));
     Ok(Report {
         protocol: args.protocol,
         workload: args.workload,
@@ -402,6 +507,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         errors: stats.errors,
         latency_us: latency,
         load,
+        timeline,
     })
 }
 
@@ -412,5 +518,35 @@ mod tests {
     #[test]
     fn seed_for_separates_streams() {
         assert_ne!(seed_for(1, 0), seed_for(1, 1));
+    }
+
+    #[test]
+    fn timeline_points_cover_the_run() {
+        let mut a = Interval::default();
+        for us in [10, 20, 30, 40] {
+            a.histogram.record(us).unwrap();
+        }
+        a.ops = 4;
+        let mut c = Interval::default();
+        c.histogram.record(1_000).unwrap();
+        c.ops = 1;
+        c.errors = 1;
+        // 1.2 s in 0.5 s intervals: the third is 0.2 s long; the second saw nothing.
+        let t = timeline(&[a, Interval::default(), c], 0.5, 1.2, 42);
+        assert_eq!(
+            (t.interval_secs, t.start_unix_ms, t.points.len()),
+            (0.5, 42, 3)
+        );
+        let ends: Vec<f64> = t.points.iter().map(|p| p.end_secs).collect();
+        assert_eq!(ends, [0.5, 1.0, 1.2]);
+        assert_eq!(t.points[0].ops_per_sec, 8.0);
+        assert_eq!(t.points[0].latency_us.mean, 25.0);
+        assert_eq!(t.points[0].latency_us.max, 40.0);
+        assert_eq!((t.points[1].ops, t.points[1].latency_us.mean), (0, 0.0));
+        assert!((t.points[2].ops_per_sec - 5.0).abs() < 1e-9);
+        assert_eq!(t.points[2].errors, 1);
+        // A run whose last intervals saw no round still gets a point for each of them.
+        let t = timeline(&[], 0.5, 1.0, 0);
+        assert_eq!(t.points.len(), 2);
     }
 }

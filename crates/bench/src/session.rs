@@ -17,7 +17,6 @@ use client::Client;
 use crate::clock::micros;
 use crate::error::BenchError;
 use crate::setup::{ConnCtx, Setup};
-use crate::stats::Phase;
 use crate::workload::Action;
 
 /// Runs one connection's session until the phase ends.
@@ -27,7 +26,7 @@ pub(crate) async fn run(ctx: &mut ConnCtx) -> Result<(), BenchError> {
     let session = client.session(setup.level);
     let mut slots = Vec::new();
     let mut first_error: Option<String> = None;
-    while ctx.control.phase() != Phase::Stop && ctx.source.fill(&setup, &mut slots) {
+    while ctx.next_round(&mut slots).await {
         if setup.level.is_transactional() {
             let start = Instant::now();
             let result = transaction(&session, &setup, &slots).await;

@@ -4,15 +4,18 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use client::routing::Layout;
 use lattice::Hlc;
 
 use crate::args::{BenchArgs, Protocol, WriteType};
+use crate::clock::micros;
 use crate::error::BenchError;
 use crate::keys::{Keys, Values};
-use crate::stats::{Control, ThreadStats};
+use crate::stats::{Control, Phase, ThreadStats};
 use crate::workload::{Mix, OpKind, Slot};
 use crate::zipf::KeyChooser;
 
@@ -41,7 +44,9 @@ impl Route {
         let mut index = std::collections::HashMap::new();
         let mut key_worker = Vec::with_capacity(keys.len());
         for id in 0..keys.len() as u32 {
-            let replicas = layout.replicas(keys.get(id));
+            // Requests go to serving replicas only (memory, else disk): a key with one of
+            // those has a fixed worker whatever its disk replicas.
+            let replicas = layout.serving_replicas(keys.get(id));
             let w = match replicas.as_slice() {
                 [r] => match layout.addr(*r) {
                     Some(addr) => *index.entry(addr.to_string()).or_insert_with(|| {
@@ -102,6 +107,65 @@ impl Route {
     }
 }
 
+/// The native protocol's current [`Route`], replaced while the run goes when it follows the
+/// topology (`--follow-topology`).
+#[derive(Debug)]
+pub(crate) struct Routes {
+    current: RwLock<Arc<Route>>,
+    /// +1 per replacement: a connection compares it with the route it holds (one atomic
+    /// load per round).
+    generation: AtomicU64,
+    /// A connection saw a redirect or lost a worker: refresh soon.
+    stale: AtomicBool,
+}
+
+impl Routes {
+    pub(crate) fn new(route: Route) -> Routes {
+        Routes {
+            current: RwLock::new(Arc::new(route)),
+            generation: AtomicU64::new(0),
+            stale: AtomicBool::new(false),
+        }
+    }
+
+    /// The generation of the current route.
+    #[inline]
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The current route and its generation.
+    pub(crate) fn current(&self) -> (u64, Arc<Route>) {
+        let route = match self.current.read() {
+            Ok(r) => r.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        // Read after the route: a generation newer than the route only makes the
+        // connection look again next round.
+        (self.generation(), route)
+    }
+
+    /// Installs a freshly fetched route.
+    pub(crate) fn replace(&self, route: Route) {
+        let route = Arc::new(route);
+        match self.current.write() {
+            Ok(mut r) => *r = route,
+            Err(poisoned) => *poisoned.into_inner() = route,
+        }
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Asks for a refresh (a redirect, or a worker connection lost).
+    pub(crate) fn mark_stale(&self) {
+        self.stale.store(true, Ordering::Release);
+    }
+
+    /// Whether a refresh was asked for since the last call.
+    pub(crate) fn take_stale(&self) -> bool {
+        self.stale.swap(false, Ordering::AcqRel)
+    }
+}
+
 /// Everything the connections of a run share, read-only.
 #[derive(Debug)]
 pub(crate) struct Setup {
@@ -115,7 +179,9 @@ pub(crate) struct Setup {
     pub batch: usize,
     pub seed: u64,
     /// Native protocol only.
-    pub route: Option<Route>,
+    pub route: Option<Routes>,
+    /// Native protocol: follow topology changes (`--follow-topology`).
+    pub follow: bool,
     /// Session protocol: the sessions' level.
     pub level: client::Level,
 }
@@ -135,6 +201,7 @@ impl Setup {
             batch: args.batch.max(1),
             seed: args.seed,
             route: None,
+            follow: args.follow_topology && protocol == Protocol::Native,
             level: client::Level::from_name(&args.level).unwrap_or(client::Level::Eventual),
         }
     }
@@ -143,7 +210,7 @@ impl Setup {
     pub(crate) async fn new(args: &BenchArgs) -> Result<Setup, BenchError> {
         let mut setup = Setup::local(args, args.protocol);
         if args.protocol == Protocol::Native {
-            setup.route = Some(Route::fetch(&setup.addr, &setup.keys).await?);
+            setup.route = Some(Routes::new(Route::fetch(&setup.addr, &setup.keys).await?));
         }
         Ok(setup)
     }
@@ -243,6 +310,63 @@ impl Source {
     }
 }
 
+/// The schedule of a paced connection (`--rate`): a round is due every `period`.
+#[derive(Debug)]
+pub(crate) struct Pacer {
+    next: Instant,
+    period: Duration,
+}
+
+/// What a paced connection does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pace {
+    /// The round is not due yet: wait until then; it starts on time.
+    Wait(Instant),
+    /// The round was due this long ago (the previous one ran past it): start now, and count
+    /// the delay in its latency, as a client with a queue would see it.
+    Late(Duration),
+}
+
+impl Pacer {
+    /// A schedule whose first round is due at `first`, then one every `period`.
+    pub(crate) fn new(first: Instant, period: Duration) -> Pacer {
+        Pacer {
+            next: first,
+            period,
+        }
+    }
+
+    /// The next round's due time at `now`; advances the schedule by one round.
+    pub(crate) fn next(&mut self, now: Instant) -> Pace {
+        let due = self.next;
+        self.next += self.period;
+        if now < due {
+            Pace::Wait(due)
+        } else {
+            Pace::Late(now - due)
+        }
+    }
+
+    /// Waits for the next round; returns how late it starts, in microseconds (0 when it
+    /// had to wait: the timer's own lateness is the client's, not the server's).
+    pub(crate) async fn wait(&mut self) -> u64 {
+        match self.next(Instant::now()) {
+            Pace::Wait(due) => {
+                tokio::time::sleep_until(due.into()).await;
+                0
+            }
+            Pace::Late(by) => micros(by),
+        }
+    }
+}
+
+/// The round period of one of `connections` connections sharing `rate` operations per
+/// second, `round` operations per round.
+pub(crate) fn round_period(rate: f64, connections: usize, round: usize) -> Duration {
+    let per_connection = rate / connections.max(1) as f64;
+    Duration::from_secs_f64((round.max(1) as f64 / per_connection).clamp(1e-6, 3600.0))
+}
+
 /// What a connection task works with.
 pub(crate) struct ConnCtx {
     pub setup: Arc<Setup>,
@@ -250,6 +374,33 @@ pub(crate) struct ConnCtx {
     pub stats: Rc<RefCell<ThreadStats>>,
     pub lattice: Rc<RefCell<ClientLattice>>,
     pub source: Source,
+    /// `--rate`: the connection's schedule (None: closed loop, a round as soon as the
+    /// last one is answered).
+    pub pacer: Option<Pacer>,
+}
+
+impl ConnCtx {
+    /// The next round's operations into `slots`, once it is due (paced runs); false when
+    /// the run stops or the source is exhausted. A paced round that starts late begins with
+    /// that delay as its operations' latency.
+    pub(crate) async fn next_round(&mut self, slots: &mut Vec<Slot>) -> bool {
+        if self.control.phase() == Phase::Stop {
+            return false;
+        }
+        let late = match &mut self.pacer {
+            Some(p) => p.wait().await,
+            None => 0,
+        };
+        if self.control.phase() == Phase::Stop || !self.source.fill(&self.setup, slots) {
+            return false;
+        }
+        if late > 0 {
+            for s in slots.iter_mut() {
+                s.latency_us = late;
+            }
+        }
+        true
+    }
 }
 
 #[cfg(test)]
@@ -281,6 +432,24 @@ mod tests {
             }
         }
         assert!(seen.iter().all(|&n| n == 1));
+    }
+
+    #[test]
+    fn a_pacer_waits_for_due_rounds_and_counts_late_ones_from_when_they_were_due() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut p = Pacer::new(t0 + ms(5), ms(10));
+        // Early: wait for the first due time; the schedule moves on by one period.
+        assert_eq!(p.next(t0), Pace::Wait(t0 + ms(5)));
+        assert_eq!(p.next(t0 + ms(15)), Pace::Late(ms(0)));
+        // The round due at 25 ms started at 40 ms: 15 ms late; the one due at 35 is late
+        // too (a queue), then the schedule is caught up.
+        assert_eq!(p.next(t0 + ms(40)), Pace::Late(ms(15)));
+        assert_eq!(p.next(t0 + ms(41)), Pace::Late(ms(6)));
+        assert_eq!(p.next(t0 + ms(42)), Pace::Wait(t0 + ms(45)));
+        // 1,000 ops/s over 4 connections, 5 ops a round: a round every 20 ms each.
+        assert_eq!(round_period(1_000.0, 4, 5), ms(20));
+        assert_eq!(round_period(1e12, 1, 1), Duration::from_micros(1));
     }
 
     #[test]

@@ -5,6 +5,10 @@
 //! a round's operations count if the round completes while the run is in its measured
 //! phase. Throughput is therefore the operations of the rounds completed inside the measured
 //! window divided by the window's length, and no round is counted twice or half.
+//!
+//! With a timeline (`--timeline SECS`) a measured round also counts in the interval of the
+//! measured phase it completed in ([`Interval`]): interval `i` holds the rounds completed
+//! between `i·SECS` and `(i+1)·SECS` after the measurement began.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
@@ -43,7 +47,17 @@ pub struct Control {
     end_nanos: AtomicU64,
     /// A connection failed: the run stops.
     failed: AtomicBool,
+    /// Nanoseconds after `epoch` when the measured phase began ([`NOT_STARTED`] before).
+    measure_nanos: AtomicU64,
+    /// Length of a timeline interval in nanoseconds (0: no timeline).
+    interval_nanos: u64,
 }
+
+/// `Control::measure_nanos` before the measured phase.
+const NOT_STARTED: u64 = u64::MAX;
+
+/// Most intervals a timeline keeps; rounds completed later count only in the totals.
+pub const MAX_INTERVALS: usize = 100_000;
 
 impl Control {
     /// A run starting in `phase`, stopping after `target` measured operations if given.
@@ -57,6 +71,27 @@ impl Control {
             target,
             end_nanos: AtomicU64::new(0),
             failed: AtomicBool::new(false),
+            measure_nanos: AtomicU64::new(if phase == Phase::Measure {
+                0
+            } else {
+                NOT_STARTED
+            }),
+            interval_nanos: 0,
+        }
+    }
+
+    /// Also counts measured rounds per `interval` of the measured phase (a zero interval:
+    /// no timeline).
+    pub fn with_timeline(mut self, interval: Duration) -> Control {
+        self.interval_nanos = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// When the measured phase began, if it has.
+    pub fn measure_started_at(&self) -> Option<Instant> {
+        match self.measure_nanos.load(Ordering::Acquire) {
+            NOT_STARTED => None,
+            n => Some(self.epoch + Duration::from_nanos(n)),
         }
     }
 
@@ -77,12 +112,33 @@ impl Control {
 
     /// Leaves the warm-up (unless the run already stopped).
     pub fn start_measuring(&self) {
+        // The start is stored before the phase flips, so a round counted as measured always
+        // finds it.
+        let nanos = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(NOT_STARTED - 1);
+        let _ = self.measure_nanos.compare_exchange(
+            NOT_STARTED,
+            nanos,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
         let _ = self.phase.compare_exchange(
             Phase::Warmup as u8,
             Phase::Measure as u8,
             Ordering::AcqRel,
             Ordering::Acquire,
         );
+    }
+
+    /// The timeline interval a round completed at `now` falls in (None: no timeline, not
+    /// measuring yet, or past [`MAX_INTERVALS`]).
+    fn interval_at(&self, now: Instant) -> Option<usize> {
+        if self.interval_nanos == 0 {
+            return None;
+        }
+        let start = self.measure_started_at()?;
+        let since = u64::try_from(now.saturating_duration_since(start).as_nanos()).ok()?;
+        let i = usize::try_from(since / self.interval_nanos).ok()?;
+        (i < MAX_INTERVALS).then_some(i)
     }
 
     /// Operations completed so far (all phases).
@@ -127,6 +183,23 @@ impl Control {
         stats: &mut ThreadStats,
         first_error: &mut Option<String>,
     ) {
+        let now = if self.interval_nanos > 0 {
+            Some(Instant::now())
+        } else {
+            None
+        };
+        self.finish_round_at(slots, stats, first_error, now);
+    }
+
+    /// [`finish_round`](Self::finish_round) for a round completed at `now` (read only when
+    /// there is a timeline).
+    pub fn finish_round_at(
+        &self,
+        slots: &[Slot],
+        stats: &mut ThreadStats,
+        first_error: &mut Option<String>,
+        now: Option<Instant>,
+    ) {
         let n = slots.len() as u64;
         self.completed.fetch_add(n, Ordering::Relaxed);
         if stats.first_error.is_none() {
@@ -142,6 +215,9 @@ impl Control {
         }
         stats.ops += n;
         stats.errors += errors;
+        if let Some(i) = now.and_then(|t| self.interval_at(t)) {
+            stats.interval(i).record(slots, errors);
+        }
         if errors > 0 {
             self.errors.fetch_add(errors, Ordering::Relaxed);
         }
@@ -181,6 +257,48 @@ pub struct ThreadStats {
     pub first_error: Option<String>,
     /// The first connection failure.
     pub failure: Option<BenchError>,
+    /// Measured rounds per timeline interval (empty without a timeline).
+    pub timeline: Vec<Interval>,
+}
+
+/// What one timeline interval measured (on one thread, or merged).
+#[derive(Debug)]
+pub struct Interval {
+    /// Operations of the rounds completed in the interval.
+    pub ops: u64,
+    /// Those that got an error reply.
+    pub errors: u64,
+    /// Their latency in microseconds (two significant digits: an interval holds few
+    /// operations, and a run may hold thousands of intervals).
+    pub histogram: Histogram<u64>,
+}
+
+impl Default for Interval {
+    fn default() -> Self {
+        Interval {
+            ops: 0,
+            errors: 0,
+            histogram: Histogram::new_with_bounds(1, MAX_LATENCY_US, 2)
+                .unwrap_or_else(|e| panic!("histogram: {e}")),
+        }
+    }
+}
+
+impl Interval {
+    fn record(&mut self, slots: &[Slot], errors: u64) {
+        for s in slots {
+            self.histogram.saturating_record(s.latency_us);
+        }
+        self.ops += slots.len() as u64;
+        self.errors += errors;
+    }
+
+    fn merge(&mut self, other: &Interval) {
+        // Same bounds and precision: adding cannot fail.
+        let _ = self.histogram.add(&other.histogram);
+        self.ops += other.ops;
+        self.errors += other.errors;
+    }
 }
 
 impl Default for ThreadStats {
@@ -193,11 +311,20 @@ impl Default for ThreadStats {
             errors: 0,
             first_error: None,
             failure: None,
+            timeline: Vec::new(),
         }
     }
 }
 
 impl ThreadStats {
+    /// Interval `i` of the timeline, created (with the ones before it) if needed.
+    fn interval(&mut self, i: usize) -> &mut Interval {
+        if self.timeline.len() <= i {
+            self.timeline.resize_with(i + 1, Interval::default);
+        }
+        &mut self.timeline[i]
+    }
+
     /// Adds another thread's measurements.
     pub fn merge(&mut self, other: ThreadStats) {
         // Both histograms have the same bounds, so adding cannot fail.
@@ -209,6 +336,9 @@ impl ThreadStats {
         }
         if self.failure.is_none() {
             self.failure = other.failure;
+        }
+        for (i, interval) in other.timeline.iter().enumerate() {
+            self.interval(i).merge(interval);
         }
     }
 }
@@ -264,5 +394,44 @@ mod tests {
         assert!(merged
             .histogram
             .equivalent(merged.histogram.value_at_quantile(0.8), 5_000));
+    }
+
+    #[test]
+    fn timeline_counts_rounds_in_the_interval_they_complete_in() {
+        let c = Control::new(Phase::Warmup, None).with_timeline(Duration::from_millis(500));
+        let mut a = ThreadStats::default();
+        let t0 = Instant::now();
+        // Warm-up rounds count nowhere.
+        c.finish_round_at(&[slot(10, false)], &mut a, &mut None, Some(t0));
+        assert!(c.measure_started_at().is_none());
+        c.start_measuring();
+        let start = c.measure_started_at().unwrap();
+        let at = |ms: u64| Some(start + Duration::from_millis(ms));
+        c.finish_round_at(&[slot(10, false), slot(30, true)], &mut a, &mut None, at(0));
+        c.finish_round_at(&[slot(20, false)], &mut a, &mut None, at(499));
+        c.finish_round_at(&[slot(1_000, false)], &mut a, &mut None, at(1_200));
+        assert_eq!(a.timeline.len(), 3);
+        assert_eq!((a.timeline[0].ops, a.timeline[0].errors), (3, 1));
+        assert_eq!(a.timeline[0].histogram.max(), 30);
+        assert_eq!((a.timeline[1].ops, a.timeline[2].ops), (0, 1));
+        assert_eq!(a.ops, 4);
+        // Another thread's intervals add up, interval by interval.
+        let mut b = ThreadStats::default();
+        c.finish_round_at(&[slot(40, false)], &mut b, &mut None, at(700));
+        c.finish_round_at(&[slot(50, false)], &mut b, &mut None, at(5_100));
+        a.merge(b);
+        let ops: Vec<u64> = a.timeline.iter().map(|i| i.ops).collect();
+        assert_eq!(ops, [3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(a.ops, 6);
+        // Past the last interval kept: in the totals only.
+        let far = Duration::from_millis(500) * (MAX_INTERVALS as u32 + 1);
+        c.finish_round_at(&[slot(1, false)], &mut a, &mut None, Some(start + far));
+        assert_eq!((a.timeline.len(), a.ops), (11, 7));
+        // Without a timeline nothing is kept per interval.
+        let plain = Control::new(Phase::Measure, None);
+        let mut s = ThreadStats::default();
+        plain.finish_round(&[slot(1, false)], &mut s, &mut None);
+        assert!(s.timeline.is_empty());
+        assert_eq!(s.ops, 1);
     }
 }

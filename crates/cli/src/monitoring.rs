@@ -196,9 +196,23 @@ impl Monitor {
         }
         let now = self.start.elapsed().as_millis() as u64;
         let managed = &self.managed;
-        let snapshot = collect::snapshot(now, &topology, &reports, self.collect, &|k| {
+        let mut snapshot = collect::snapshot(now, &topology, &reports, self.collect, &|k| {
             managed.contains(k)
         });
+        // A manager removes only the nodes it manages (not, say, the seed started by hand):
+        // the policy picks among those. If it cannot list them, every node stays a
+        // candidate and a removal it cannot do fails as before.
+        if let Some(m) = &self.manager {
+            match m.nodes().await {
+                Ok(nodes) => {
+                    let ids: HashSet<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
+                    for n in &mut snapshot.nodes {
+                        n.removable = ids.contains(n.id.as_str());
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cluster manager cannot list its nodes"),
+            }
+        }
         let actions = monitor::decide(&snapshot, &self.policy, &mut self.state);
         let mut done = Vec::with_capacity(actions.len());
         for action in actions {

@@ -38,7 +38,7 @@ fn max_seq(s: &pb::Status) -> u64 {
 #[test]
 fn status_reports_the_hot_key_of_a_skewed_load() {
     // Periods of 250 ms, a window of 15 s: the whole load fits in one window. Without the
-    // embedded monitor: its status polls are requests too, and this test counts them.
+    // embedded monitor, so that only this test's requests reach the node.
     let node = NodeProc::start(&[
         "--monitor",
         "false",
@@ -119,12 +119,15 @@ fn status_reports_the_hot_key_of_a_skewed_load() {
         assert_eq!(s.period_ms, 250);
         assert!(s.latency_p50_ns > 0 && s.latency_p50_ns <= s.latency_p99_ns);
     }
-    // One latency per request: the 1,001 single-key requests, one or two per chunk (one
-    // per worker it touched), and a few more (the client's topology, the status polls).
+    // One latency per data request: the 1,001 single-key requests, one or two per chunk
+    // (one per worker it touched), and a few more. The client's topology requests and the
+    // status polls are informational: not timed (else a monitor's polls, slow next to a
+    // Get, made up the mean of an idle node).
     let requests: u64 = stats.iter().map(|s| s.latency_count).sum();
     let chunks = COLD.div_ceil(CHUNK) as u64;
     let least = 1 + HOT_GETS + chunks;
-    let most = 1 + HOT_GETS + 2 * chunks + polls + 5;
+    let most = 1 + HOT_GETS + 2 * chunks + 5;
+    assert!(polls > 0);
     assert!(
         (least..=most).contains(&requests),
         "{requests} requests timed, expected {least}..={most}"

@@ -118,6 +118,7 @@ pub fn snapshot(
                 capacity_bytes: 0,
                 occupancy: 0.0,
                 alive: false,
+                removable: true,
             });
             continue;
         };
@@ -159,6 +160,7 @@ pub fn snapshot(
             },
             occupancy: occupancy / workers as f64,
             alive,
+            removable: true,
         });
     }
     let mut keys: Vec<KeyStats> = hot

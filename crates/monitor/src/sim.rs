@@ -220,6 +220,7 @@ impl Sim {
                     },
                     occupancy: occ,
                     alive: true,
+                    removable: true,
                 });
             }
         }

@@ -140,6 +140,11 @@ pub struct NodeStats {
     pub occupancy: f64,
     /// Alive in the membership (not suspect-dead, dead or left). Other nodes are ignored.
     pub alive: bool,
+    /// Whether the policy may ask this node to leave: the monitor's cluster manager manages
+    /// it (a manager can only remove its own nodes; a node started by hand, e.g. the seed
+    /// the monitor polls, is not its to stop). Always true without a manager, where
+    /// removals are recommendations.
+    pub removable: bool,
 }
 
 /// Per-key access statistics for the window, summed across replicas, over all keys.

@@ -199,9 +199,11 @@ fn add(round: &mut Round<'_>, tier: Tier, want: u32, mut reason: String) {
 /// Asks one node of `tier` to leave: in the memory tier the least occupied (least load to
 /// move), in the disk tier the one storing least (least data to hand off, so the shortest
 /// departure); ties broken by the other measure, then by id, so the choice is
-/// deterministic. The keys' factors are cut to the nodes left when the round finishes.
+/// deterministic. Only nodes the cluster manager can remove are candidates (none: no
+/// removal). The keys' factors are cut to the nodes left when the round finishes.
 fn remove(round: &mut Round<'_>, tier: Tier, mut reason: String) {
-    let chosen = round.snap.alive(tier).min_by(|a, b| {
+    let candidates = round.snap.alive(tier).filter(|n| n.removable);
+    let chosen = candidates.min_by(|a, b| {
         let (oa, ob) = (occupancy(a), occupancy(b));
         let by_load = oa.total_cmp(&ob);
         let by_bytes = a.storage_bytes.cmp(&b.storage_bytes);

@@ -94,6 +94,47 @@ fn compute_driven_removal_takes_the_least_occupied_memory_node_down_to_the_floor
 }
 
 #[test]
+fn only_nodes_the_manager_can_remove_are_asked_to_leave() {
+    // The least occupied memory node was started by hand (the monitor's seed, say): the
+    // manager cannot stop it, so the policy asks the next one instead of failing (a failed
+    // removal stayed pending for `pending_timeout_ms` and blocked every later removal).
+    let cfg = PolicyConfig::paper();
+    let mut snap = idle(3, 2);
+    snap.nodes[0].occupancy = 0.001;
+    snap.nodes[0].removable = false;
+    snap.nodes[1].occupancy = 0.03;
+    snap.nodes[2].occupancy = 0.02;
+    let actions = decide(&snap, &cfg, &mut PolicyState::new());
+    assert_eq!(removes(&actions), vec![(Tier::Memory, "m2".to_string())]);
+
+    // None it can remove: no removal, and nothing pending afterwards.
+    for n in &mut snap.nodes {
+        n.removable = false;
+    }
+    let mut state = PolicyState::new();
+    assert_eq!(decide(&snap, &cfg, &mut state), vec![]);
+    assert_eq!(state.pending_removal(Tier::Memory), None);
+
+    // The disk tier's storage rule and the budget rule choose the same way.
+    let mut snap = snapshot(1, 4);
+    for n in snap.nodes.iter_mut().filter(|n| n.tier == Tier::Disk) {
+        n.storage_bytes = 10;
+    }
+    snap.nodes[1].removable = false;
+    snap.nodes[2].storage_bytes = 20;
+    let actions = decide(&snap, &cfg, &mut PolicyState::new());
+    assert_eq!(removes(&actions), vec![(Tier::Disk, "d2".to_string())]);
+    let budget = PolicyConfig {
+        budget_per_hour: Some(1.0),
+        ..PolicyConfig::paper()
+    };
+    let mut snap = idle(3, 0);
+    snap.nodes[0].removable = false;
+    let actions = decide(&snap, &budget, &mut PolicyState::new());
+    assert_eq!(removes(&actions), vec![(Tier::Memory, "m1".to_string())]);
+}
+
+#[test]
 fn removal_first_cuts_factors_to_the_nodes_left() {
     let cfg = PolicyConfig::paper();
     let mut snap = idle(3, 2);

@@ -23,6 +23,7 @@ pub(crate) fn node(id: &str, tier: Tier, occupancy: f64, storage_bytes: u64) -> 
         capacity_bytes: 1000,
         occupancy,
         alive: true,
+        removable: true,
     }
 }
 

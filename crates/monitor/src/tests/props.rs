@@ -11,14 +11,14 @@ fn vector(max: u32) -> impl Strategy<Value = Vector> {
     (0..=max, 0..=max, 0..=max, 0..=max).prop_map(|(a, b, c, d)| Vector::new((a, b), (c, d)))
 }
 
-fn node(tier: Tier) -> impl Strategy<Value = (Tier, u32, u64, u64, f64, bool)> {
+fn node(tier: Tier) -> impl Strategy<Value = (Tier, u32, u64, u64, f64, (bool, bool))> {
     (
         Just(tier),
         1u32..8,
         0u64..2_000,
         prop_oneof![Just(0u64), 1u64..2_000],
         prop_oneof![0.0..1.0f64, Just(f64::NAN), Just(1.5)],
-        prop::bool::weighted(0.9),
+        (prop::bool::weighted(0.9), prop::bool::weighted(0.8)),
     )
 }
 
@@ -37,14 +37,17 @@ prop_compose! {
         default in (1u32..3, 0u32..3),
     ) -> Snapshot {
         let nodes = memory.into_iter().chain(disk).enumerate().map(
-            |(i, (tier, workers, storage_bytes, capacity_bytes, occupancy, alive))| NodeStats {
-                id: format!("n{i}"),
-                tier,
-                workers,
-                storage_bytes,
-                capacity_bytes,
-                occupancy,
-                alive,
+            |(i, (tier, workers, storage_bytes, capacity_bytes, occupancy, (alive, removable)))| {
+                NodeStats {
+                    id: format!("n{i}"),
+                    tier,
+                    workers,
+                    storage_bytes,
+                    capacity_bytes,
+                    occupancy,
+                    alive,
+                    removable,
+                }
             },
         );
         Snapshot {
@@ -105,6 +108,9 @@ fn check_round(snap: &Snapshot, cfg: &PolicyConfig, actions: &[Action]) -> Resul
             Action::RemoveNode { tier, node_id, .. } => {
                 if !snap.alive(*tier).any(|n| n.id == *node_id) {
                     return Err(format!("removes unknown {node_id}"));
+                }
+                if !snap.nodes.iter().any(|n| n.id == *node_id && n.removable) {
+                    return Err(format!("removes {node_id}, which its manager cannot"));
                 }
                 let i = *tier as usize;
                 after[i] = after[i]
@@ -301,6 +307,7 @@ proptest! {
             capacity_bytes: 0,
             occupancy: 0.5,
             alive: true,
+            removable: true,
         });
         decide(&quiet, &cfg, &mut state);
         quiet.nodes.pop();

@@ -3,6 +3,7 @@
 
 use super::{busy, key, latency, snapshot, DEFAULT};
 use crate::policy::{cap, normalize};
+use crate::snapshot::AccessSummary;
 use crate::{decide, Action, PolicyConfig, PolicyState, Snapshot, Vector};
 
 /// The one action about key `k`, if any.
@@ -193,6 +194,51 @@ fn hot_keys_replicate_across_nodes_first_then_workers() {
             "latency {mean_us}, vector {vector:?}"
         );
         assert!(actions.iter().all(|a| !a.is_elastic()), "{actions:?}");
+    }
+}
+
+#[test]
+fn lukewarm_keys_are_not_split_below_what_their_replicas_can_see() {
+    // A wide, flat load: 400,000 accesses over 200,000 keys (mean 2, σ 2, H = 8) on 20
+    // workers, whose noise floor is 2 · 400,000 / (20 · 1,024) ≈ 39 accesses. A key with
+    // 60 is hot by H, but split over two nodes neither would report it, the monitor would
+    // see 0 accesses and de-replicate it the next round: it is left alone.
+    let cfg = PolicyConfig::paper();
+    let table = [
+        (60, DEFAULT, Want::Nothing),
+        // Two copies of 50 stay visible; the latency ratio (2) asks for 2 nodes.
+        (100, DEFAULT, Want::Set(Vector::new((2, 1), (1, 1)))),
+        // From two nodes the ratio asks for 4; 100 accesses allow only 2 copies.
+        (100, Vector::new((2, 1), (1, 1)), Want::Nothing),
+        // 200 accesses: 5 copies, so all 4 nodes.
+        (
+            200,
+            Vector::new((2, 1), (1, 1)),
+            Want::Set(Vector::new((4, 1), (1, 1))),
+        ),
+        // On every node, workers next only while 4 × T copies stay above the floor.
+        (200, Vector::new((4, 1), (1, 1)), Want::Nothing),
+        (
+            400,
+            Vector::new((4, 1), (1, 1)),
+            Want::Set(Vector::new((4, 2), (1, 1))),
+        ),
+    ];
+    for (accesses, vector, want) in table {
+        let mut snap = snapshot(4, 1);
+        snap.access = AccessSummary {
+            accesses_total: 400_000,
+            accessed_keys: 200_000,
+            access_sum_squares: 1_600_000.0,
+        };
+        snap.latency = latency(5_000.0);
+        snap.keys = vec![key("k", accesses, vector, vector != DEFAULT)];
+        let actions = decide(&snap, &cfg, &mut PolicyState::new());
+        assert_eq!(
+            outcome(&actions, "k"),
+            want,
+            "{accesses} accesses, {vector:?}"
+        );
     }
 }
 

@@ -119,6 +119,12 @@ pub enum Step {
     Need,
     /// Ran one request (and consumed its bytes).
     Ran,
+    /// Ran one informational request (status, topology, ping…): not timed in the
+    /// latency statistics, which are the latency of the clients' data requests. A monitor
+    /// polls every node twice a second, and a status reply waits for every worker's
+    /// statistics: at a low load those few slow requests made up most of the mean, so an
+    /// idle cluster looked slow to the policy and it never removed a node.
+    RanUntimed,
     /// A protocol error: its reply is queued; close the connection after writing.
     Close,
 }
@@ -237,6 +243,8 @@ async fn write_out(stream: &mut Stream, bytes: &[u8]) -> std::io::Result<()> {
 pub struct Batch {
     /// Requests run.
     pub requests: usize,
+    /// Of those, the ones whose latency counts (all but [`Step::RanUntimed`]).
+    pub timed: usize,
     /// A protocol error: close the connection once the replies are written.
     pub close: bool,
     /// Stopped at [`MAX_PIPELINE`] requests or `max_batch_reply` bytes of replies: complete
@@ -257,6 +265,7 @@ pub async fn run_batch<C: Codec>(
 ) -> Batch {
     let mut batch = Batch {
         requests: 0,
+        timed: 0,
         close: false,
         full: false,
     };
@@ -267,7 +276,11 @@ pub async fn run_batch<C: Codec>(
         }
         match codec.next(w, inbuf, replies) {
             Step::Need => break,
-            Step::Ran => batch.requests += 1,
+            Step::Ran => {
+                batch.requests += 1;
+                batch.timed += 1;
+            }
+            Step::RanUntimed => batch.requests += 1,
             Step::Close => {
                 batch.close = true;
                 break;
@@ -355,16 +368,16 @@ pub async fn serve<C: Codec>(
         // And while RAM is full of records the disk tier has not acknowledged yet.
         w.wait_memory_room().await;
         let batch = run_batch(&w, &mut codec, &mut inbuf, &mut replies, max_batch_reply).await;
-        if let (Some(per_request), true) = (w.shared.faults.slow_request, batch.requests > 0) {
+        if let (Some(per_request), true) = (w.shared.faults.slow_request, batch.timed > 0) {
             // Testing only (`LATTICEKV_FAULT=slow-request-us=N`): a worker of known capacity.
             std::thread::sleep(
-                per_request.saturating_mul(u32::try_from(batch.requests).unwrap_or(u32::MAX)),
+                per_request.saturating_mul(u32::try_from(batch.timed).unwrap_or(u32::MAX)),
             );
         }
-        if batch.requests > 0 {
+        if batch.timed > 0 {
             // Every request of the batch arrived by the last read, and every reply is
             // ready now: one clock reading per batch, not per request.
-            w.record_latency(read_at.elapsed(), batch.requests);
+            w.record_latency(read_at.elapsed(), batch.timed);
         }
         if !replies.out.is_empty() && write_out(&mut stream, &replies.out).await.is_err() {
             return;

@@ -208,7 +208,13 @@ impl Codec for Native {
         let body = buf.split_to(HEADER_LEN + len).freeze().slice(HEADER_LEN..);
         match pb::Request::decode(body) {
             Ok(req) if self.admins_only => return self.admin_gate(req, replies),
-            Ok(req) => self.handle(w, req, replies),
+            Ok(req) => {
+                let timed = !informational(&req);
+                self.handle(w, req, replies);
+                if !timed {
+                    return Step::RanUntimed;
+                }
+            }
             Err(e) => {
                 let resp = raw_error(
                     0,
@@ -253,6 +259,22 @@ impl Codec for Native {
     fn waits_for_pushes(&self) -> bool {
         self.subs.any()
     }
+}
+
+/// Whether `req` asks about the cluster rather than for data (topology, status, ping,
+/// locations, holds, operator requests): such requests are not timed in the statistics.
+pub(crate) fn informational(req: &pb::Request) -> bool {
+    matches!(
+        req.op,
+        Some(
+            ReqOp::Topology(_)
+                | ReqOp::Status(_)
+                | ReqOp::Ping(_)
+                | ReqOp::Locate(_)
+                | ReqOp::Holds(_)
+                | ReqOp::Admin(_)
+        )
+    )
 }
 
 impl Native {
