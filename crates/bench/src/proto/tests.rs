@@ -188,6 +188,14 @@ fn scanning_responses() {
         error_text(s.error.unwrap()),
         "ERROR_CODE_WRONG_TYPE: wrong type"
     );
+    assert!(!is_redirect(s.error.unwrap()));
+    let moved = pb::Error {
+        code: pb::ErrorCode::Redirect as i32,
+        message: "moved".into(),
+        redirect: vec!["127.0.0.1:1".into()],
+    };
+    assert!(is_redirect(&moved.encode_to_vec()));
+    assert!(!is_redirect(b"\xff\xff"));
     let get = encode_response(&pb::Response {
         id: 1 << 40,
         result: Some(R::Get(pb::GetResult {
