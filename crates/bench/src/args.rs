@@ -5,6 +5,9 @@ use serde::Serialize;
 
 use crate::error::BenchError;
 
+/// Most intervals a timeline keeps; rounds completed later count only in the totals.
+pub const MAX_INTERVALS: usize = 100_000;
+
 /// Which protocol the load generator speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -318,11 +321,10 @@ impl BenchArgs {
             if !(t.is_finite() && t >= 0.001) {
                 return fail("--timeline must be at least 0.001 seconds".into());
             }
-            if self.ops.is_none() && self.duration / t > crate::stats::MAX_INTERVALS as f64 {
+            if self.ops.is_none() && self.duration / t > MAX_INTERVALS as f64 {
                 return fail(format!(
                     "--timeline {t} cuts --duration {} into more than {} intervals",
-                    self.duration,
-                    crate::stats::MAX_INTERVALS
+                    self.duration, MAX_INTERVALS
                 ));
             }
         }

@@ -56,8 +56,8 @@ pub struct Control {
 /// `Control::measure_nanos` before the measured phase.
 const NOT_STARTED: u64 = u64::MAX;
 
-/// Most intervals a timeline keeps; rounds completed later count only in the totals.
-pub const MAX_INTERVALS: usize = 100_000;
+/// Most intervals a timeline keeps (`--timeline` is checked against it).
+pub use crate::args::MAX_INTERVALS;
 
 impl Control {
     /// A run starting in `phase`, stopping after `target` measured operations if given.

@@ -4,7 +4,7 @@
 //!
 //! The cut only changes in three ways, each keeping the invariant (I3) at every moment the
 //! caller can observe:
-//! - [`Cut::merge_staging`] merges a closed [`Staging`] batch in one call: every dependency
+//! - `Cut::merge_staging` (in `staging`) merges a closed staging batch in one call: every dependency
 //!   of the batch is superseded by `C ⊔ batch`, and merging is monotone, so `C ⊔ batch` is a
 //!   cut;
 //! - [`Cut::evict`] / [`Cut::evict_lru`] remove a key together with every key that
@@ -26,7 +26,6 @@ use std::collections::BTreeMap;
 use lattice::{Lattice, MultiKeyCausal, VectorClock};
 use thiserror::Error as ThisError;
 
-use crate::staging::Staging;
 use crate::{show, Error, Key, KeySet};
 
 /// Fixed per-entry cost counted on top of the key, payloads and metadata (index nodes,
@@ -231,29 +230,23 @@ impl Cut {
         keys.into_iter().collect()
     }
 
-    /// Merges a closed staging batch into the cut, atomically (I3): nothing observable
-    /// happens between the first and the last key.
+    /// Merges a batch whose dependencies are all superseded by `C ⊔ batch` (a closed
+    /// staging batch: `Cut::merge_staging` checks that), atomically (I3): nothing
+    /// observable happens between the first and the last key.
     ///
     /// If the merged cut would exceed the capacity, least-recently-used keys are evicted
     /// first, never one the batch (transitively) depends on or one whose eviction would drag
-    /// a batch key along. On success the staging is spent.
+    /// a batch key along.
     ///
     /// # Errors
-    /// - [`Error::NotReady`]: the staging still has fetches to do (the cut may have lost a
-    ///   dependency to an eviction since the staging last stepped): step it again.
-    /// - [`Error::WouldExceedCapacity`]: even after evicting what may be evicted the batch
-    ///   does not fit; nothing changed (the paper reschedules the function elsewhere).
-    /// - [`Error::AlreadyMerged`].
-    pub fn merge_staging(&mut self, staging: &mut Staging) -> Result<Merged, Error> {
-        if staging.is_merged() {
-            return Err(Error::AlreadyMerged);
-        }
-        let unresolved = staging.outstanding(self);
-        if unresolved > 0 {
-            return Err(Error::NotReady { unresolved });
-        }
+    /// [`Error::WouldExceedCapacity`]: even after evicting what may be evicted the batch
+    /// does not fit; nothing changed.
+    pub(crate) fn merge_batch(
+        &mut self,
+        batch: &BTreeMap<Key, MultiKeyCausal>,
+    ) -> Result<Merged, Error> {
         let mut merged: BTreeMap<Key, MultiKeyCausal> = BTreeMap::new();
-        for (key, staged) in staging.batch() {
+        for (key, staged) in batch {
             match self.get(key) {
                 Some(cached) => {
                     let mut value = cached.clone();
@@ -303,7 +296,6 @@ impl Cut {
             }
             self.put(key, value);
         }
-        staging.mark_merged();
         Ok(out)
     }
 

@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 
 use lattice::{Lattice, MultiKeyCausal, VectorClock};
 
-use crate::cut::{value_bytes, Cut};
+use crate::cut::{value_bytes, Cut, Merged};
 use crate::{Error, Key, KeySet};
 
 /// One fetch the shell should send to the store.
@@ -232,5 +232,33 @@ impl Staging {
             });
         }
         Ok(())
+    }
+}
+
+impl Cut {
+    /// Merges a closed staging batch into the cut, atomically (I3): nothing observable
+    /// happens between the first and the last key.
+    ///
+    /// If the merged cut would exceed the capacity, least-recently-used keys are evicted
+    /// first, never one the batch (transitively) depends on or one whose eviction would drag
+    /// a batch key along. On success the staging is spent.
+    ///
+    /// # Errors
+    /// - [`Error::NotReady`]: the staging still has fetches to do (the cut may have lost a
+    ///   dependency to an eviction since the staging last stepped): step it again.
+    /// - [`Error::WouldExceedCapacity`]: even after evicting what may be evicted the batch
+    ///   does not fit; nothing changed (the paper reschedules the function elsewhere).
+    /// - [`Error::AlreadyMerged`].
+    pub fn merge_staging(&mut self, staging: &mut Staging) -> Result<Merged, Error> {
+        if staging.is_merged() {
+            return Err(Error::AlreadyMerged);
+        }
+        let unresolved = staging.outstanding(self);
+        if unresolved > 0 {
+            return Err(Error::NotReady { unresolved });
+        }
+        let merged = self.merge_batch(staging.batch())?;
+        staging.mark_merged();
+        Ok(merged)
     }
 }

@@ -120,9 +120,8 @@ impl DataPlaneArgs {
     }
 }
 
-/// Runs `latticekv faas …` in the foreground.
+/// Runs `latticekv faas …` in the foreground (the caller has set up logging).
 pub fn run(args: FaasArgs) -> Result<()> {
-    crate::config::init_logging();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -73,7 +73,10 @@ fn main() {
         Command::Local(args) => config::run_local(args).map(|()| 0),
         Command::Server(args) => config::run_server(args).map(|()| 0),
         Command::Routing(args) => config::run_routing(args).map(|()| 0),
-        Command::Faas(args) => faas_cmd::run(args).map(|()| 0),
+        Command::Faas(args) => {
+            config::init_logging();
+            faas_cmd::run(args).map(|()| 0)
+        }
         Command::Leave(args) => commands::block_on(commands::leave(args)),
         Command::Forget(args) => commands::block_on(commands::forget(args)),
         Command::Get(args) => commands::block_on(commands::get(args)),
