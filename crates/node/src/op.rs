@@ -241,9 +241,9 @@ pub enum Guard {
     Absent,
 }
 
-impl<B: AsRef<[u8]>> Op<B> {
-    /// The key the op reads or writes.
-    pub fn key(&self) -> &[u8] {
+impl<B> Op<B> {
+    /// The key, as the value the op was built with.
+    pub fn key_ref(&self) -> &B {
         match self {
             Op::Get { key }
             | Op::Exists { key }
@@ -267,8 +267,15 @@ impl<B: AsRef<[u8]>> Op<B> {
             | Op::Ttl { key }
             | Op::GetEx { key, .. }
             | Op::Version { key }
-            | Op::Exec { key, .. } => key.as_ref(),
+            | Op::Exec { key, .. } => key,
         }
+    }
+}
+
+impl<B: AsRef<[u8]>> Op<B> {
+    /// The key the op reads or writes.
+    pub fn key(&self) -> &[u8] {
+        self.key_ref().as_ref()
     }
 
     /// True if the op may change the store.
@@ -410,31 +417,7 @@ impl<B: AsRef<[u8]>> Op<B> {
 impl Op<Bytes> {
     /// The key, as the owned bytes it was built with.
     pub fn key_bytes(&self) -> &Bytes {
-        match self {
-            Op::Get { key }
-            | Op::Exists { key }
-            | Op::TypeOf { key }
-            | Op::SetContains { key, .. }
-            | Op::SetLen { key }
-            | Op::Put { key, .. }
-            | Op::Delete { key }
-            | Op::Assign { key, .. }
-            | Op::SetAdd { key, .. }
-            | Op::SetRemove { key, .. }
-            | Op::CounterAdd { key, .. }
-            | Op::GetSet { key, .. }
-            | Op::GetDel { key }
-            | Op::Append { key, .. }
-            | Op::SetRange { key, .. }
-            | Op::IncrByFloat { key, .. }
-            | Op::IncrBy { key, .. }
-            | Op::AssignTtl { key, .. }
-            | Op::Expire { key, .. }
-            | Op::Ttl { key }
-            | Op::GetEx { key, .. }
-            | Op::Version { key }
-            | Op::Exec { key, .. } => key,
-        }
+        self.key_ref()
     }
 }
 
