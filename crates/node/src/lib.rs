@@ -13,12 +13,14 @@
 //! - [`error`], [`op`], [`ack`], [`clock`]: errors, operations, acknowledgement levels,
 //!   injected time;
 //! - [`view`]: what workers route by ([`view::ViewState`]);
+//! - [`vectors`]: replication vectors — defaults per tier and explicit exceptions;
 //! - [`stats`]: a worker's statistics for the elasticity policy (sketches, windows);
 //! - [`config`]: node configuration and limits, with documented defaults;
 //! - [`tls`]: certificates and TLS handshakes of every port;
 //! - [`auth`]: users, permissions and password checks of the client ports;
 //! - [`codec`]: records, journal entries and forwarded ops in protobuf form;
 //! - [`subscribe`]: subscription tables;
+//! - [`writeback`]: write policies towards a backing store and TARDIS's modes;
 //! - [`shard`]: one worker's keys and what is done to them (storage engines included);
 //! - [`core`]: the replica core — events in, effects out;
 //! - [`peer`]: the peer plane — its messages, transport and port;
@@ -30,7 +32,8 @@
 //! - [`routing`]: a routing node: a member without data answering "where is key k";
 //! - `fuzzing` (hidden): entry points for the fuzz targets (`crates/fuzz`).
 //!
-//! Depends on `lattice`, `placement`, `store`, `tls`, `wire`; used by the `latticekv` binary.
+//! Depends on `lattice`, `placement`, `store`, `backing`, `tls`, `wire`; used by the
+//! `latticekv` binary (`crates/cli`) and the fuzz targets (`crates/fuzz`).
 #![warn(missing_docs)]
 
 pub mod ack;

@@ -2,8 +2,12 @@
 //!
 //! Every gossip period (sooner when the changeset fills up or a view change queued
 //! hand-offs) the shard's changeset and outbox become one `Replicate` per destination
-//! worker. At most `max_batches_in_flight` are out at once; what does not fit waits for the
-//! next round. An acknowledged batch is reported to the shard ([`Shard::delivered`]: a
+//! worker. At most `max_batches_in_flight` are out at once, holding at most
+//! `max_bytes_in_flight` of records between them (one batch always may go, however large);
+//! what does not fit waits for the next round. The byte bound is what keeps a memory-tier
+//! worker's RAM bounded while it writes faster than its disk replicas acknowledge: a batch's
+//! records are in memory twice (the batch, and its encoding queued on the connection) until
+//! the answer comes. An acknowledged batch is reported to the shard ([`Shard::delivered`]: a
 //! hand-off is complete once every new replica acknowledged it durably); a batch that
 //! fails or times out goes back to the shard to be sent again ([`Shard::requeue_keys`]).
 //! While a backlog remains (a hand-off of a million keys), rounds follow each other every
@@ -29,9 +33,8 @@ pub(super) struct Pending {
 
 /// What the answer to a request is for.
 pub(super) enum Waiting {
-    /// A gossip batch: its keys, the hand-offs it carried (key, generation), and whether
-    /// it went durable to a disk replica whose acknowledgement makes its keys clean.
-    Gossip(Vec<Bytes>, Vec<(Bytes, u64)>, bool),
+    /// A gossip batch.
+    Gossip(SentBatch),
     /// Records of evicted keys asked for from the disk tier.
     TierFetch(Vec<Bytes>),
     /// Client ops forwarded to the worker holding their keys.
@@ -46,11 +49,31 @@ pub(super) enum Waiting {
     Reclaim(reclaim::Phase),
 }
 
+/// A gossip batch waiting for its answer.
+#[derive(Debug)]
+pub(super) struct SentBatch {
+    /// Its keys.
+    keys: Vec<Bytes>,
+    /// The hand-offs it carried (key, generation).
+    handoffs: Vec<(Bytes, u64)>,
+    /// It went durable to a disk replica whose acknowledgement makes its keys clean.
+    to_disk: bool,
+    /// Estimated bytes of its records (counted in [`GossipState::bytes_in_flight`]).
+    bytes: usize,
+}
+
+/// Estimated memory of a batch's records.
+fn batch_bytes(entries: &crate::codec::GossipBatch) -> usize {
+    entries.iter().map(|(k, r)| k.len() + r.approx_size()).sum()
+}
+
 /// Gossip round state.
 #[derive(Debug, Default)]
 pub(super) struct GossipState {
     /// Batches in flight.
     pub in_flight: usize,
+    /// Estimated bytes of the records of the batches in flight.
+    pub bytes_in_flight: usize,
     /// A round is wanted before the timer: the changeset is full, a view change queued
     /// hand-offs, or a backlog remains.
     pub urgent: bool,
@@ -64,11 +87,17 @@ impl Core {
         self.timers.gossip = now + self.config.gossip_period_ms;
         self.gossip.urgent = false;
         for out in self.shard.take_gossip() {
-            if self.gossip.in_flight >= self.config.max_batches_in_flight {
+            let bytes = batch_bytes(&out.entries);
+            let too_many = self.gossip.in_flight >= self.config.max_batches_in_flight;
+            let too_big = self.gossip.in_flight > 0
+                && self.gossip.bytes_in_flight.saturating_add(bytes)
+                    > self.config.max_bytes_in_flight;
+            if too_many || too_big {
                 self.shard.requeue(out);
                 continue;
             }
             self.gossip.in_flight += 1;
+            self.gossip.bytes_in_flight += bytes;
             let keys: Vec<Bytes> = out.entries.iter().map(|(k, _)| k.clone()).collect();
             // A memory-tier worker's batches to disk replicas are durable: their
             // acknowledgement makes the records clean, so evictable (see `shard::tier`).
@@ -80,14 +109,26 @@ impl Core {
                 durable: out.durable() || to_disk,
                 entries: out.entries,
             };
-            self.send(out.to, msg, Waiting::Gossip(keys, out.handoffs, to_disk));
+            let sent = SentBatch {
+                keys,
+                handoffs: out.handoffs,
+                to_disk,
+                bytes,
+            };
+            self.send(out.to, msg, Waiting::Gossip(sent));
         }
         self.continue_backlog(now);
     }
 
+    /// Whether another batch may go out now (within both in-flight bounds).
+    fn room_in_flight(&self) -> bool {
+        self.gossip.in_flight < self.config.max_batches_in_flight
+            && self.gossip.bytes_in_flight < self.config.max_bytes_in_flight
+    }
+
     /// While a backlog remains and batches can go out, the next round follows shortly.
     fn continue_backlog(&mut self, now: u64) {
-        if self.shard.has_gossip() && self.gossip.in_flight < self.config.max_batches_in_flight {
+        if self.shard.has_gossip() && self.room_in_flight() {
             self.gossip.urgent = true;
             self.gossip.soonest = now + self.config.backlog_pause_ms;
         }
@@ -105,15 +146,15 @@ impl Core {
     }
 
     /// The answer to a gossip batch to `to`.
-    fn on_gossip_reply(
-        &mut self,
-        to: Replica,
-        keys: Vec<Bytes>,
-        handoffs: Vec<(Bytes, u64)>,
-        to_disk: bool,
-        result: PeerResult,
-    ) {
+    fn on_gossip_reply(&mut self, to: Replica, sent: SentBatch, result: PeerResult) {
+        let SentBatch {
+            keys,
+            handoffs,
+            to_disk,
+            bytes,
+        } = sent;
         self.gossip.in_flight = self.gossip.in_flight.saturating_sub(1);
+        self.gossip.bytes_in_flight = self.gossip.bytes_in_flight.saturating_sub(bytes);
         match result {
             Ok(_) => {
                 self.shard.delivered(to, &handoffs);
@@ -147,9 +188,7 @@ impl Core {
         };
         let to = pending.to;
         match pending.waiting {
-            Waiting::Gossip(keys, handoffs, to_disk) => {
-                self.on_gossip_reply(to, keys, handoffs, to_disk, result)
-            }
+            Waiting::Gossip(sent) => self.on_gossip_reply(to, sent, result),
             Waiting::TierFetch(keys) => self.on_tier_fetch_reply(keys, result),
             Waiting::Forward(f) => self.on_forward_reply(f, result),
             Waiting::Fetch(group) => self.on_fetch_reply(group, to, result),

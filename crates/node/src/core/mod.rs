@@ -164,6 +164,9 @@ pub struct CoreConfig {
     pub peer_timeout_ms: u64,
     /// Most gossip batches in flight at once.
     pub max_batches_in_flight: usize,
+    /// Most estimated bytes of records in the gossip batches in flight at once (one batch
+    /// may always go out, however large).
+    pub max_bytes_in_flight: usize,
     /// Pause between gossip rounds while a backlog drains, ms.
     pub backlog_pause_ms: u64,
     /// Period of moving queued changes to the write-ahead log, ms.
@@ -193,6 +196,7 @@ impl Default for CoreConfig {
             anti_entropy_bytes_per_sec: 32 << 20,
             peer_timeout_ms: 5_000,
             max_batches_in_flight: 64,
+            max_bytes_in_flight: 16 << 20,
             backlog_pause_ms: 2,
             journal_flush_ms: 2,
             default_ack: Ack::MERGED,

@@ -67,6 +67,10 @@ struct Rig {
 
 impl Rig {
     fn new(budget: usize) -> Rig {
+        Rig::with(budget, CoreConfig::default())
+    }
+
+    fn with(budget: usize, config: CoreConfig) -> Rig {
         let clock = Arc::new(ManualClock::new(1_700_000_000_000));
         let shard = Shard::new(
             ShardConfig {
@@ -85,7 +89,7 @@ impl Rig {
             clock.clone(),
         );
         Rig {
-            core: Core::new(shard, CoreConfig::default(), 7),
+            core: Core::new(shard, config, 7),
             clock,
             disk: HashMap::new(),
             done: HashMap::new(),
@@ -280,6 +284,43 @@ fn eviction_takes_cold_clean_records_and_never_dirty_ones() {
     }
     assert!(!rig.core.shard().memory_pressure());
     assert_eq!(rig.assign("after", &kib(4)), OpResult::Int(1));
+}
+
+#[test]
+fn batches_to_the_disk_tier_stay_within_the_byte_bound() {
+    // Room for about 16 records of 1 KiB in flight: the second batch of 10 must wait.
+    let config = CoreConfig {
+        max_bytes_in_flight: 16 * KIB,
+        ..CoreConfig::default()
+    };
+    let mut rig = Rig::with(1 << 20, config);
+    for k in names("a", 10) {
+        assert_eq!(rig.assign(&k, &kib(1)), OpResult::Int(1));
+    }
+    let first = rig.gossip(false);
+    assert_eq!(first.len(), 1, "one batch went out");
+    for k in names("b", 10) {
+        assert_eq!(rig.assign(&k, &kib(2)), OpResult::Int(1));
+    }
+    assert!(
+        rig.gossip(false).is_empty(),
+        "a batch went out beyond the byte bound"
+    );
+    assert_eq!(rig.core.stats().batches_in_flight, 1);
+    // The first answered: the waiting records go out.
+    rig.core.on_reply(first[0], Ok(PeerReply::Ack(10)));
+    let second = rig.gossip(false);
+    assert_eq!(second.len(), 1, "the waiting batch did not go out");
+    // A single batch larger than the bound still goes (else nothing would ever move).
+    rig.core.on_reply(second[0], Ok(PeerReply::Ack(10)));
+    for k in names("c", 40) {
+        assert_eq!(rig.assign(&k, &kib(3)), OpResult::Int(1));
+    }
+    assert_eq!(rig.gossip(true), Vec::<ReqId>::new());
+    assert_eq!(rig.core.stats().batches_in_flight, 0);
+    assert!(names("c", 40)
+        .iter()
+        .all(|k| rig.disk.contains_key(k.as_bytes())));
 }
 
 /// Fills the worker past its budget with acknowledged records; returns the keys evicted.

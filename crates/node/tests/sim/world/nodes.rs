@@ -121,6 +121,7 @@ impl World {
                 anti_entropy_bytes_per_sec: 32 << 20,
                 peer_timeout_ms: self.p.timeout_ms,
                 max_batches_in_flight: 64,
+                max_bytes_in_flight: 16 << 20,
                 backlog_pause_ms: 2,
                 journal_flush_ms: 2,
                 default_ack: Ack::MERGED,
