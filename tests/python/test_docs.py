@@ -65,6 +65,32 @@ def test_page_examples(page):
     assert not failures, "\n\n".join(map(str, failures))
 
 
+def rust_blocks(path: pathlib.Path) -> list[str]:
+    text, out, inside = path.read_text().splitlines(), [], None
+    for line in text:
+        if inside is None and line.startswith("```rust"):
+            inside = []
+        elif inside is not None and line.startswith("```"):
+            out.append("\n".join(inside))
+            inside = None
+        elif inside is not None:
+            inside.append(line)
+    return out
+
+
+def squeeze(text: str) -> list[str]:
+    return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+
+
+def test_rust_examples_are_compiled():
+    # crates/client/examples/docs.rs holds every `rust` block verbatim; `cargo test` builds it.
+    compiled = squeeze((ROOT / "crates/client/examples/docs.rs").read_text())
+    joined = "\n".join(compiled)
+    missing = [f"{page.name}:\n{block}" for page in PAGES for block in rust_blocks(page)
+               if "\n".join(squeeze(block)) not in joined]
+    assert not missing, "not in crates/client/examples/docs.rs:\n\n" + "\n\n".join(missing)
+
+
 def test_the_getting_started_examples_are_tested():
     # The README's sessions must stay runnable examples, not slip back into plain `sh`.
     assert len(blocks(ROOT / "README.md")) >= 3
