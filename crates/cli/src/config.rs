@@ -36,6 +36,10 @@ pub struct NodeArgs {
     /// 0.0.0.0 (e.g. in a container).
     #[arg(long, env = "LATTICEKV_ADVERTISE")]
     pub(crate) advertise: Option<String>,
+    /// HTTP address: `/metrics` (Prometheus) and `/health`. Default: none for `server`;
+    /// for `local`, the --listen host at port + 80 (7700 → 7780; ephemeral with port 0).
+    #[arg(long, env = "LATTICEKV_HTTP")]
+    pub(crate) http: Option<SocketAddr>,
     /// Shared secret of the cluster: every peer connection proves it, so a node without it
     /// cannot join, gossip or exchange data (prefer the environment variable: flags show
     /// in `ps`).
@@ -174,6 +178,9 @@ pub struct LocalArgs {
     /// The embedded monitor's policy parameters (TOML; docs/elasticity.md).
     #[arg(long, env = "LATTICEKV_MONITOR_CONFIG")]
     pub(crate) monitor_config: Option<PathBuf>,
+    /// No HTTP port (metrics, health), which `local` otherwise opens on loopback.
+    #[arg(long)]
+    pub(crate) no_http: bool,
     #[command(flatten)]
     pub(crate) faas: crate::faas_cmd::LocalFaasArgs,
 }
@@ -245,10 +252,21 @@ fn local_disk_config(
     c.listen = shifted(config.listen, by);
     c.peer_listen = config.peer_listen.map(|p| shifted(p, by));
     c.resp = shifted(config.resp, by);
+    c.http = config.http.map(|h| shifted(h, by));
     c.worker_listen = config.worker_listen.map(|w| shifted(w, by));
     c.data_dir = Some(data.join(format!("disk{}", i + 1)));
     c.cluster.seeds = vec![seed];
     c
+}
+
+/// The HTTP port `local` opens by default: the front host, port + 80 (ephemeral if the
+/// front port is).
+fn default_http(listen: SocketAddr) -> SocketAddr {
+    let port = match listen.port() {
+        0 => 0,
+        p => p.checked_add(80).unwrap_or(0),
+    };
+    SocketAddr::new(listen.ip(), port)
 }
 
 /// `latticekv server`: one storage node of a cluster.
@@ -297,6 +315,9 @@ pub fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     }
     if let Some(v) = &args.advertise {
         config.advertise = Some(v.clone());
+    }
+    if let Some(v) = args.http {
+        config.http = Some(v);
     }
     if let Some(v) = &args.cluster_secret {
         config.cluster_secret = Some(v.clone());
@@ -432,6 +453,9 @@ fn print_node(config: &NodeConfig, node: &Node) {
     say!("workers {}", workers.join(" "));
     say!("peer    {}", a.peer);
     let bound = node.addresses();
+    if let Some(http) = bound.http {
+        say!("http    {http} (metrics: /metrics)");
+    }
     if bound.front.to_string() != a.front {
         say!("listen  {} (resp {})", bound.front, bound.resp);
     }
@@ -554,6 +578,11 @@ fn second_signal() -> Result<tokio::sync::watch::Receiver<bool>> {
 pub fn run_local(args: LocalArgs) -> Result<()> {
     init_logging();
     let mut config = node_config(&args.node)?;
+    if args.no_http {
+        config.http = None;
+    } else if config.http.is_none() {
+        config.http = Some(default_http(config.listen));
+    }
     let policy = crate::monitoring::load_policy(args.monitor_config.as_deref())?;
     if args.faas.faas && (!config.users.is_empty() || config.tls.cert.is_some()) {
         bail!("--faas: the serverless layer cannot use a node with users or TLS yet");

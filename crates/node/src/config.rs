@@ -39,12 +39,15 @@ pub struct NodeConfig {
     /// or is reached through another address than the one it binds. Default: unset (the
     /// bound addresses are published as they are).
     pub advertise: Option<String>,
+    /// HTTP port: `/metrics` (Prometheus) and `/health` (`front::http`). Default: unset
+    /// (no HTTP port; `latticekv local` turns it on, on loopback).
+    pub http: Option<SocketAddr>,
     /// Shared secret of the cluster's nodes: every peer connection proves it (see
     /// `peer::secret`), so a node without it cannot join, gossip or exchange data. Default:
     /// unset (the peer port accepts any node; keep it on a private network).
     pub cluster_secret: Option<String>,
-    /// Directory for node state (the node identity now; the write-ahead log later).
-    /// Default: unset (nothing written to disk).
+    /// Directory for node state: the write-ahead log (memory tier) or the LSM (disk tier),
+    /// markers. Default: unset (nothing written to disk).
     pub data_dir: Option<PathBuf>,
     /// Period of gossip between replicas of a key, in milliseconds: the staleness bound of
     /// a replica. Default: 100 (the Anna paper's multicast period).
@@ -264,6 +267,7 @@ impl Default for NodeConfig {
             worker_listen: None,
             peer_listen: None,
             advertise: None,
+            http: None,
             cluster_secret: None,
             data_dir: None,
             gossip_period_ms: 100,

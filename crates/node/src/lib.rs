@@ -27,6 +27,7 @@
 //! - [`cluster`]: membership, failure detection, the cluster agent;
 //! - [`driver`]: worker threads, effects, the write-ahead log;
 //! - [`leave`]: leaving the cluster;
+//! - [`metrics`]: the node's metrics in the Prometheus text format (rendering only);
 //! - [`front`]: client ports — the connection pipeline, the native and Redis protocols;
 //! - [`server`]: starting a node ([`Node::start`](server::Node::start)) and stopping it;
 //! - [`routing`]: a routing node: a member without data answering "where is key k";
@@ -49,6 +50,7 @@ pub mod front;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod leave;
+pub mod metrics;
 pub mod op;
 pub mod peer;
 pub mod routing;

@@ -95,6 +95,8 @@ pub struct NodeAddresses {
     pub workers: Vec<SocketAddr>,
     /// Peer port (other nodes).
     pub peer: SocketAddr,
+    /// HTTP port (metrics, health), if the node has one.
+    pub http: Option<SocketAddr>,
 }
 
 /// A running node.
@@ -241,6 +243,11 @@ impl Node {
         let resp_addr = local_addr(&resp, config.resp)?;
         let peer = bind(config.peer_addr())?;
         let peer_addr = local_addr(&peer, config.peer_addr())?;
+        let http = config.http.map(bind).transpose()?;
+        let http_addr = match (&http, config.http) {
+            (Some(l), Some(a)) => Some(local_addr(l, a)?),
+            _ => None,
+        };
         let mut worker_listeners = Vec::with_capacity(workers);
         let mut worker_addrs = Vec::with_capacity(workers);
         for i in 0..workers {
@@ -377,7 +384,7 @@ impl Node {
         let backing_config = Arc::new(config.backing.clone());
         let mut threads = Vec::with_capacity(workers);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let mut first = Some((front, resp, peer));
+        let mut first = Some((front, resp, peer, http));
         for (i, ((inbox, listener), shard)) in inboxes
             .into_iter()
             .zip(worker_listeners)
@@ -390,7 +397,7 @@ impl Node {
                     tokio::task::spawn_local(front::accept_own(w, l));
                 }
             })];
-            if let Some((front_l, resp_l, peer_l)) = first.take() {
+            if let Some((front_l, resp_l, peer_l, http_l)) = first.take() {
                 let routes = Arc::new(NodeRoutes {
                     node_id: config.node_id.clone(),
                     secret: config.cluster_secret.clone(),
@@ -412,6 +419,9 @@ impl Node {
                             l,
                             Protocol::Resp,
                         ));
+                    }
+                    if let Some(Ok(l)) = http_l.map(tokio::net::TcpListener::from_std) {
+                        tokio::task::spawn_local(front::http::accept(w.clone(), l));
                     }
                     let tls = w.shared.tls.clone();
                     if let Ok(l) = tokio::net::TcpListener::from_std(peer_l) {
@@ -460,6 +470,7 @@ impl Node {
                 resp: resp_addr,
                 workers: worker_addrs,
                 peer: peer_addr,
+                http: http_addr,
             },
             published,
             shared,

@@ -32,6 +32,8 @@ pub struct NodeProc {
     pub workers: Vec<SocketAddr>,
     /// The peer-plane address it printed (`None` if it printed none: a routing node).
     pub peer: Option<SocketAddr>,
+    /// The HTTP (metrics) address it printed, if it has one.
+    pub http: Option<SocketAddr>,
     /// The data directory [`start_bin`](NodeProc::start_bin) made for the node (its disk
     /// tier), removed on drop.
     pub data: Option<tempfile::TempDir>,
@@ -125,6 +127,7 @@ impl NodeProc {
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
         let (mut native, mut resp, mut workers, mut peer) = (None, None, Vec::new(), None);
+        let mut http = None;
         let deadline = Instant::now() + START_TIMEOUT;
         while Instant::now() < deadline {
             let Some(Ok(line)) = lines.next() else { break };
@@ -134,6 +137,7 @@ impl NodeProc {
                 Some("resp") => resp = parts.next().map(|a| a.parse().unwrap()),
                 Some("workers") => workers = parts.map(|a| a.parse().unwrap()).collect(),
                 Some("peer") => peer = parts.next().and_then(|a| a.parse().ok()),
+                Some("http") => http = parts.next().and_then(|a| a.parse().ok()),
                 Some("press") => break,
                 _ => {}
             }
@@ -151,6 +155,7 @@ impl NodeProc {
             resp: resp.expect("node printed its RESP address"),
             workers,
             peer,
+            http,
             data: None,
             bin,
         }

@@ -133,6 +133,8 @@ pub struct WorkerStats {
     pub window: Arc<crate::stats::Window>,
     /// Its side of the backing store, if the node has one.
     pub backing: Option<pb::BackingStatus>,
+    /// Latencies of served client requests since it started.
+    pub latency_total: crate::stats::latency::Cumulative,
 }
 
 /// One worker (see the module docs).
@@ -168,6 +170,8 @@ pub struct Worker {
     memory_waiting: Cell<bool>,
     /// The node's spill marker is written (or not needed).
     spill_marked: Cell<bool>,
+    /// Latencies of served client requests since the worker started (metrics).
+    latency_total: RefCell<crate::stats::latency::Cumulative>,
 }
 
 /// Longest a client connection waits for memory before its next batch runs anyway (and
@@ -256,6 +260,7 @@ impl Worker {
             subscriptions: self.subscriptions.borrow().len() as u64,
             window: self.core.borrow().window(),
             backing: self.backing_status(),
+            latency_total: self.latency_total.borrow().clone(),
         }
     }
 
@@ -288,6 +293,7 @@ impl Worker {
         let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         let n = u32::try_from(requests).unwrap_or(u32::MAX);
         self.core.borrow_mut().record_latency(ns, n);
+        self.latency_total.borrow_mut().record(ns, u64::from(n));
     }
 
     // ---- client requests -----------------------------------------------------------------
@@ -676,6 +682,7 @@ impl Worker {
             memory_room: Notify::new(),
             memory_waiting: Cell::new(false),
             spill_marked: Cell::new(false),
+            latency_total: RefCell::new(Default::default()),
         })
     }
 

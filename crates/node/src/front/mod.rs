@@ -10,8 +10,10 @@
 //! # Layout
 //! - [`pipeline`]: the connection pipeline both protocols share;
 //! - [`native`]: the native protocol's codec and requests;
-//! - [`resp`]: the Redis protocol's codec and commands.
+//! - [`resp`]: the Redis protocol's codec and commands;
+//! - [`http`]: the HTTP port: metrics and health.
 
+pub mod http;
 pub mod native;
 pub mod pipeline;
 pub mod resp;

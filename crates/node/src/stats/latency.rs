@@ -181,6 +181,67 @@ impl Histogram {
     }
 }
 
+/// Latencies since the worker started, for the metrics endpoint: counts per bucket (the
+/// same buckets as [`Histogram`]), their sum and number. Counters only grow, as Prometheus
+/// histograms need; workers' totals add bucket by bucket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cumulative {
+    counts: Box<[u64]>,
+    sum_ns: u64,
+    count: u64,
+}
+
+impl Default for Cumulative {
+    fn default() -> Self {
+        Cumulative {
+            counts: vec![0; BUCKETS].into_boxed_slice(),
+            sum_ns: 0,
+            count: 0,
+        }
+    }
+}
+
+impl Cumulative {
+    /// `n` requests, each `ns` nanoseconds.
+    #[inline]
+    pub fn record(&mut self, ns: u64, n: u64) {
+        self.counts[bucket_of(ns)] += n;
+        self.sum_ns = self.sum_ns.saturating_add(ns.saturating_mul(n));
+        self.count += n;
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &Cumulative) {
+        for (a, b) in self.counts.iter_mut().zip(other.counts.iter()) {
+            *a += b;
+        }
+        self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
+        self.count += other.count;
+    }
+
+    /// Requests recorded.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Sum of their latencies, ns.
+    pub fn sum_ns(&self) -> u64 {
+        self.sum_ns
+    }
+
+    /// Requests whose bucket lies wholly at or below `le_ns` (a Prometheus `le` bucket: a
+    /// fine bucket straddling `le_ns` counts in the next one, so each count is exact up to
+    /// the fine buckets' 6.25 % width).
+    pub fn at_most(&self, le_ns: u64) -> u64 {
+        self.counts
+            .iter()
+            .enumerate()
+            .take_while(|(i, _)| bucket_bounds(*i).1 <= le_ns.saturating_add(1))
+            .map(|(_, c)| c)
+            .sum()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,5 +317,20 @@ mod tests {
         merged.merge(&hist(&b));
         assert_eq!(merged, hist(&all));
         assert_eq!(merged.count(), 11);
+    }
+
+    #[test]
+    fn cumulative_counts_only_grow_and_add_across_workers() {
+        let mut a = Cumulative::default();
+        a.record(40_000, 3); // 40 µs
+        a.record(2_000_000, 1); // 2 ms
+        assert_eq!(a.at_most(50_000), 3);
+        assert_eq!(a.at_most(1_000_000), 3);
+        assert_eq!(a.at_most(10_000_000), 4);
+        let mut b = Cumulative::default();
+        b.record(40_000, 1);
+        b.add(&a);
+        assert_eq!((b.count(), b.at_most(50_000)), (5, 4));
+        assert_eq!(b.sum_ns(), 4 * 40_000 + 2_000_000);
     }
 }

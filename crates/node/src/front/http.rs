@@ -1,0 +1,111 @@
+//! The HTTP port (`http` / `--http`): `GET /metrics` (Prometheus text, [`crate::metrics`])
+//! and `GET /health` (`ok` while the node serves). Served on the first worker's thread;
+//! at most [`MAX_CONNECTIONS`] at once, each closed after [`CONNECTION_LIFETIME`]; requests
+//! with a body or another method are refused. The port shows counts only — no keys, no
+//! values — so it needs no authentication; bind it where the scraper can reach it.
+
+use std::convert::Infallible;
+use std::rc::Rc;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::spawn_local;
+
+use crate::driver::worker::{all_stats, Worker};
+use crate::metrics::{self, Members, Snapshot};
+
+/// Most HTTP connections served at once; more are closed at once.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Longest an HTTP connection stays open (a scraper reconnects).
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// Longest the request head may take to arrive.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Accepts HTTP connections on `listener` until the node stops.
+pub async fn accept(w: Rc<Worker>, listener: TcpListener) {
+    let mut shutdown = w.shared.shutdown();
+    let slots = std::sync::Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.wait_for(|s| *s) => return,
+        };
+        let Ok((stream, _)) = accepted else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            continue;
+        };
+        let w = w.clone();
+        spawn_local(async move {
+            let service = service_fn(move |req| {
+                let w = w.clone();
+                async move { Ok::<_, Infallible>(route(&w, req).await) }
+            });
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
+            drop(permit);
+        });
+    }
+}
+
+fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    if let Ok(v) = content_type.parse() {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+async fn route(w: &Worker, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET {
+        return reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n");
+    }
+    match req.uri().path() {
+        "/metrics" => reply(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            render(w).await,
+        ),
+        "/health" => reply(StatusCode::OK, "text/plain", "ok\n"),
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found: try /metrics or /health\n",
+        ),
+    }
+}
+
+/// The node's metrics now.
+async fn render(w: &Worker) -> String {
+    let shared = &w.shared;
+    let workers = all_stats(shared).await;
+    let mut members = Members::default();
+    for m in &shared.snapshots.borrow().members {
+        match m.status {
+            0 => members.alive += 1,
+            1 => members.suspect += 1,
+            _ => members.dead += 1,
+        }
+    }
+    metrics::render(&Snapshot {
+        node_id: &shared.config.node_id,
+        tier: shared.config.tier.name(),
+        uptime_seconds: shared.started.elapsed().as_secs(),
+        memory_budget_bytes: shared.config.limits.memory_budget_bytes(),
+        workers: &workers,
+        members,
+    })
+}
