@@ -48,6 +48,7 @@ pub mod fuzzing;
 pub mod leave;
 pub mod op;
 pub mod peer;
+pub mod pubsub;
 pub mod routing;
 pub mod server;
 pub mod shard;
