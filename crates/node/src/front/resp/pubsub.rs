@@ -238,6 +238,8 @@ pub(super) fn intercept(
         } else if let Some(e) = refused(&name, user) {
             e
         } else if state.txn.in_multi() && name != "reset" {
+            // Redis 7.0 queues them; running them at EXEC is not supported here.
+            state.txn.abort();
             err("ERR Command not allowed inside a transaction")
         } else {
             run(w, state, &name, cmd, v)
@@ -361,7 +363,8 @@ fn pubsub(hub: &Hub, cmd: &Cmd<'_>, args: &[Bytes], v: Version) -> Vec<u8> {
     let sub = String::from_utf8_lossy(&args[0]).to_lowercase();
     let wrong = || {
         err(&format!(
-            "ERR wrong number of arguments for 'pubsub|{sub}' command"
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try PUBSUB HELP.",
+            String::from_utf8_lossy(cmd.arg(1))
         ))
     };
     match sub.as_str() {
@@ -389,7 +392,8 @@ fn pubsub(hub: &Hub, cmd: &Cmd<'_>, args: &[Bytes], v: Version) -> Vec<u8> {
         }
         "numpat" => {
             if args.len() != 1 {
-                return wrong();
+                // NUMPAT's arity is checked as a command's (CHANNELS' by PUBSUB itself).
+                return err("ERR wrong number of arguments for 'pubsub|numpat' command");
             }
             ready(|o| resp::integer(o, hub.numpat() as i64))
         }
