@@ -113,6 +113,7 @@ def deterministic_sequence(addr):
     t.append(sub.call("GET", "x"))
     t.append(sub.call("SET", "x", "1"))
     t.append(sub.call("NOSUCHCOMMAND"))
+    t.append(sub.call("EVAL", "return 1", "0"))
     t.append(sub.call("GET"))
     t.append(sub.call("PUBLISH", "a", "x"))
     t.append(sub.call("PING"))
@@ -294,7 +295,6 @@ def test_slow_subscriber_is_disconnected_and_the_node_keeps_serving(servers):
     addr = servers["latticekv"]
     sub = Wire(addr)
     assert sub.call("SUBSCRIBE", "slow").startswith(b"*3")
-    sub.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     r = redis.Redis(host=addr[0], port=addr[1])
     big = b"x" * (1 << 20)
     # The subscriber reads nothing: its queue (32 MiB) fills behind its socket.
@@ -379,3 +379,36 @@ def test_a_subscriber_on_one_node_gets_messages_published_on_another(two_nodes):
     assert ra.pubsub_numsub("x-node") == [(b"x-node", 0)]
     p.close()
     pa.close()
+
+
+def test_permissions_read_to_subscribe_write_to_publish(tmp_path):
+    import hashlib
+    sha = lambda p: hashlib.sha256(p.encode()).hexdigest()  # noqa: E731
+    config = tmp_path / "users.toml"
+    config.write_text(
+        f'[[users]]\nname = "reader"\npassword_sha256 = "{sha("r-pw")}"\n'
+        'permissions = ["read"]\n\n'
+        f'[[users]]\nname = "writer"\npassword_sha256 = "{sha("w-pw")}"\n'
+        'permissions = ["write"]\n')
+    node = Node("--config", str(config), "--disk-nodes", "0", "--monitor", "false")
+    try:
+        addr = (node.resp_host, node.resp_port)
+        anon = Wire(addr)
+        assert anon.call("SUBSCRIBE", "p").startswith(b"-NOAUTH")
+        reader, writer = Wire(addr), Wire(addr)
+        assert reader.call("AUTH", "reader", "r-pw") == b"+OK\r\n"
+        assert writer.call("AUTH", "writer", "w-pw") == b"+OK\r\n"
+        assert reader.call("PUBLISH", "p", "x") == (
+            b"-NOPERM User reader has no permissions to run the 'publish' command\r\n")
+        assert writer.call("SUBSCRIBE", "p").startswith(b"-NOPERM User writer")
+        assert writer.call("PUBSUB", "NUMSUB", "p").startswith(b"-NOPERM User writer")
+        assert reader.call("SUBSCRIBE", "p").startswith(b"*3\r\n$9\r\nsubscribe")
+        assert writer.call("PUBLISH", "p", "x") == b":1\r\n"
+        assert reader.read() == b"*3\r\n$7\r\nmessage\r\n$1\r\np\r\n$1\r\nx\r\n"
+        # RESET logs out: on a node with users, nothing runs until AUTH again.
+        assert reader.call("RESET") == b"+RESET\r\n"
+        assert reader.call("PING").startswith(b"-NOAUTH")
+        for c in (anon, reader, writer):
+            c.close()
+    finally:
+        assert node.stop() == 0

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use wire::resp::{self, Version};
 
-use super::commands::{arity_error, Cmd};
+use super::commands::{arity_error, Cmd, Plan};
 use super::reply::{err, ready};
 use super::ConnState;
 use crate::auth::{Permission, User};
@@ -221,13 +221,19 @@ pub(super) fn intercept(
         // Unknown commands and wrong arities are reported first, as Redis checks them
         // before the context.
         match ours.map(|c| c.1).or_else(|| super::server::arity(&name)) {
-            None => return false,
+            // Not in COMMAND's table: ask the planner whether it knows the command.
+            None => match super::commands::plan(cmd, state) {
+                Plan::Reply(r)
+                    if r.starts_with(b"-ERR unknown command")
+                        || r.starts_with(b"-ERR wrong number of arguments") =>
+                {
+                    return false
+                }
+                _ => context_error(&name),
+            },
             Some(a) if wrong_arity(a) && ours.is_none() => return false,
             Some(a) if wrong_arity(a) => arity_error(cmd),
-            Some(_) => err(&format!(
-                "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / \
-                 PING / QUIT / RESET are allowed in this context"
-            )),
+            Some(_) => context_error(&name),
         }
     } else {
         let Some(&(_, arity, _)) = ours else {
@@ -247,6 +253,14 @@ pub(super) fn intercept(
     };
     replies.emit(|o| o.extend_from_slice(&reply));
     true
+}
+
+/// Redis's reply to a command a RESP2 connection may not run while subscribed.
+fn context_error(name: &str) -> Vec<u8> {
+    err(&format!(
+        "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / \
+         RESET are allowed in this context"
+    ))
 }
 
 /// The permission check: subscribing and PUBSUB need `read`, publishing `write` (channels
