@@ -152,38 +152,18 @@ const ALLOWED_SUBSCRIBED: &[&str] = &[
     "reset",
 ];
 
-/// This family's commands: `(name, arity, flags)` as Redis's COMMAND reports them.
-pub(super) const COMMANDS: &[(&str, i64, &[&str])] = &[
-    ("subscribe", -2, &["pubsub", "noscript", "loading", "stale"]),
-    (
-        "unsubscribe",
-        -1,
-        &["pubsub", "noscript", "loading", "stale"],
-    ),
-    (
-        "psubscribe",
-        -2,
-        &["pubsub", "noscript", "loading", "stale"],
-    ),
-    (
-        "punsubscribe",
-        -1,
-        &["pubsub", "noscript", "loading", "stale"],
-    ),
-    (
-        "ssubscribe",
-        -2,
-        &["pubsub", "noscript", "loading", "stale"],
-    ),
-    (
-        "sunsubscribe",
-        -1,
-        &["pubsub", "noscript", "loading", "stale"],
-    ),
-    ("publish", 3, &["pubsub", "loading", "stale", "fast"]),
-    ("spublish", 3, &["pubsub", "loading", "stale", "fast"]),
-    ("pubsub", -2, &["pubsub", "loading", "stale"]),
-    ("reset", 1, &["noscript", "loading", "stale", "fast"]),
+/// This family's commands and their Redis arities (COMMAND's entries are in `server`).
+pub(super) const COMMANDS: &[(&str, i64)] = &[
+    ("subscribe", -2),
+    ("unsubscribe", -1),
+    ("psubscribe", -2),
+    ("punsubscribe", -1),
+    ("ssubscribe", -2),
+    ("sunsubscribe", -1),
+    ("publish", 3),
+    ("spublish", 3),
+    ("pubsub", -2),
+    ("reset", 1),
 ];
 
 /// Handles `cmd` if it is a pub/sub command, or if the connection is in RESP2's subscribed
@@ -236,7 +216,7 @@ pub(super) fn intercept(
             Some(_) => context_error(&name),
         }
     } else {
-        let Some(&(_, arity, _)) = ours else {
+        let Some(&(_, arity)) = ours else {
             return false;
         };
         if wrong_arity(arity) {
