@@ -377,8 +377,21 @@ def test_a_subscriber_on_one_node_gets_messages_published_on_another(two_nodes):
     # PUBSUB answers for the node asked.
     assert rb.pubsub_numsub("x-node") == [(b"x-node", 1)]
     assert ra.pubsub_numsub("x-node") == [(b"x-node", 0)]
+    # SPUBLISH crosses too (the relay connection is open by now: in order, no loss).
+    s = Wire((b.resp_host, b.resp_port))
+    assert s.call("SSUBSCRIBE", "shard-x") == (
+        b"*3\r\n$10\r\nssubscribe\r\n$7\r\nshard-x\r\n:1\r\n")
+    assert ra.execute_command("SPUBLISH", "shard-x", "sm") == 0
+    assert s.read() == b"*3\r\n$8\r\nsmessage\r\n$7\r\nshard-x\r\n$2\r\nsm\r\n"
+    s.close()
     p.close()
     pa.close()
+    # A member gone: PUBLISH never waits for it.
+    b.stop()
+    for _ in range(20):
+        started = time.time()
+        assert ra.publish("x-node", "to nobody") == 0
+        assert time.time() - started < 0.5
 
 
 def test_permissions_read_to_subscribe_write_to_publish(tmp_path):
