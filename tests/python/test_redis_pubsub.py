@@ -202,6 +202,9 @@ def resp3_sequence(addr):
     t.append(sub.call("PING"))
     t.append(pub.call("PUBLISH", "c3", "v"))
     t += [sub.read(), sub.read()]
+    # Publishing to itself: the pushes come before PUBLISH's reply.
+    t.append(sub.call("PUBLISH", "c3", "self"))
+    t += [sub.read(), sub.read()]
     t.append(sub.call("UNSUBSCRIBE", "c3"))
     t.append(sub.call("PUNSUBSCRIBE", "c*"))
     t.append(sub.call("UNSUBSCRIBE"))

@@ -275,7 +275,12 @@ fn run(w: &Rc<Worker>, state: &mut ConnState, name: &str, cmd: &Cmd<'_>, v: Vers
             let sharded = name == "spublish";
             let n = w.shared.pubsub.publish(&args[0], &args[1], sharded);
             crate::pubsub::relay::publish(w, &args[0], &args[1], sharded);
-            ready(|o| resp::integer(o, n as i64))
+            // A RESP3 connection subscribed to its own message gets it before the reply,
+            // as from Redis (so do the others queued for it by then).
+            let mut out = Vec::new();
+            state.pubsub.drain(&mut out, v);
+            resp::integer(&mut out, n as i64);
+            out
         }
         "pubsub" => pubsub(&w.shared.pubsub, cmd, &args, v),
         _ => reset(state),
