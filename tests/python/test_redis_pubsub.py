@@ -324,10 +324,14 @@ def test_slow_subscriber_is_disconnected_and_the_node_keeps_serving(servers):
     p.close()
 
 
-@pytest.fixture
-def two_nodes():
+@pytest.fixture(params=["open", "secret"])
+def two_nodes(request):
+    """Two nodes joined as a cluster; with a cluster secret, relays prove it like every
+    peer connection."""
     flags = ["--workers", "2", "--cluster-gossip-ms", "100", "--failure-timeout-ms", "5000",
              "--no-leave"]
+    if request.param == "secret":
+        flags += ["--cluster-secret", "pubsub-test-secret"]
     a = Server("ps1", None, *flags)
     b = Server("ps2", a.native, *flags)
     yield a, b
