@@ -53,6 +53,7 @@ pub mod leave;
 pub mod metrics;
 pub mod op;
 pub mod peer;
+pub mod pubsub;
 pub mod routing;
 pub mod server;
 pub mod shard;

@@ -328,6 +328,7 @@ impl Node {
             snapshots,
             policy: tokio::sync::watch::Sender::new(None),
             backing,
+            pubsub: Default::default(),
         });
 
         let clock: crate::shard::SharedClock = Arc::new(SystemClock::new(config.clock_skew_ms));

@@ -70,6 +70,11 @@ pub async fn serve(w: Rc<Worker>, stream: Detached, from: Replica) {
                 match pb::PeerRequest::decode(body) {
                     Ok(req) => {
                         let id = req.id;
+                        // Pub/sub: delivered to this node's subscribers, not the core.
+                        if let Some(pb::peer_request::Msg::Publish(relay)) = req.msg {
+                            let _ = tx.try_send(crate::pubsub::relay::receive(&w, id, relay));
+                            continue;
+                        }
                         match request_from_pb(req) {
                             Ok((id, msg)) => w.on_peer_request(from, msg, id, tx.clone()),
                             Err(e) => {

@@ -64,6 +64,8 @@ pub struct Shared {
     pub policy: watch::Sender<Option<Arc<wire::pb::PolicyReport>>>,
     /// The backing store, if the node has one (`[backing]`).
     pub backing: Option<super::backing::BackingHandle>,
+    /// Pub/sub: the node's RESP subscribers (one registry for all workers).
+    pub pubsub: Arc<crate::pubsub::Hub>,
 }
 
 impl Shared {

@@ -166,6 +166,12 @@ pub trait Codec {
     fn waits_for_pushes(&self) -> bool {
         false
     }
+
+    /// Completes when the connection must close at once, even in the middle of a write
+    /// (a pub/sub subscriber over its output limit); never, by default.
+    fn killed(&self) -> impl Future<Output = ()> {
+        std::future::pending()
+    }
 }
 
 /// When a connection waiting for bytes has waited too long (sans-I/O: the pipeline reports
@@ -355,7 +361,11 @@ pub async fn serve<C: Codec>(
                 None => {
                     clock.pushed(Instant::now());
                     codec.drain_pushes(&mut replies.out);
-                    if write_out(&mut stream, &replies.out).await.is_err() {
+                    let wrote = tokio::select! {
+                        r = write_out(&mut stream, &replies.out) => r.is_ok(),
+                        _ = codec.killed() => false,
+                    };
+                    if !wrote || codec.quit() {
                         return;
                     }
                     replies.out.clear();
@@ -379,8 +389,14 @@ pub async fn serve<C: Codec>(
             // ready now: one clock reading per batch, not per request.
             w.record_latency(read_at.elapsed(), batch.timed);
         }
-        if !replies.out.is_empty() && write_out(&mut stream, &replies.out).await.is_err() {
-            return;
+        if !replies.out.is_empty() {
+            let wrote = tokio::select! {
+                r = write_out(&mut stream, &replies.out) => r.is_ok(),
+                _ = codec.killed() => false,
+            };
+            if !wrote {
+                return;
+            }
         }
         if batch.close || codec.quit() {
             return;

@@ -164,6 +164,8 @@ pub fn incoming_from_pb(req: pb::PeerRequest) -> Result<(u64, Incoming), NodeErr
                 .ok_or_else(|| bad("a cluster exchange without a state"))?;
             return Ok((req.id, Incoming::SyncCluster(state)));
         }
+        // Pub/sub: answered by the peer connection itself (`crate::pubsub::relay`).
+        Req::Publish(_) => return Err(bad("a pub/sub relay outside a worker connection")),
     };
     Ok((req.id, Incoming::Worker(msg)))
 }

@@ -168,6 +168,26 @@ impl PeerConn {
         self.broken.load(Ordering::Relaxed) || self.calls.is_closed()
     }
 
+    /// Queues `req` now, behind every request queued before it (so requests are sent in
+    /// the order of these calls), without waiting for room: a full queue refuses it. The
+    /// answer arrives on the returned receiver (a broken connection drops it).
+    pub fn try_call(
+        &self,
+        req: pb::PeerRequest,
+    ) -> Result<oneshot::Receiver<Result<pb::PeerResponse, PeerError>>, PeerError> {
+        let (tx, rx) = oneshot::channel();
+        self.calls
+            .try_send((req, tx))
+            .map_err(|e| PeerError::Unreachable {
+                addr: self.addr.to_string(),
+                reason: match e {
+                    mpsc::error::TrySendError::Full(_) => "request queue full".into(),
+                    mpsc::error::TrySendError::Closed(_) => "connection closed".into(),
+                },
+            })?;
+        Ok(rx)
+    }
+
     /// Sends `req` and waits for its answer.
     pub async fn call(&self, req: pb::PeerRequest) -> Result<pb::PeerResponse, PeerError> {
         let (tx, rx) = oneshot::channel();

@@ -11,6 +11,7 @@
 //! | EVAL, EVALSHA, FCALL, SCRIPT, FUNCTION | — | refused, naming the alternatives |
 //! | MULTI, EXEC, DISCARD, WATCH, UNWATCH | — | `txn`: queued per connection; WATCH needs keys with one replica |
 //! | PING, ECHO, HELLO, SELECT 0, QUIT, AUTH, ACL, CLIENT, COMMAND, CONFIG GET, INFO, DBSIZE | — | connection and server commands (`server`, `acl`) |
+//! | SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE, SSUBSCRIBE, SUNSUBSCRIBE, PUBLISH, SPUBLISH, PUBSUB, RESET | — | `pubsub`: no lattice, messages are not stored; fan-out to every node ([`crate::pubsub`]) |
 //!
 //! On a node with users, a connection must authenticate before anything but AUTH, HELLO
 //! and QUIT (`-NOAUTH`); reads need the `read` permission, writes `write`, and every key
@@ -26,6 +27,7 @@ use wire::resp::{Args, Version};
 
 use super::acl;
 use super::expiry;
+use super::pubsub;
 use super::reply::{encode, encode_get, err, Shape};
 use super::server::{self, Server};
 use super::strings;
@@ -112,6 +114,10 @@ pub(super) fn run(w: &Rc<Worker>, state: &mut ConnState, cmd: &Cmd<'_>, replies:
         None if acl::allowed_before_auth(cmd.arg(0)) => None,
         None => return replies.emit(|o| o.extend_from_slice(&err(acl::NOAUTH))),
     };
+    // Pub/sub (and RESP2's subscribed mode).
+    if pubsub::intercept(w, state, cmd, user.as_deref(), replies) {
+        return;
+    }
     if txn::intercept(w, state, cmd, user.as_deref(), replies) {
         return;
     }

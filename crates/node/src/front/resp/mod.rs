@@ -17,7 +17,8 @@
 //! - `reply`: encoding replies;
 //! - `expiry`: TTL commands;
 //! - `strings`: string commands beyond GET/SET;
-//! - `txn`: MULTI / EXEC / DISCARD / WATCH / UNWATCH.
+//! - `txn`: MULTI / EXEC / DISCARD / WATCH / UNWATCH;
+//! - `pubsub`: (P|S)SUBSCRIBE, (P|S)UNSUBSCRIBE, (S)PUBLISH, PUBSUB, RESET.
 
 mod acl;
 pub mod commands;
@@ -26,6 +27,8 @@ mod reply;
 mod server;
 mod strings;
 mod txn;
+// Pub/sub.
+mod pubsub;
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -58,6 +61,8 @@ pub struct ConnState {
     pub admins_only: bool,
     /// `MULTI`'s queue and `WATCH`'s keys.
     pub txn: txn::Txn,
+    /// Pub/sub: the connection's subscriptions and their queue of messages.
+    pub pubsub: pubsub::ConnSubscriptions,
 }
 
 /// One RESP connection.
@@ -83,6 +88,7 @@ impl Resp {
                 users: w.shared.users.clone(),
                 admins_only: false,
                 txn: txn::Txn::default(),
+                pubsub: pubsub::ConnSubscriptions::default(),
             },
             limits: resp::Limits {
                 max_bulk_len: limits.max_frame_size,
@@ -170,6 +176,24 @@ impl Codec for Resp {
     }
 
     fn quit(&self) -> bool {
-        self.state.quit
+        // A subscriber that fell behind its output limit is disconnected.
+        self.state.quit || self.state.pubsub.killed()
+    }
+
+    // Pub/sub.
+    fn next_push(&mut self) -> impl std::future::Future<Output = Vec<u8>> {
+        self.state.pubsub.next_push(self.state.version)
+    }
+
+    fn drain_pushes(&mut self, out: &mut Vec<u8>) {
+        self.state.pubsub.drain(out, self.state.version);
+    }
+
+    fn waits_for_pushes(&self) -> bool {
+        self.state.pubsub.any()
+    }
+
+    fn killed(&self) -> impl std::future::Future<Output = ()> {
+        self.state.pubsub.wait_killed()
     }
 }

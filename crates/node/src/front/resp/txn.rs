@@ -157,6 +157,14 @@ impl Txn {
         ready(|o| resp::simple(o, "QUEUED"))
     }
 
+    /// Pub/sub: a command refused inside the transaction aborts it (`EXEC` answers
+    /// `-EXECABORT`), as a queue-time error does.
+    pub(super) fn abort(&mut self) {
+        if self.in_multi() {
+            self.aborted = true;
+        }
+    }
+
     /// `DISCARD`: drops the queue and the watched keys.
     pub(super) fn discard(&mut self) -> Vec<u8> {
         if self.queue.take().is_none() {
