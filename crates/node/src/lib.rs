@@ -46,6 +46,8 @@ pub mod front;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod leave;
+// ---- lists (helper B) ----
+pub mod list_op;
 pub mod op;
 pub mod peer;
 pub mod routing;

@@ -17,11 +17,14 @@
 //! - `reply`: encoding replies;
 //! - `expiry`: TTL commands;
 //! - `strings`: string commands beyond GET/SET;
-//! - `txn`: MULTI / EXEC / DISCARD / WATCH / UNWATCH.
+//! - `txn`: MULTI / EXEC / DISCARD / WATCH / UNWATCH;
+//! - `lists`: list commands, and the blocking pops.
 
 mod acl;
 pub mod commands;
 mod expiry;
+// ---- lists (helper B) ----
+mod lists;
 mod reply;
 mod server;
 mod strings;
