@@ -329,42 +329,41 @@ pub(super) fn blocking(
     let name = cmd.arg(0);
     let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
     let argc = cmd.len();
-    let (pops, key_item, timeout_arg): (Vec<(Bytes, ListOp<Bytes>)>, bool, &[u8]) =
-        if is("BLPOP") || is("BRPOP") {
-            if argc < 3 {
-                replies.emit(|o| o.extend_from_slice(&arity_error(cmd)));
+    let (pops, key_item, timeout_arg): (Vec<Pop>, bool, &[u8]) = if is("BLPOP") || is("BRPOP") {
+        if argc < 3 {
+            replies.emit(|o| o.extend_from_slice(&arity_error(cmd)));
+            return true;
+        }
+        let front = is("BLPOP");
+        let pops = (1..argc - 1)
+            .map(|i| {
+                let key = Bytes::copy_from_slice(cmd.arg(i));
+                (key, ListOp::Pop { front, count: None })
+            })
+            .collect();
+        (pops, true, cmd.arg(argc - 1))
+    } else if is("BLMOVE") || is("BRPOPLPUSH") {
+        // The plan checks the arguments; its op is the one to retry.
+        let name = if is("BLMOVE") {
+            &b"BLMOVE"[..]
+        } else {
+            b"BRPOPLPUSH"
+        };
+        match plan(name, cmd) {
+            Some(Plan::One(_, Op::List { key, op })) => (
+                vec![(Bytes::copy_from_slice(key), op.to_owned_op())],
+                false,
+                cmd.arg(argc - 1),
+            ),
+            Some(Plan::Reply(bytes)) => {
+                replies.emit(|o| o.extend_from_slice(&bytes));
                 return true;
             }
-            let front = is("BLPOP");
-            let pops = (1..argc - 1)
-                .map(|i| {
-                    let key = Bytes::copy_from_slice(cmd.arg(i));
-                    (key, ListOp::Pop { front, count: None })
-                })
-                .collect();
-            (pops, true, cmd.arg(argc - 1))
-        } else if is("BLMOVE") || is("BRPOPLPUSH") {
-            // The plan checks the arguments; its op is the one to retry.
-            let name = if is("BLMOVE") {
-                &b"BLMOVE"[..]
-            } else {
-                b"BRPOPLPUSH"
-            };
-            match plan(name, cmd) {
-                Some(Plan::One(_, Op::List { key, op })) => (
-                    vec![(Bytes::copy_from_slice(key), op.to_owned_op())],
-                    false,
-                    cmd.arg(argc - 1),
-                ),
-                Some(Plan::Reply(bytes)) => {
-                    replies.emit(|o| o.extend_from_slice(&bytes));
-                    return true;
-                }
-                _ => return false,
-            }
-        } else {
-            return false;
-        };
+            _ => return false,
+        }
+    } else {
+        return false;
+    };
     let timeout = match timeout(timeout_arg) {
         Ok(t) => t,
         Err(e) => {
@@ -406,11 +405,14 @@ pub(super) fn blocking(
     true
 }
 
+/// A key and the pop to try on it.
+type Pop = (Bytes, ListOp<Bytes>);
+
 /// Tries the pops in order until one returns an element, waiting for pushes between
 /// rounds, until `timeout`.
 async fn wait_pop(
     w: Rc<Worker>,
-    pops: Vec<(Bytes, ListOp<Bytes>)>,
+    pops: Vec<Pop>,
     key_item: bool,
     timeout: Option<Duration>,
     v: Version,
