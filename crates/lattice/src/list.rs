@@ -14,14 +14,12 @@
 //! # Removals and tombstone growth
 //! Like [`crate::OrSet`], the state carries a [`CausalContext`] of every dot it has seen: an
 //! element whose dot is in the context but not in the entries was removed. A pop is thus
-//! "forget the entry"; nothing else is stored. The context is a compact version vector per
-//! actor plus a cloud of non-contiguous dots, so a queue that pushes and pops forever costs
-//! one integer per writing replica once its pops have caught up with its pushes (each
-//! writer's dots are popped in the order they were pushed). The limit: a dot removed out
-//! of order (LREM, LTRIM, LSET-free middle removals) stays in the cloud until every earlier
-//! dot of the same writer is removed too; an element that is never removed pins the cloud
-//! dots above it. The cloud is therefore bounded by the number of removals done out of
-//! push order while older elements of that writer are alive.
+//! "forget the entry"; nothing is stored per removal. Each actor issues its dots in
+//! sequence, so the context is a version vector of one integer per actor that ever wrote
+//! the list, whatever the order of pushes and removals: a queue that pushes and pops
+//! forever does not grow. The limit: a dot seen out of order (a later delta of an actor
+//! merged before an earlier one) waits in the context's cloud until the gap is filled; and
+//! the vector grows with the number of distinct writers.
 //!
 //! # Values
 //! Each element's value is a last-writer-wins register stamped by a [`Timestamp`] (`LSET`

@@ -270,3 +270,58 @@ pub fn from_pb(l: pb::ListForward) -> Result<ListOp<Bytes>, NodeError> {
         _ => return Err(bad("unknown kind")),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::ListOp;
+    use crate::codec::{op_from_pb, op_to_pb};
+    use crate::op::Op;
+
+    #[test]
+    fn list_ops_round_trip_through_forwarding() {
+        let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+        let ops = [
+            ListOp::Push {
+                values: vec![b("a"), b("b")],
+                front: true,
+                if_exists: true,
+            },
+            ListOp::Pop {
+                front: false,
+                count: Some(3),
+            },
+            ListOp::Pop {
+                front: true,
+                count: None,
+            },
+            ListOp::Range { start: -3, stop: 7 },
+            ListOp::Len,
+            ListOp::Index { index: -1 },
+            ListOp::Set {
+                index: 2,
+                value: b("v"),
+            },
+            ListOp::Rem {
+                count: -2,
+                value: b("x"),
+            },
+            ListOp::Trim { start: 1, stop: -1 },
+            ListOp::Insert {
+                after: true,
+                pivot: b("p"),
+                value: b("v"),
+            },
+            ListOp::Move {
+                dest: b("d"),
+                from_front: false,
+                to_front: true,
+            },
+        ];
+        for op in ops {
+            let op = Op::List { key: b("k"), op };
+            assert_eq!(op_from_pb(op_to_pb(&op)).unwrap(), op);
+        }
+    }
+}
