@@ -167,7 +167,7 @@ def test_a_closed_blocked_connection_pops_nothing(servers, server):  # noqa: F81
     make().delete(key)
     waiter = make()
     waiter.execute_command("CLIENT", "SETNAME", "waiter")
-    conn = waiter.connection_pool.get_connection("BLPOP")
+    conn = waiter.connection_pool.get_connection()
     conn.send_command("BLPOP", key, 0)
     time.sleep(0.2)  # the command reaches the server and blocks
     conn.disconnect()
@@ -176,3 +176,29 @@ def test_a_closed_blocked_connection_pops_nothing(servers, server):  # noqa: F81
     r.rpush(key, "kept")
     time.sleep(0.3)  # a leftover waiter would have taken it by now
     assert r.lrange(key, 0, -1) == [b"kept"]
+
+
+@pytest.mark.parametrize("server", ["redis", "latticekv"])
+def test_blocked_clients_are_served_in_order_of_arrival(servers, server):  # noqa: F811
+    make = clients(servers)[server]
+    key = f"blk:{server}:fifo"
+    make().delete(key)
+    got = {}
+
+    def wait(name):
+        got[name] = make().blpop([key], timeout=5)
+
+    first = threading.Thread(target=wait, args=("first",))
+    first.start()
+    time.sleep(0.3)  # no event says "blocked": give the first client time to block
+    second = threading.Thread(target=wait, args=("second",))
+    second.start()
+    time.sleep(0.3)
+    r = make()
+    r.rpush(key, "one")
+    first.join(timeout=5)
+    assert got.get("first") == (key.encode(), b"one")
+    assert "second" not in got
+    r.rpush(key, "two")
+    second.join(timeout=5)
+    assert got.get("second") == (key.encode(), b"two")

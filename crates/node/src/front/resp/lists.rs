@@ -13,10 +13,11 @@
 //! [`RECHECK`] (pushes merged from other replicas do not notify), until the timeout
 //! (float seconds, 0 = forever) answers a null array. At most [`MAX_WAITERS`] connections
 //! of a process wait at once (more get an error). The connection watches its socket while
-//! it waits: a client that closes it drops the waiter, which then pops nothing. Waiters
-//! woken by the same push race for the element: no FIFO order among waiters (unlike
-//! Redis). Inside `MULTI` a blocking pop does not block: it is the non-blocking pop
-//! (`BLPOP`/`BRPOP` with one key only).
+//! it waits: a client that closes it drops the waiter, which then pops nothing. Blocked
+//! connections of one process are served in order of arrival per key (a waiter retries a
+//! key only while it is the first waiting there, see `Queued`); connections of different
+//! nodes are not ordered. Inside `MULTI` a blocking pop does not block: it is the
+//! non-blocking pop (`BLPOP`/`BRPOP` with one key only).
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -405,6 +406,58 @@ pub(super) fn blocking(
     true
 }
 
+/// The connections of this process blocked on each key, by ticket (order of arrival).
+type Queues = std::collections::HashMap<Bytes, std::collections::BTreeSet<u64>>;
+
+fn queues() -> &'static std::sync::Mutex<Queues> {
+    static QUEUES: std::sync::OnceLock<std::sync::Mutex<Queues>> = std::sync::OnceLock::new();
+    QUEUES.get_or_init(Default::default)
+}
+
+/// A blocked connection's place in the queues of its keys: it pops from a key only while
+/// it is the first there, so the waiters of a process are served in order of arrival.
+struct Queued {
+    ticket: u64,
+    keys: Vec<Bytes>,
+}
+
+impl Queued {
+    fn join(keys: Vec<Bytes>) -> Queued {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let ticket = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut q = queues().lock().unwrap_or_else(|e| e.into_inner());
+        for k in &keys {
+            q.entry(k.clone()).or_default().insert(ticket);
+        }
+        Queued { ticket, keys }
+    }
+
+    /// True if no connection of this process has waited longer for `key`.
+    fn first_on(&self, key: &Bytes) -> bool {
+        let q = queues().lock().unwrap_or_else(|e| e.into_inner());
+        q.get(key)
+            .and_then(|t| t.first())
+            .is_none_or(|&t| t == self.ticket)
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        let mut q = queues().lock().unwrap_or_else(|e| e.into_inner());
+        for k in &self.keys {
+            if let Some(t) = q.get_mut(k) {
+                t.remove(&self.ticket);
+                if t.is_empty() {
+                    q.remove(k);
+                }
+            }
+        }
+        drop(q);
+        // The next waiter may now be first on a key that still has elements.
+        pushed().notify_waiters();
+    }
+}
+
 /// A key and the pop to try on it.
 type Pop = (Bytes, ListOp<Bytes>);
 
@@ -418,13 +471,16 @@ async fn wait_pop(
     v: Version,
 ) -> Vec<u8> {
     let deadline = timeout.map(|t| Instant::now() + t);
-    let mut waiter: Option<Waiter> = None;
+    let mut waiter: Option<(Waiter, Queued)> = None;
     let first = Cell::new(true);
     loop {
         let notified = pushed().notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
         for (key, op) in &pops {
+            if waiter.as_ref().is_some_and(|(_, q)| !q.first_on(key)) {
+                continue;
+            }
             let op = Op::List {
                 key: key.clone(),
                 op: op.clone(),
@@ -452,7 +508,10 @@ async fn wait_pop(
         }
         if first.replace(false) {
             match Waiter::take() {
-                Some(t) => waiter = Some(t),
+                Some(t) => {
+                    let keys = pops.iter().map(|(k, _)| k.clone()).collect();
+                    waiter = Some((t, Queued::join(keys)));
+                }
                 None => {
                     return err(&format!(
                         "ERR too many blocked clients (at most {MAX_WAITERS} per process)"
