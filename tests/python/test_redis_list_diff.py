@@ -38,6 +38,14 @@ CASES = {
         "LINSERT {}i MIDDLE a x", "LRANGE {}i 0 -1", "LINSERT {}i BEFORE a first",
         "LRANGE {}i 0 -1",
     ],
+    "lpos": [
+        "RPUSH {}l a b c 1 2 3 c c", "LPOS {}l c", "LPOS {}l c RANK 2", "LPOS {}l c RANK -1",
+        "LPOS {}l c RANK -2", "LPOS {}l c COUNT 2", "LPOS {}l c COUNT 0", "LPOS {}l c RANK -1 COUNT 2",
+        "LPOS {}l c COUNT 0 MAXLEN 4", "LPOS {}l c RANK -1 MAXLEN 2", "LPOS {}l zz",
+        "LPOS {}l zz COUNT 3", "LPOS {}nope a", "LPOS {}nope a COUNT 1", "LPOS {}l c RANK 0",
+        "LPOS {}l c COUNT -1", "LPOS {}l c MAXLEN -1", "LPOS {}l c RANK x", "LPOS {}l c FOO 1",
+        "LPOS {}l c RANK", "LPOS {}l", "LPOS {}l c RANK 9", "SET {}s v", "LPOS {}s v",
+    ],
     "move": [
         "RPUSH {}s 1 2 3", "LMOVE {}s {}d LEFT RIGHT", "LMOVE {}s {}d RIGHT LEFT",
         "LRANGE {}s 0 -1", "LRANGE {}d 0 -1", "RPOPLPUSH {}s {}d", "EXISTS {}s",

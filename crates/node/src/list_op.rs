@@ -80,6 +80,18 @@ pub enum ListOp<B> {
         /// The new element.
         value: B,
     },
+    /// `LPOS`. → without a count `Int` the index or `Value(None)`; with one `Multi` of
+    /// `Int`s.
+    Pos {
+        /// The element to find.
+        value: B,
+        /// Which match first (1 the first, -1 the last; never 0).
+        rank: i64,
+        /// How many matches (`Some(0)`: all); `None`: one, replied as an integer.
+        count: Option<u64>,
+        /// Compare at most this many elements (0: all).
+        maxlen: u64,
+    },
     /// `LMOVE`/`RPOPLPUSH`: pop from this key, push onto `dest` (held by the same
     /// worker, else `-CROSSSLOT`). → `Value` the element moved.
     Move {
@@ -97,7 +109,7 @@ impl<B: AsRef<[u8]>> ListOp<B> {
     pub fn is_write(&self) -> bool {
         !matches!(
             self,
-            ListOp::Range { .. } | ListOp::Len | ListOp::Index { .. }
+            ListOp::Range { .. } | ListOp::Len | ListOp::Index { .. } | ListOp::Pos { .. }
         )
     }
 
@@ -152,6 +164,17 @@ impl<B: AsRef<[u8]>> ListOp<B> {
                 after: *after,
                 pivot: b(pivot),
                 value: b(value),
+            },
+            ListOp::Pos {
+                value,
+                rank,
+                count,
+                maxlen,
+            } => ListOp::Pos {
+                value: b(value),
+                rank: *rank,
+                count: *count,
+                maxlen: *maxlen,
             },
             ListOp::Move {
                 dest,
@@ -217,6 +240,18 @@ pub fn to_pb(op: &ListOp<Bytes>) -> pb::ListForward {
             out.flag = *to_front;
             out.args = vec![dest.clone()];
         }
+        ListOp::Pos {
+            value,
+            rank,
+            count,
+            maxlen,
+        } => {
+            (out.kind, out.a) = (11, *rank);
+            out.b = i64::try_from(*maxlen).unwrap_or(i64::MAX);
+            out.flag = count.is_some();
+            out.c = count.map_or(0, |c| i64::try_from(c).unwrap_or(i64::MAX));
+            out.args = vec![value.clone()];
+        }
     }
     out
 }
@@ -266,6 +301,15 @@ pub fn from_pb(l: pb::ListForward) -> Result<ListOp<Bytes>, NodeError> {
             dest: arg()?,
             from_front: l.front,
             to_front: l.flag,
+        },
+        11 => ListOp::Pos {
+            value: arg()?,
+            rank: l.a,
+            count: l
+                .flag
+                .then(|| u64::try_from(l.c).map_err(|_| bad("negative count")))
+                .transpose()?,
+            maxlen: u64::try_from(l.b).map_err(|_| bad("negative maxlen"))?,
         },
         _ => return Err(bad("unknown kind")),
     })
@@ -317,6 +361,18 @@ mod tests {
                 dest: b("d"),
                 from_front: false,
                 to_front: true,
+            },
+            ListOp::Pos {
+                value: b("x"),
+                rank: -2,
+                count: Some(0),
+                maxlen: 9,
+            },
+            ListOp::Pos {
+                value: b("x"),
+                rank: 1,
+                count: None,
+                maxlen: 0,
             },
         ];
         for op in ops {

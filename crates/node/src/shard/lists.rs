@@ -163,6 +163,58 @@ impl Shard {
                 from_front,
                 to_front,
             } => self.list_move(key, dest.as_ref(), from_front, to_front),
+            ListOp::Pos {
+                value,
+                rank,
+                count,
+                maxlen,
+            } => {
+                let value = value.as_ref();
+                let Some(l) = self.live_list(key)? else {
+                    return Ok(match count {
+                        None => OpResult::Value(None),
+                        Some(_) => OpResult::Multi(Vec::new()),
+                    });
+                };
+                let len = l.len();
+                let scan = if maxlen == 0 {
+                    len
+                } else {
+                    (maxlen as usize).min(len)
+                };
+                let skip = (rank.unsigned_abs() - 1) as usize;
+                let want = match count {
+                    None => 1,
+                    Some(0) => usize::MAX,
+                    Some(c) => usize::try_from(c).unwrap_or(usize::MAX),
+                };
+                let hit = |(i, v): (usize, &Blob)| (**v == *value).then_some(i as i64);
+                let found: Vec<i64> = if rank > 0 {
+                    l.values()
+                        .enumerate()
+                        .take(scan)
+                        .filter_map(hit)
+                        .skip(skip)
+                        .take(want)
+                        .collect()
+                } else {
+                    l.values()
+                        .rev()
+                        .enumerate()
+                        .map(|(j, v)| (len - 1 - j, v))
+                        .take(scan)
+                        .filter_map(hit)
+                        .skip(skip)
+                        .take(want)
+                        .collect()
+                };
+                Ok(match count {
+                    None => found
+                        .first()
+                        .map_or(OpResult::Value(None), |&i| OpResult::Int(i)),
+                    Some(_) => OpResult::Multi(found.into_iter().map(OpResult::Int).collect()),
+                })
+            }
         }
     }
 

@@ -9,7 +9,7 @@
 //! | SETNX, GETSET, GETDEL, APPEND, STRLEN, GETRANGE, SETRANGE, INCRBYFLOAT, MSETNX | `Lww` | `strings`: read-modify-writes run as one op at the key's worker; MSETNX is one unit |
 //! | SET … EX/PX/EXAT/PXAT/KEEPTTL, SETEX, PSETEX, EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, PERSIST, GETEX | the record's `Expiry` (LWW) | `expiry`: absolute deadlines, any type; reclaimed in the background (`shard::expiry`) |
 //! | EVAL, EVALSHA, FCALL, SCRIPT, FUNCTION | — | refused, naming the alternatives |
-//! | LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LRANGE, LLEN, LINDEX, LSET, LREM, LTRIM, LINSERT, LMOVE, RPOPLPUSH, BLPOP, BRPOP, BLMOVE, BRPOPLPUSH | `List` | `lists`: sequence CRDT; LMOVE's keys share a worker; blocking pops wait at the connection |
+//! | LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LRANGE, LLEN, LINDEX, LSET, LREM, LTRIM, LINSERT, LPOS, LMOVE, RPOPLPUSH, BLPOP, BRPOP, BLMOVE, BRPOPLPUSH | `List` | `lists`: sequence CRDT; LMOVE's keys share a worker; blocking pops wait at the connection |
 //! | MULTI, EXEC, DISCARD, WATCH, UNWATCH | — | `txn`: queued per connection; WATCH needs keys with one replica |
 //! | PING, ECHO, HELLO, SELECT 0, QUIT, AUTH, ACL, CLIENT, COMMAND, CONFIG GET, INFO, DBSIZE | — | connection and server commands (`server`, `acl`) |
 //!

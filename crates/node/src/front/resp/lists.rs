@@ -1,5 +1,5 @@
 //! List commands: `LPUSH`, `RPUSH`, `LPUSHX`, `RPUSHX`, `LPOP`, `RPOP`, `LRANGE`, `LLEN`,
-//! `LINDEX`, `LSET`, `LREM`, `LTRIM`, `LINSERT`, `LMOVE`, `RPOPLPUSH`, and the blocking
+//! `LINDEX`, `LSET`, `LREM`, `LTRIM`, `LINSERT`, `LPOS`, `LMOVE`, `RPOPLPUSH`, and the blocking
 //! `BLPOP`, `BRPOP`, `BLMOVE`, `BRPOPLPUSH`.
 //!
 //! Each command is one [`ListOp`] run at the key's worker (`shard::lists`). `LMOVE`'s keys
@@ -54,6 +54,10 @@ pub(crate) enum ListShape {
     Items,
     /// `[key, element]` (`BLPOP` inside `MULTI`), or a null array.
     KeyItem(Vec<u8>),
+    /// `LPOS` without `COUNT`: an integer, or null.
+    Index,
+    /// `LPOS … COUNT`: an array of integers.
+    Indexes,
 }
 
 fn bulk_of(r: &OpResult) -> Option<&[u8]> {
@@ -77,6 +81,15 @@ pub(super) fn encode(out: &mut Vec<u8>, v: Version, shape: &ListShape, first: Op
             resp::bulk(out, key);
             resp::bulk(out, bulk_of(r).unwrap_or_default());
         }
+        (ListShape::Index, Some(OpResult::Int(i))) => resp::integer(out, *i),
+        (ListShape::Index, _) => resp::null(out, v),
+        (ListShape::Indexes, Some(OpResult::Multi(items))) => {
+            resp::array_header(out, items.len());
+            for i in items {
+                resp::integer(out, if let OpResult::Int(n) = i { *n } else { 0 });
+            }
+        }
+        (ListShape::Indexes, _) => resp::array_header(out, 0),
         _ => resp::null_array(out, v),
     }
 }
@@ -198,6 +211,56 @@ pub(super) fn plan<'a>(name: &[u8], cmd: &Cmd<'a>) -> Option<Plan<'a>> {
                     },
                 ),
             }
+        }
+        b"LPOS" => {
+            if argc < 3 || argc.is_multiple_of(2) {
+                return if argc < 3 {
+                    arity()
+                } else {
+                    Some(Plan::Reply(syntax_error()))
+                };
+            }
+            let (mut rank, mut count, mut maxlen) = (1i64, None, 0u64);
+            for i in (3..argc).step_by(2) {
+                let opt = cmd.arg(i);
+                let Some(n) = int(i + 1) else {
+                    return Some(Plan::Reply(err(NOT_INT)));
+                };
+                if opt.eq_ignore_ascii_case(b"RANK") {
+                    if n == 0 || n == i64::MIN {
+                        return Some(Plan::Reply(err(
+                            "ERR RANK can't be zero: use 1 to start from the first match, 2 \
+                             from the second ... or use negative to start from the end of the \
+                             list",
+                        )));
+                    }
+                    rank = n;
+                } else if opt.eq_ignore_ascii_case(b"COUNT") {
+                    let Ok(c) = u64::try_from(n) else {
+                        return Some(Plan::Reply(err("ERR COUNT can't be negative")));
+                    };
+                    count = Some(c);
+                } else if opt.eq_ignore_ascii_case(b"MAXLEN") {
+                    let Ok(m) = u64::try_from(n) else {
+                        return Some(Plan::Reply(err("ERR MAXLEN can't be negative")));
+                    };
+                    maxlen = m;
+                } else {
+                    return Some(Plan::Reply(syntax_error()));
+                }
+            }
+            let shape = if count.is_some() {
+                ListShape::Indexes
+            } else {
+                ListShape::Index
+            };
+            let op = ListOp::Pos {
+                value: cmd.arg(2),
+                rank,
+                count,
+                maxlen,
+            };
+            list(Shape::List(shape), key, op)
         }
         b"LINSERT" => {
             if argc != 5 {

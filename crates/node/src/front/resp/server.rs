@@ -327,6 +327,7 @@ const COMMANDS: &[CommandInfo] = &[
     ("lrem", 4, &["write"], 1, 1, 1),
     ("ltrim", 4, &["write"], 1, 1, 1),
     ("linsert", 5, &["write", "denyoom"], 1, 1, 1),
+    ("lpos", -3, &["readonly"], 1, 1, 1),
     ("lmove", 5, &["write", "denyoom"], 1, 2, 1),
     ("rpoplpush", 3, &["write", "denyoom"], 1, 2, 1),
     ("blpop", -3, &["write", "noscript", "blocking"], 1, -2, 1),
