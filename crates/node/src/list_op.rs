@@ -1,6 +1,9 @@
 //! [`ListOp`]: the RESP list operations (`Op::List`), run at the key's worker
 //! (`shard::lists`), and their forwarding encoding.
 
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::SeqCst;
+
 use bytes::Bytes;
 use wire::pb;
 
@@ -11,6 +14,41 @@ use crate::error::NodeError;
 pub fn pushed() -> &'static tokio::sync::Notify {
     static PUSHED: std::sync::OnceLock<tokio::sync::Notify> = std::sync::OnceLock::new();
     PUSHED.get_or_init(tokio::sync::Notify::new)
+}
+
+/// Most connections of a process blocked in a pop at once.
+pub const MAX_WAITERS: usize = 10_000;
+
+/// Connections of this process blocked in a pop (or about to be).
+static WAITERS: AtomicUsize = AtomicUsize::new(0);
+
+/// One connection in a blocking pop, counted while it lives. Taken before the pop's first
+/// try: a push that lands after that try sees the count and notifies ([`notify_pushed`]).
+pub struct Waiter(());
+
+impl Waiter {
+    /// Counts one more waiter; `None` if [`MAX_WAITERS`] already wait.
+    pub fn take() -> Option<Waiter> {
+        if WAITERS.fetch_add(1, SeqCst) >= MAX_WAITERS {
+            WAITERS.fetch_sub(1, SeqCst);
+            return None;
+        }
+        Some(Waiter(()))
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        WAITERS.fetch_sub(1, SeqCst);
+    }
+}
+
+/// Wakes the blocked pops after a list push (nothing to do, and no shared lock taken, when
+/// none waits: the push hot path).
+pub fn notify_pushed() {
+    if WAITERS.load(SeqCst) > 0 {
+        pushed().notify_waiters();
+    }
 }
 
 /// Most elements one pop with a count returns (bounds the reply).
@@ -313,71 +351,4 @@ pub fn from_pb(l: pb::ListForward) -> Result<ListOp<Bytes>, NodeError> {
         },
         _ => return Err(bad("unknown kind")),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use bytes::Bytes;
-
-    use super::ListOp;
-    use crate::codec::{op_from_pb, op_to_pb};
-    use crate::op::Op;
-
-    #[test]
-    fn list_ops_round_trip_through_forwarding() {
-        let b = |s: &'static str| Bytes::from_static(s.as_bytes());
-        let ops = [
-            ListOp::Push {
-                values: vec![b("a"), b("b")],
-                front: true,
-                if_exists: true,
-            },
-            ListOp::Pop {
-                front: false,
-                count: Some(3),
-            },
-            ListOp::Pop {
-                front: true,
-                count: None,
-            },
-            ListOp::Range { start: -3, stop: 7 },
-            ListOp::Len,
-            ListOp::Index { index: -1 },
-            ListOp::Set {
-                index: 2,
-                value: b("v"),
-            },
-            ListOp::Rem {
-                count: -2,
-                value: b("x"),
-            },
-            ListOp::Trim { start: 1, stop: -1 },
-            ListOp::Insert {
-                after: true,
-                pivot: b("p"),
-                value: b("v"),
-            },
-            ListOp::Move {
-                dest: b("d"),
-                from_front: false,
-                to_front: true,
-            },
-            ListOp::Pos {
-                value: b("x"),
-                rank: -2,
-                count: Some(0),
-                maxlen: 9,
-            },
-            ListOp::Pos {
-                value: b("x"),
-                rank: 1,
-                count: None,
-                maxlen: 0,
-            },
-        ];
-        for op in ops {
-            let op = Op::List { key: b("k"), op };
-            assert_eq!(op_from_pb(op_to_pb(&op)).unwrap(), op);
-        }
-    }
 }

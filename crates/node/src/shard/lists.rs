@@ -14,7 +14,7 @@ use store::RecordRef;
 
 use super::Shard;
 use crate::error::NodeError;
-use crate::list_op::{pushed, ListOp, MAX_POP};
+use crate::list_op::{notify_pushed, ListOp, MAX_POP};
 use crate::op::OpResult;
 
 /// One element as a reply item.
@@ -247,7 +247,7 @@ impl Shard {
             }
             (Ok(l.len() as i64), deltas)
         })??;
-        pushed().notify_waiters();
+        notify_pushed();
         Ok(OpResult::Int(len))
     }
 
@@ -386,7 +386,7 @@ impl Shard {
                 Err(e) => (Err(no_room(e)), Vec::new()),
             }
         })??;
-        pushed().notify_waiters();
+        notify_pushed();
         Ok(OpResult::Int(len))
     }
 

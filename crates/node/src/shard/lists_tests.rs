@@ -3,10 +3,12 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use lattice::{Timestamp, Value};
 
 use super::tests::{config, fixed_clock, node};
 use super::Shard;
+use crate::codec::{op_from_pb, op_to_pb};
 use crate::list_op::ListOp;
 use crate::op::{Op, OpResult};
 use crate::view::{default_vector, ReplicationTable, ViewState};
@@ -157,4 +159,62 @@ fn a_queue_that_pushes_and_pops_forever_stays_small() {
     assert_eq!(items(&mut a), items(&mut b));
     // The record does not grow with the number of pushes and pops.
     assert!(sizes[199] <= sizes[20] + 64, "{:?}", &sizes[..]);
+}
+
+#[test]
+fn list_ops_round_trip_through_forwarding() {
+    let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+    let ops = [
+        ListOp::Push {
+            values: vec![b("a"), b("b")],
+            front: true,
+            if_exists: true,
+        },
+        ListOp::Pop {
+            front: false,
+            count: Some(3),
+        },
+        ListOp::Pop {
+            front: true,
+            count: None,
+        },
+        ListOp::Range { start: -3, stop: 7 },
+        ListOp::Len,
+        ListOp::Index { index: -1 },
+        ListOp::Set {
+            index: 2,
+            value: b("v"),
+        },
+        ListOp::Rem {
+            count: -2,
+            value: b("x"),
+        },
+        ListOp::Trim { start: 1, stop: -1 },
+        ListOp::Insert {
+            after: true,
+            pivot: b("p"),
+            value: b("v"),
+        },
+        ListOp::Move {
+            dest: b("d"),
+            from_front: false,
+            to_front: true,
+        },
+        ListOp::Pos {
+            value: b("x"),
+            rank: -2,
+            count: Some(0),
+            maxlen: 9,
+        },
+        ListOp::Pos {
+            value: b("x"),
+            rank: 1,
+            count: None,
+            maxlen: 0,
+        },
+    ];
+    for op in ops {
+        let op = Op::List { key: b("k"), op };
+        assert_eq!(op_from_pb(op_to_pb(&op)).unwrap(), op);
+    }
 }

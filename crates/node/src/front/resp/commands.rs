@@ -28,12 +28,12 @@ use wire::resp::{Args, Version};
 use super::acl;
 use super::expiry;
 // ---- lists (helper B) ----
-use super::lists;
 use super::reply::{encode, encode_get, err, Shape};
 use super::server::{self, Server};
 use super::strings;
 use super::txn;
 use super::ConnState;
+use super::{blocking, lists};
 use crate::ack::Ack;
 use crate::auth::{AuthError, Permission, User};
 use crate::core::Routing;
@@ -119,7 +119,7 @@ pub(super) fn run(w: &Rc<Worker>, state: &mut ConnState, cmd: &Cmd<'_>, replies:
         return;
     }
     // ---- lists (helper B) ----
-    if lists::blocking(w, state, cmd, user.as_deref(), replies) {
+    if blocking::blocking(w, state, cmd, user.as_deref(), replies) {
         return;
     }
     let plan = plan(cmd, state);

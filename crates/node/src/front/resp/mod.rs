@@ -18,9 +18,11 @@
 //! - `expiry`: TTL commands;
 //! - `strings`: string commands beyond GET/SET;
 //! - `txn`: MULTI / EXEC / DISCARD / WATCH / UNWATCH;
-//! - `lists`: list commands, and the blocking pops.
+//! - `lists`: list commands; `blocking`: the blocking pops.
 
 mod acl;
+// ---- lists (helper B) ----
+mod blocking;
 pub mod commands;
 mod expiry;
 // ---- lists (helper B) ----
