@@ -93,6 +93,18 @@ impl Replies {
 
     /// A reply computed by a task of its own (it may wait on other workers or the agent).
     pub fn later(&mut self, work: impl Future<Output = Vec<u8>> + 'static) {
+        let (tx, rx) = oneshot::channel();
+        spawn_local(async move {
+            let _ = tx.send(work.await);
+        });
+        self.queue.push_back(Waiting::Later(rx));
+    }
+
+    // ---- lists (helper B) ----
+    /// A reply that may wait for a long time (a blocked pop): as [`later`](Self::later),
+    /// and the connection watches its socket meanwhile, dropping the work if it closes.
+    pub fn later_blocking(&mut self, work: impl Future<Output = Vec<u8>> + 'static) {
+        self.blocked.set(true);
         let (mut tx, rx) = oneshot::channel();
         spawn_local(async move {
             // A connection that went away no longer waits: the work is dropped.
@@ -105,14 +117,6 @@ impl Replies {
             }
         });
         self.queue.push_back(Waiting::Later(rx));
-    }
-
-    // ---- lists (helper B) ----
-    /// A reply that may wait for a long time (a blocked pop): as [`later`](Self::later),
-    /// and the connection watches its socket meanwhile, dropping the work if it closes.
-    pub fn later_blocking(&mut self, work: impl Future<Output = Vec<u8>> + 'static) {
-        self.blocked.set(true);
-        self.later(work);
     }
 
     /// Waits for every queued reply, in order, into `out`.

@@ -218,3 +218,10 @@ fn list_ops_round_trip_through_forwarding() {
         assert_eq!(op_from_pb(op_to_pb(&op)).unwrap(), op);
     }
 }
+
+#[test]
+fn a_list_type_survives_forwarding() {
+    let r = OpResult::Type(Some(lattice::LatticeType::List));
+    let back = crate::codec::result_from_pb(crate::codec::result_to_pb(&r));
+    assert_eq!(back, r);
+}
