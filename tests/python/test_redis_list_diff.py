@@ -210,3 +210,35 @@ def test_blocked_clients_are_served_in_order_of_arrival(servers, server):  # noq
     r.rpush(key, "two")
     second.join(timeout=5)
     assert got.get("second") == (key.encode(), b"two")
+
+
+def test_blpop_waits_on_keys_of_every_worker(node):
+    """A node with two workers (conftest's `node`): keys spread over both; a blocked pop
+    on all of them is woken by a push to any, and list commands on keys of the other
+    worker are forwarded."""
+    make = lambda: redis.Redis(host=node.resp_host, port=node.resp_port)  # noqa: E731
+    r = make()
+    keys = [f"spread:{i}" for i in range(16)]
+    for k in keys:
+        r.rpush(k, "x", "y")
+        assert r.lrange(k, 0, -1) == [b"x", b"y"]
+        assert r.type(k) == b"list"
+    r.delete(*keys)
+    for target in (keys[3], keys[12]):
+        t = pushed_later(make, target, "job")
+        assert r.blpop(keys, timeout=5) == (target.encode(), b"job")
+        t.join()
+    # LMOVE moves between keys of one worker and refuses keys of two, moving nothing.
+    outcomes = set()
+    for k in keys[1:]:
+        r.rpush(keys[0], "m")
+        try:
+            assert r.lmove(keys[0], k, "LEFT", "RIGHT") == b"m"
+            assert r.lrange(k, 0, -1) == [b"m"]
+            outcomes.add("moved")
+        except redis.exceptions.ResponseError as e:
+            assert "CROSSSLOT" in str(e)
+            assert r.lrange(keys[0], 0, -1) == [b"m"]
+            r.delete(keys[0])
+            outcomes.add("refused")
+    assert outcomes == {"moved", "refused"}
