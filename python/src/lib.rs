@@ -208,7 +208,7 @@ fn blob_set<'py, 'a>(
 /// A lattice value as a Python object (the mapping is documented in docs/python.md):
 /// LWW and priority registers → `bytes` / `(float, bytes)`, sets → `set[bytes]` (ordered
 /// sets → sorted `list[bytes]`), counters, max and min → `int`, bool → `bool`, maps →
-/// `dict[bytes, value]`, causal registers → `list[bytes]` of their concurrent values.
+/// `dict[bytes, value]`, causal registers → `list[bytes]` of their concurrent values, lists → `list[bytes]` in order.
 pub(crate) fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
     Ok(match v {
         Value::Lww(l) => blob(py, &l.value),
@@ -237,6 +237,8 @@ pub(crate) fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py
         Value::MultiKeyCausal(c) => {
             PyList::new(py, c.values().map(|v| PyBytes::new(py, v)))?.into_any()
         }
+        // ---- lists (helper B) ----
+        Value::List(l) => PyList::new(py, l.values().map(|v| PyBytes::new(py, v)))?.into_any(),
     })
 }
 

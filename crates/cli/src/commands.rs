@@ -208,6 +208,8 @@ fn print_value(out: &mut impl Write, value: &Value) -> std::io::Result<()> {
         Value::OrSet(s) => s.iter().try_for_each(|m| member(out, m)),
         Value::SingleKeyCausal(c) => c.values().try_for_each(|v| member(out, v)),
         Value::MultiKeyCausal(c) => c.values().try_for_each(|v| member(out, v)),
+        // ---- lists (helper B) ----
+        Value::List(l) => l.values().try_for_each(|v| member(out, v)),
         Value::Map(m) => m.iter().try_for_each(|(k, v)| {
             out.write_all(k)?;
             write!(out, " = ")?;
@@ -346,7 +348,7 @@ pub async fn put(args: PutArgs) -> Result<i32> {
             let value = SingleKeyCausal::new(clock, single()?.as_bytes().into());
             c.put(key, Value::SingleKeyCausal(value)).await?
         }
-        LatticeType::Map | LatticeType::MultiKeyCausal => {
+        LatticeType::Map | LatticeType::MultiKeyCausal | LatticeType::List => {
             bail!(
                 "--type {} is not writable from the CLI; use a client library",
                 ty.name()

@@ -19,6 +19,8 @@
 //! - [`causal`]: multi-value registers ordered by vector clocks: [`SingleKeyCausal`] and
 //!   [`MultiKeyCausal`] (with cross-key dependencies), and [`CausalWriter`], which issues
 //!   clocks that never collide.
+//! - [`list`]: [`List`], a sequence with dense positions and observed-remove deletion
+//!   (RESP lists).
 //! - [`value`]: [`Value`], the dynamically typed value the store holds, its [`LatticeType`]
 //!   tag, and [`Record`], the per-key record with its epoch and tombstones.
 //! - [`laws`]: checks of the lattice laws, used by the property tests.
@@ -32,6 +34,7 @@ pub mod clock;
 pub mod counter;
 pub mod expiry;
 pub mod laws;
+pub mod list;
 pub mod lww;
 pub mod map;
 pub mod ord;
@@ -44,6 +47,7 @@ pub use causal::{CausalVersion, CausalWriter, MultiKeyCausal, SingleKeyCausal};
 pub use clock::{CausalContext, Dot, Hlc, Timestamp, VectorClock};
 pub use counter::Counter;
 pub use expiry::Expiry;
+pub use list::List;
 pub use lww::Lww;
 pub use map::Map;
 pub use ord::{Bool, Max, Min};

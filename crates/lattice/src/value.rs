@@ -9,6 +9,8 @@ use crate::{
     Blob, Bool, CausalVersion, Counter, Dot, Expiry, Lattice, Lww, Map, Max, Min, MultiKeyCausal,
     OrSet, OrderedSet, Priority, Set, SingleKeyCausal, Timestamp, VectorClock,
 };
+// ---- lists (helper B) ----
+use crate::list::{Atom, Entry, List, Pos};
 
 /// The type of a [`Value`]. The discriminant is the wire tag, and it orders types for the
 /// type-mismatch rule of [`Value`]'s merge (the higher tag wins).
@@ -39,11 +41,14 @@ pub enum LatticeType {
     SingleKeyCausal = 11,
     /// [`MultiKeyCausal`]: causal multi-value register with dependencies.
     MultiKeyCausal = 12,
+    // ---- lists (helper B) ----
+    /// [`List`]: a sequence with dense positions and observed-remove deletion.
+    List = 15,
 }
 
 impl LatticeType {
     /// Every type, in tag order.
-    pub const ALL: [LatticeType; 12] = [
+    pub const ALL: [LatticeType; 13] = [
         LatticeType::Lww,
         LatticeType::Set,
         LatticeType::OrSet,
@@ -56,6 +61,8 @@ impl LatticeType {
         LatticeType::Priority,
         LatticeType::SingleKeyCausal,
         LatticeType::MultiKeyCausal,
+        // ---- lists (helper B) ----
+        LatticeType::List,
     ];
 
     /// The user-facing name ("lww", "set", "orset", "ordered-set", "max", "min", "bool",
@@ -74,6 +81,8 @@ impl LatticeType {
             LatticeType::Priority => "priority",
             LatticeType::SingleKeyCausal => "causal",
             LatticeType::MultiKeyCausal => "multi-causal",
+            // ---- lists (helper B) ----
+            LatticeType::List => "list",
         }
     }
 
@@ -94,6 +103,8 @@ impl LatticeType {
             "priority" => LatticeType::Priority,
             "causal" | "single-causal" | "single_causal" => LatticeType::SingleKeyCausal,
             "multi-causal" | "multi_causal" => LatticeType::MultiKeyCausal,
+            // ---- lists (helper B) ----
+            "list" => LatticeType::List,
             _ => return None,
         };
         Some(ty)
@@ -144,6 +155,9 @@ pub enum Value {
     SingleKeyCausal(SingleKeyCausal),
     /// A causal multi-value register with cross-key dependencies.
     MultiKeyCausal(MultiKeyCausal),
+    // ---- lists (helper B) ----
+    /// A list (boxed to keep `Value` small).
+    List(Box<List>),
 }
 
 /// Estimated bookkeeping bytes per element of a B-tree map or set, on top of the element.
@@ -176,6 +190,22 @@ fn orset_heap(s: &OrSet<Blob>) -> usize {
     size_of::<OrSet<Blob>>() + entries + context
 }
 
+// ---- lists (helper B) ----
+fn list_heap(l: &List) -> usize {
+    let dot = size_of::<Dot>() + TREE_ENTRY;
+    let entries: usize = l
+        .iter()
+        .map(|(p, e)| {
+            size_of::<(Pos, Entry)>()
+                + TREE_ENTRY
+                + p.len() * size_of::<Atom>()
+                + blob_heap(&e.value)
+        })
+        .sum();
+    let context = (l.context().vector().len() + l.context().cloud().len()) * dot;
+    size_of::<List>() + entries + context
+}
+
 fn version_heap(v: &CausalVersion) -> usize {
     let deps: usize = v
         .deps
@@ -203,6 +233,8 @@ impl Value {
             Value::Priority(_) => LatticeType::Priority,
             Value::SingleKeyCausal(_) => LatticeType::SingleKeyCausal,
             Value::MultiKeyCausal(_) => LatticeType::MultiKeyCausal,
+            // ---- lists (helper B) ----
+            Value::List(_) => LatticeType::List,
         }
     }
 
@@ -235,6 +267,8 @@ impl Value {
                 })
                 .sum(),
             Value::MultiKeyCausal(c) => c.versions().iter().map(version_heap).sum(),
+            // ---- lists (helper B) ----
+            Value::List(l) => list_heap(l),
         }
     }
 }
@@ -255,6 +289,8 @@ impl Lattice for Value {
             (Value::Priority(a), Value::Priority(b)) => a.merge(b),
             (Value::SingleKeyCausal(a), Value::SingleKeyCausal(b)) => a.merge(b),
             (Value::MultiKeyCausal(a), Value::MultiKeyCausal(b)) => a.merge(b),
+            // ---- lists (helper B) ----
+            (Value::List(a), Value::List(b)) => a.merge(*b),
             (mine, theirs) => {
                 if theirs.lattice_type() > mine.lattice_type() {
                     *mine = theirs;
@@ -272,6 +308,8 @@ impl Lattice for Value {
             (Value::OrSet(a), Value::OrSet(b)) => a.merge_ref(b),
             (Value::Counter(a), Value::Counter(b)) => a.merge_ref(b),
             (Value::Map(a), Value::Map(b)) => a.merge_ref(b),
+            // ---- lists (helper B) ----
+            (Value::List(a), Value::List(b)) => a.merge((**b).clone()),
             (mine, theirs) => mine.merge(theirs.clone()),
         }
     }
@@ -416,7 +454,7 @@ mod tests {
         );
         assert_eq!(LatticeType::from_name("nope"), None);
         assert_eq!(LatticeType::from_u8(0), None);
-        assert_eq!(LatticeType::from_u8(13), None);
+        assert_eq!(LatticeType::from_u8(16), None);
     }
 
     #[test]

@@ -14,8 +14,8 @@ use std::fmt::Debug;
 
 use common::{converges, delivery_order, laws_hold};
 use lattice::{
-    Blob, Bool, CausalContext, CausalWriter, Counter, Dot, Expiry, Hlc, Lattice, LatticeType, Lww,
-    Map, Max, Min, MultiKeyCausal, OrSet, OrderedSet, Priority, Record, Set, SingleKeyCausal,
+    Blob, Bool, CausalContext, CausalWriter, Counter, Dot, Expiry, Hlc, Lattice, LatticeType, List,
+    Lww, Map, Max, Min, MultiKeyCausal, OrSet, OrderedSet, Priority, Record, Set, SingleKeyCausal,
     Timestamp, Value, VectorClock,
 };
 use proptest::collection::vec;
@@ -391,6 +391,54 @@ impl Sim for OrSet<Blob> {
     }
     fn apply(_: &mut (), actor: u64, read: &Self, op: &SetOp) -> Option<Self> {
         Some(apply_set_op(actor, read, op))
+    }
+}
+
+// ---- lists (helper B) ----
+
+#[derive(Clone, Debug)]
+enum ListOp {
+    PushFront(u8),
+    PushBack(u8),
+    /// Insert before (false) / after (true) the element at this index (mod length).
+    Insert(u8, bool, u8),
+    /// Remove the element at this index (mod length).
+    Remove(u8),
+    /// Replace the element at this index (mod length).
+    Set(u8, u8),
+}
+
+impl Sim for List {
+    type Op = (u64, ListOp);
+    type Writer = ();
+
+    fn bottom() -> Self {
+        List::new()
+    }
+    fn writer(_: u64) {}
+    fn op() -> BoxedStrategy<Self::Op> {
+        let op = prop_oneof![
+            (0..3u8).prop_map(ListOp::PushFront),
+            (0..3u8).prop_map(ListOp::PushBack),
+            (0..4u8, any::<bool>(), 0..3u8).prop_map(|(i, a, v)| ListOp::Insert(i, a, v)),
+            (0..4u8).prop_map(ListOp::Remove),
+            (0..4u8, 0..3u8).prop_map(|(i, v)| ListOp::Set(i, v)),
+        ];
+        (1..4u64, op).boxed()
+    }
+    fn apply(_: &mut (), actor: u64, read: &Self, (time, op): &Self::Op) -> Option<Self> {
+        let mut l = read.clone();
+        let ts = Timestamp::new(*time, actor);
+        let at = |i: u8| {
+            (!read.is_empty()).then(|| read.pos_at(i64::from(i) % read.len() as i64).cloned())?
+        };
+        match op {
+            ListOp::PushFront(v) => l.push_front(actor, ts, blob(*v)).ok(),
+            ListOp::PushBack(v) => l.push_back(actor, ts, blob(*v)).ok(),
+            ListOp::Insert(i, after, v) => l.insert_at(&at(*i)?, *after, actor, ts, blob(*v)).ok(),
+            ListOp::Remove(i) => l.remove(&at(*i)?).map(|(_, d)| d),
+            ListOp::Set(i, v) => l.set(&at(*i)?, ts, blob(*v)),
+        }
     }
 }
 
@@ -772,6 +820,8 @@ lattice_laws!(value, Value);
 lattice_laws!(record, Record);
 lattice_laws!(vector_clock, VectorClock);
 lattice_laws!(causal_context, CausalContext);
+// ---- lists (helper B) ----
+lattice_laws!(list, List);
 
 /// Every state a reachable OR-set history produces keeps its entry dots inside its context.
 #[test]

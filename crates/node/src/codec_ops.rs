@@ -116,6 +116,11 @@ pub fn op_to_pb(op: &Op<Bytes>) -> pb::ForwardOp {
                 })
                 .collect();
         }
+        // ---- lists (helper B) ----
+        Op::List { op, .. } => {
+            out.kind = Kind::List as i32;
+            out.list = Some(crate::list_op::to_pb(op));
+        }
     }
     out
 }
@@ -264,6 +269,11 @@ pub fn op_from_pb(op: pb::ForwardOp) -> Result<Op<Bytes>, NodeError> {
                         .collect::<Result<_, _>>()?,
                 }
             }
+            // ---- lists (helper B) ----
+            Kind::List => Op::List {
+                key,
+                op: crate::list_op::from_pb(op.list.ok_or_else(|| bad("list op without list"))?)?,
+            },
         },
     )
 }

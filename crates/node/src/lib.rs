@@ -51,6 +51,8 @@ pub mod front;
 pub mod fuzzing;
 pub mod leave;
 pub mod metrics;
+// ---- lists (helper B) ----
+pub mod list_op;
 pub mod op;
 pub mod peer;
 pub mod pubsub;

@@ -9,6 +9,8 @@ use bytes::Bytes;
 use lattice::{LatticeType, Value};
 
 use crate::error::NodeError;
+// ---- lists (helper B) ----
+use crate::list_op::ListOp;
 
 /// When an LWW assignment applies (SET's NX / XX), judged at the replica receiving it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,6 +200,14 @@ pub enum Op<B> {
         /// The ops, run in order.
         ops: Vec<Op<B>>,
     },
+    // ---- lists (helper B) ----
+    /// A RESP list operation on the list at `key` (see [`ListOp`] for each result).
+    List {
+        /// The key.
+        key: B,
+        /// The operation.
+        op: ListOp<B>,
+    },
 }
 
 /// A deadline as a command gives it, resolved by the worker running the op.
@@ -267,7 +277,9 @@ impl<B> Op<B> {
             | Op::Ttl { key }
             | Op::GetEx { key, .. }
             | Op::Version { key }
-            | Op::Exec { key, .. } => key,
+            | Op::Exec { key, .. }
+            // ---- lists (helper B) ----
+            | Op::List { key, .. } => key,
         }
     }
 }
@@ -297,6 +309,8 @@ impl<B: AsRef<[u8]>> Op<B> {
             | Op::Expire { .. } => true,
             Op::GetEx { deadline, .. } => deadline.is_some(),
             Op::Exec { ops, .. } => ops.iter().any(Op::is_write),
+            // ---- lists (helper B) ----
+            Op::List { op, .. } => op.is_write(),
             Op::Get { .. }
             | Op::Exists { .. }
             | Op::TypeOf { .. }
@@ -314,6 +328,10 @@ impl<B: AsRef<[u8]>> Op<B> {
                 .iter()
                 .map(|(k, _)| k.as_ref())
                 .chain(ops.iter().flat_map(Op::keys))
+                .collect(),
+            // ---- lists (helper B) ----
+            Op::List { key, op } => std::iter::once(key.as_ref())
+                .chain(op.other_key())
                 .collect(),
             other => vec![other.key()],
         }
@@ -409,6 +427,11 @@ impl<B: AsRef<[u8]>> Op<B> {
                 key: b(key),
                 guards: guards.iter().map(|(k, g)| (b(k), *g)).collect(),
                 ops: ops.iter().map(Op::to_owned_op).collect(),
+            },
+            // ---- lists (helper B) ----
+            Op::List { key, op } => Op::List {
+                key: b(key),
+                op: op.to_owned_op(),
             },
         }
     }

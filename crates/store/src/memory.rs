@@ -86,6 +86,8 @@ pub fn is_live(record: &Record) -> bool {
     match &record.value {
         None => false,
         Some(Value::OrSet(set)) => !set.is_empty(),
+        // ---- lists (helper B) ----
+        Some(Value::List(list)) => !list.is_empty(),
         Some(_) => true,
     }
 }

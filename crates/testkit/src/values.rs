@@ -33,6 +33,14 @@ pub fn one_of_each() -> Vec<Value> {
         value: blob("w"),
     });
     multi2.merge(multi);
+    // ---- lists (helper B) ----
+    let mut list = lattice::List::new();
+    let _ = list.push_back(1, ts, blob("first"));
+    let _ = list.push_back(2, ts, blob("gone"));
+    let _ = list.push_front(1, ts, blob("zeroth"));
+    if let Some(pos) = list.pos_at(2).cloned() {
+        let _ = list.remove(&pos);
+    }
     let mut inner: Map<Box<[u8]>, Value> = Map::new();
     inner.insert_merge(blob("n"), Value::Max(Max(2)));
     let mut map: Map<Box<[u8]>, Value> = Map::new();
@@ -58,5 +66,7 @@ pub fn one_of_each() -> Vec<Value> {
         }),
         Value::SingleKeyCausal(causal),
         Value::MultiKeyCausal(multi2),
+        // ---- lists (helper B) ----
+        Value::List(Box::new(list)),
     ]
 }

@@ -196,6 +196,24 @@ pub fn value_to_pb(v: &Value) -> pb::Value {
                 })
                 .collect(),
         }),
+        // ---- lists (helper B) ----
+        Value::List(l) => Kind::List(pb::ListValue {
+            entries: l
+                .iter()
+                .map(|(pos, e)| pb::list_value::Entry {
+                    pos: pos
+                        .iter()
+                        .map(|a| pb::list_value::Atom {
+                            digit: a.digit,
+                            dot: Some(dot_to_pb(&a.dot)),
+                        })
+                        .collect(),
+                    ts: Some(timestamp_to_pb(e.ts)),
+                    value: bytes(&e.value),
+                })
+                .collect(),
+            context: Some(context_to_pb(l.context())),
+        }),
     };
     pb::Value { kind: Some(kind) }
 }
@@ -303,5 +321,45 @@ fn value_from_pb_at(v: &pb::Value, depth: usize) -> Result<Value, ConvertError> 
             }
             Value::MultiKeyCausal(MultiKeyCausal::from_versions(versions))
         }
+        // ---- lists (helper B) ----
+        Kind::List(l) => Value::List(Box::new(list_from_pb(l)?)),
     })
+}
+
+// ---- lists (helper B) ----
+fn list_from_pb(l: &pb::ListValue) -> Result<lattice::List, ConvertError> {
+    use lattice::list::{Atom, Entry};
+    let context = l.context.as_ref().map(context_from_pb).unwrap_or_default();
+    let mut entries = BTreeMap::new();
+    for e in &l.entries {
+        if e.pos.len() > lattice::list::MAX_PATH {
+            return Err(ConvertError::TooDeep);
+        }
+        let mut pos = Vec::with_capacity(e.pos.len());
+        for a in &e.pos {
+            let dot = a
+                .dot
+                .as_ref()
+                .ok_or(ConvertError::Missing("ListValue.Atom.dot"))?;
+            pos.push(Atom {
+                digit: a.digit,
+                dot: dot_from_pb(dot),
+            });
+        }
+        let ts =
+            e.ts.as_ref()
+                .ok_or(ConvertError::Missing("ListValue.Entry.ts"))?;
+        let entry = Entry {
+            ts: timestamp_from_pb(ts),
+            value: blob(&e.value),
+        };
+        // Duplicate positions on the wire merge as the lattice would (larger value wins).
+        let slot = entries
+            .entry(pos.into_boxed_slice())
+            .or_insert(entry.clone());
+        if entry > *slot {
+            *slot = entry;
+        }
+    }
+    Ok(lattice::List::from_parts(entries, context))
 }

@@ -21,6 +21,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::rc::Rc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -55,6 +56,10 @@ pub struct Replies {
     /// Bytes to write.
     pub out: Vec<u8>,
     queue: VecDeque<Waiting>,
+    // ---- lists (helper B) ----
+    /// Set while a reply of the batch is a blocked pop: the connection then watches its
+    /// socket, so a client that closes drops the waiter.
+    blocked: Rc<std::cell::Cell<bool>>,
 }
 
 impl Replies {
@@ -91,6 +96,25 @@ impl Replies {
         let (tx, rx) = oneshot::channel();
         spawn_local(async move {
             let _ = tx.send(work.await);
+        });
+        self.queue.push_back(Waiting::Later(rx));
+    }
+
+    // ---- lists (helper B) ----
+    /// A reply that may wait for a long time (a blocked pop): as [`later`](Self::later),
+    /// and the connection watches its socket meanwhile, dropping the work if it closes.
+    pub fn later_blocking(&mut self, work: impl Future<Output = Vec<u8>> + 'static) {
+        self.blocked.set(true);
+        let (mut tx, rx) = oneshot::channel();
+        spawn_local(async move {
+            // A connection that went away no longer waits: the work is dropped.
+            let out = tokio::select! {
+                out = work => Some(out),
+                _ = tx.closed() => None,
+            };
+            if let Some(out) = out {
+                let _ = tx.send(out);
+            }
         });
         self.queue.push_back(Waiting::Later(rx));
     }
@@ -320,7 +344,9 @@ pub async fn serve<C: Codec>(
     let mut replies = Replies {
         out: Vec::with_capacity(16 * 1024),
         queue: VecDeque::new(),
+        blocked: Default::default(),
     };
+    let blocked = replies.blocked.clone();
     let mut shutdown = w.shared.shutdown();
     let limits = &w.shared.config.limits;
     let max_batch_reply = limits.max_reply_bytes.max(1);
@@ -377,7 +403,33 @@ pub async fn serve<C: Codec>(
         w.journal.wait_room().await;
         // And while RAM is full of records the disk tier has not acknowledged yet.
         w.wait_memory_room().await;
-        let batch = run_batch(&w, &mut codec, &mut inbuf, &mut replies, max_batch_reply).await;
+        // ---- lists (helper B) ----
+        // While a blocked pop waits, bytes the client sends are kept for the next batch,
+        // and a close ends the connection (dropping the waiter).
+        let (batch, early) = {
+            let run = run_batch(&w, &mut codec, &mut inbuf, &mut replies, max_batch_reply);
+            tokio::pin!(run);
+            let mut early = BytesMut::new();
+            // The first poll runs the batch's commands (a blocked pop raises `blocked`).
+            let first = std::future::poll_fn(|cx| Poll::Ready(run.as_mut().poll(cx))).await;
+            loop {
+                if let Poll::Ready(batch) = first {
+                    break (batch, early);
+                }
+                tokio::select! {
+                    biased;
+                    batch = &mut run => break (batch, early),
+                    r = stream.read_buf(&mut early), if blocked.get() && early.len() < 64 * 1024 => {
+                        if matches!(r, Ok(0) | Err(_)) {
+                            return;
+                        }
+                    }
+                }
+            }
+        };
+        blocked.set(false);
+        let early_bytes = !early.is_empty();
+        inbuf.extend_from_slice(&early);
         if let (Some(per_request), true) = (w.shared.faults.slow_request, batch.timed > 0) {
             // Testing only (`LATTICEKV_FAULT=slow-request-us=N`): a worker of known capacity.
             std::thread::sleep(
@@ -401,7 +453,7 @@ pub async fn serve<C: Codec>(
         if batch.close || codec.quit() {
             return;
         }
-        need_read = !batch.full;
+        need_read = !batch.full && !early_bytes;
         if need_read {
             clock.read(read_at, batch.requests > 0, !inbuf.is_empty());
         }

@@ -25,6 +25,8 @@ mod entropy;
 mod exec;
 mod expiry;
 mod journal;
+// ---- lists (helper B) ----
+mod lists;
 mod ops;
 mod strings;
 mod sync;
@@ -532,3 +534,6 @@ mod disk_tests;
 mod handoff_tests;
 #[cfg(test)]
 mod tests;
+// ---- lists (helper B) ----
+#[cfg(test)]
+mod lists_tests;

@@ -274,6 +274,8 @@ impl Shard {
             Op::GetEx { key, deadline } => self.get_ex(key.as_ref(), deadline).into(),
             Op::Version { key } => self.version(key.as_ref()).into(),
             Op::Exec { guards, ops, .. } => self.exec(guards, ops).into(),
+            // ---- lists (helper B) ----
+            Op::List { key, op } => self.list_op(key.as_ref(), op).into(),
         }
     }
 

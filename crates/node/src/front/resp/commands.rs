@@ -9,6 +9,7 @@
 //! | SETNX, GETSET, GETDEL, APPEND, STRLEN, GETRANGE, SETRANGE, INCRBYFLOAT, MSETNX | `Lww` | `strings`: read-modify-writes run as one op at the key's worker; MSETNX is one unit |
 //! | SET … EX/PX/EXAT/PXAT/KEEPTTL, SETEX, PSETEX, EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, PERSIST, GETEX | the record's `Expiry` (LWW) | `expiry`: absolute deadlines, any type; reclaimed in the background (`shard::expiry`) |
 //! | EVAL, EVALSHA, FCALL, SCRIPT, FUNCTION | — | refused, naming the alternatives |
+//! | LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LRANGE, LLEN, LINDEX, LSET, LREM, LTRIM, LINSERT, LPOS, LMOVE, RPOPLPUSH, BLPOP, BRPOP, BLMOVE, BRPOPLPUSH | `List` | `lists`: sequence CRDT; LMOVE's keys share a worker; blocking pops wait at the connection |
 //! | MULTI, EXEC, DISCARD, WATCH, UNWATCH | — | `txn`: queued per connection; WATCH needs keys with one replica |
 //! | PING, ECHO, HELLO, SELECT 0, QUIT, AUTH, ACL, CLIENT, COMMAND, CONFIG GET, INFO, DBSIZE | — | connection and server commands (`server`, `acl`) |
 //! | SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE, SSUBSCRIBE, SUNSUBSCRIBE, PUBLISH, SPUBLISH, PUBSUB, RESET | — | `pubsub`: no lattice, messages are not stored; fan-out to every node ([`crate::pubsub`]) |
@@ -28,11 +29,13 @@ use wire::resp::{Args, Version};
 use super::acl;
 use super::expiry;
 use super::pubsub;
+// ---- lists (helper B) ----
 use super::reply::{encode, encode_get, err, Shape};
 use super::server::{self, Server};
 use super::strings;
 use super::txn;
 use super::ConnState;
+use super::{blocking, lists};
 use crate::ack::Ack;
 use crate::auth::{AuthError, Permission, User};
 use crate::core::Routing;
@@ -119,6 +122,10 @@ pub(super) fn run(w: &Rc<Worker>, state: &mut ConnState, cmd: &Cmd<'_>, replies:
         return;
     }
     if txn::intercept(w, state, cmd, user.as_deref(), replies) {
+        return;
+    }
+    // ---- lists (helper B) ----
+    if blocking::blocking(w, state, cmd, user.as_deref(), replies) {
         return;
     }
     let plan = plan(cmd, state);
@@ -320,6 +327,10 @@ pub(super) fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
                 return p;
             }
             if let Some(p) = expiry::plan(other, &cmd) {
+                return p;
+            }
+            // ---- lists (helper B) ----
+            if let Some(p) = lists::plan(other, &cmd) {
                 return p;
             }
             match server::plan(other, &cmd, state) {

@@ -19,10 +19,15 @@
 //! - `strings`: string commands beyond GET/SET;
 //! - `txn`: MULTI / EXEC / DISCARD / WATCH / UNWATCH;
 //! - `pubsub`: (P|S)SUBSCRIBE, (P|S)UNSUBSCRIBE, (S)PUBLISH, PUBSUB, RESET.
+//! - `lists`: list commands; `blocking`: the blocking pops.
 
 mod acl;
+// ---- lists (helper B) ----
+mod blocking;
 pub mod commands;
 mod expiry;
+// ---- lists (helper B) ----
+mod lists;
 mod reply;
 mod server;
 mod strings;

@@ -36,6 +36,9 @@ pub(crate) enum Shape {
     AllOrNone,
     /// TTL: PTTL's ms as seconds, rounded as Redis does (negative codes kept).
     TtlSeconds,
+    // ---- lists (helper B) ----
+    /// A list reply (`lists`).
+    List(super::lists::ListShape),
 }
 
 /// An error reply.
@@ -185,6 +188,8 @@ pub(crate) fn encode(out: &mut Vec<u8>, v: Version, shape: &Shape, results: &[Op
             },
             _ => resp::integer(out, 0),
         },
+        // ---- lists (helper B) ----
+        Shape::List(s) => super::lists::encode(out, v, s, first),
         Shape::Type => match first {
             Some(OpResult::Type(Some(t))) => resp::simple(out, redis_type_name(*t)),
             _ => resp::simple(out, "none"),
