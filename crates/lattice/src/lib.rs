@@ -21,6 +21,10 @@
 //!   clocks that never collide.
 //! - [`value`]: [`Value`], the dynamically typed value the store holds, its [`LatticeType`]
 //!   tag, and [`Record`], the per-key record with its epoch and tombstones.
+//! - [`hash`]: [`Hash`], a Redis hash of last-writer-wins fields with removals, and
+//!   [`FieldReg`], one such field.
+//! - [`zset`]: [`SortedSet`], a Redis sorted set of last-writer-wins [`Score`]s with
+//!   removals and an order index.
 //! - [`laws`]: checks of the lattice laws, used by the property tests.
 //!
 //! The crate is pure: no I/O, no clocks (physical time is passed in), no dependencies.
@@ -31,6 +35,7 @@ pub mod causal;
 pub mod clock;
 pub mod counter;
 pub mod expiry;
+pub mod hash;
 pub mod laws;
 pub mod lww;
 pub mod map;
@@ -39,6 +44,7 @@ pub mod orset;
 pub mod priority;
 pub mod set;
 pub mod value;
+pub mod zset;
 
 pub use causal::{CausalVersion, CausalWriter, MultiKeyCausal, SingleKeyCausal};
 pub use clock::{CausalContext, Dot, Hlc, Timestamp, VectorClock};
@@ -51,6 +57,9 @@ pub use orset::OrSet;
 pub use priority::Priority;
 pub use set::{OrderedSet, Set};
 pub use value::{LatticeType, Record, Value};
+// Redis hashes and sorted sets.
+pub use hash::{FieldReg, Hash};
+pub use zset::{Score, SortedSet};
 
 /// A byte string stored in values (members, register contents, map keys).
 pub type Blob = Box<[u8]>;

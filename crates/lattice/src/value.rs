@@ -6,8 +6,9 @@ use std::mem::size_of;
 
 use crate::expiry::merge_expiry;
 use crate::{
-    Blob, Bool, CausalVersion, Counter, Dot, Expiry, Lattice, Lww, Map, Max, Min, MultiKeyCausal,
-    OrSet, OrderedSet, Priority, Set, SingleKeyCausal, Timestamp, VectorClock,
+    Blob, Bool, CausalVersion, Counter, Dot, Expiry, Hash, Lattice, Lww, Map, Max, Min,
+    MultiKeyCausal, OrSet, OrderedSet, Priority, Set, SingleKeyCausal, SortedSet, Timestamp,
+    VectorClock,
 };
 
 /// The type of a [`Value`]. The discriminant is the wire tag, and it orders types for the
@@ -39,11 +40,16 @@ pub enum LatticeType {
     SingleKeyCausal = 11,
     /// [`MultiKeyCausal`]: causal multi-value register with dependencies.
     MultiKeyCausal = 12,
+    // Redis hashes and sorted sets.
+    /// [`Hash`]: Redis hash, fields as last-writer-wins registers with removals.
+    Hash = 13,
+    /// [`SortedSet`]: Redis sorted set, scores as last-writer-wins registers with removals.
+    SortedSet = 14,
 }
 
 impl LatticeType {
     /// Every type, in tag order.
-    pub const ALL: [LatticeType; 12] = [
+    pub const ALL: [LatticeType; 14] = [
         LatticeType::Lww,
         LatticeType::Set,
         LatticeType::OrSet,
@@ -56,10 +62,13 @@ impl LatticeType {
         LatticeType::Priority,
         LatticeType::SingleKeyCausal,
         LatticeType::MultiKeyCausal,
+        // Redis hashes and sorted sets.
+        LatticeType::Hash,
+        LatticeType::SortedSet,
     ];
 
     /// The user-facing name ("lww", "set", "orset", "ordered-set", "max", "min", "bool",
-    /// "counter", "map", "priority", "causal", "multi-causal").
+    /// "counter", "map", "priority", "causal", "multi-causal", "hash", "sorted-set").
     pub const fn name(self) -> &'static str {
         match self {
             LatticeType::Lww => "lww",
@@ -74,11 +83,15 @@ impl LatticeType {
             LatticeType::Priority => "priority",
             LatticeType::SingleKeyCausal => "causal",
             LatticeType::MultiKeyCausal => "multi-causal",
+            // Redis hashes and sorted sets.
+            LatticeType::Hash => "hash",
+            LatticeType::SortedSet => "sorted-set",
         }
     }
 
     /// The type named `name`, case-insensitively. Besides [`LatticeType::name`] it accepts
-    /// "ordered_set", "single-causal", "single_causal" and "multi_causal".
+    /// "ordered_set", "single-causal", "single_causal", "multi_causal", "sorted_set" and
+    /// "zset".
     pub fn from_name(name: &str) -> Option<Self> {
         let lower = name.to_ascii_lowercase();
         let ty = match lower.as_str() {
@@ -94,6 +107,9 @@ impl LatticeType {
             "priority" => LatticeType::Priority,
             "causal" | "single-causal" | "single_causal" => LatticeType::SingleKeyCausal,
             "multi-causal" | "multi_causal" => LatticeType::MultiKeyCausal,
+            // Redis hashes and sorted sets.
+            "hash" => LatticeType::Hash,
+            "sorted-set" | "sorted_set" | "zset" => LatticeType::SortedSet,
             _ => return None,
         };
         Some(ty)
@@ -144,10 +160,19 @@ pub enum Value {
     SingleKeyCausal(SingleKeyCausal),
     /// A causal multi-value register with cross-key dependencies.
     MultiKeyCausal(MultiKeyCausal),
+    // Redis hashes and sorted sets (boxed to keep `Value` small).
+    /// A Redis hash.
+    Hash(Box<Hash>),
+    /// A Redis sorted set.
+    SortedSet(Box<SortedSet>),
 }
 
 /// Estimated bookkeeping bytes per element of a B-tree map or set, on top of the element.
 const TREE_ENTRY: usize = 16;
+
+/// Estimated bytes per field of a hash or member of a sorted set, besides its bytes: the
+/// key, the register (timestamp and optional value) and the tree entry.
+const FIELD_ENTRY: usize = size_of::<Blob>() + 48 + TREE_ENTRY;
 
 fn blob_heap(b: &Blob) -> usize {
     b.len()
@@ -203,6 +228,9 @@ impl Value {
             Value::Priority(_) => LatticeType::Priority,
             Value::SingleKeyCausal(_) => LatticeType::SingleKeyCausal,
             Value::MultiKeyCausal(_) => LatticeType::MultiKeyCausal,
+            // Redis hashes and sorted sets.
+            Value::Hash(_) => LatticeType::Hash,
+            Value::SortedSet(_) => LatticeType::SortedSet,
         }
     }
 
@@ -235,6 +263,22 @@ impl Value {
                 })
                 .sum(),
             Value::MultiKeyCausal(c) => c.versions().iter().map(version_heap).sum(),
+            // Redis hashes and sorted sets: every register (removals included); a sorted
+            // set's live members also sit in its order index.
+            Value::Hash(h) => {
+                size_of::<Hash>()
+                    + h.entries()
+                        .map(|(f, r)| {
+                            let value = r.value.as_ref().map_or(0, blob_heap);
+                            FIELD_ENTRY + blob_heap(f) + value
+                        })
+                        .sum::<usize>()
+            }
+            Value::SortedSet(z) => {
+                let index: usize = z.iter().map(|(m, _)| FIELD_ENTRY + blob_heap(m)).sum();
+                let regs: usize = z.entries().map(|(m, _)| FIELD_ENTRY + blob_heap(m)).sum();
+                size_of::<SortedSet>() + index + regs
+            }
         }
     }
 }
@@ -255,6 +299,9 @@ impl Lattice for Value {
             (Value::Priority(a), Value::Priority(b)) => a.merge(b),
             (Value::SingleKeyCausal(a), Value::SingleKeyCausal(b)) => a.merge(b),
             (Value::MultiKeyCausal(a), Value::MultiKeyCausal(b)) => a.merge(b),
+            // Redis hashes and sorted sets.
+            (Value::Hash(a), Value::Hash(b)) => a.merge(*b),
+            (Value::SortedSet(a), Value::SortedSet(b)) => a.merge(*b),
             (mine, theirs) => {
                 if theirs.lattice_type() > mine.lattice_type() {
                     *mine = theirs;
@@ -272,6 +319,9 @@ impl Lattice for Value {
             (Value::OrSet(a), Value::OrSet(b)) => a.merge_ref(b),
             (Value::Counter(a), Value::Counter(b)) => a.merge_ref(b),
             (Value::Map(a), Value::Map(b)) => a.merge_ref(b),
+            // Redis hashes and sorted sets.
+            (Value::Hash(a), Value::Hash(b)) => a.merge_ref(b),
+            (Value::SortedSet(a), Value::SortedSet(b)) => a.merge_ref(b),
             (mine, theirs) => mine.merge(theirs.clone()),
         }
     }
@@ -416,7 +466,9 @@ mod tests {
         );
         assert_eq!(LatticeType::from_name("nope"), None);
         assert_eq!(LatticeType::from_u8(0), None);
-        assert_eq!(LatticeType::from_u8(13), None);
+        assert_eq!(LatticeType::from_u8(13), Some(LatticeType::Hash));
+        assert_eq!(LatticeType::from_name("zset"), Some(LatticeType::SortedSet));
+        assert_eq!(LatticeType::from_u8(15), None);
     }
 
     #[test]
