@@ -95,9 +95,7 @@ impl SortedSet {
 
     /// The score of `member`, if it holds one.
     pub fn score(&self, member: &[u8]) -> Option<f64> {
-        self.members
-            .get(member)
-            .and_then(|r| r.value.map(|s| s.0))
+        self.members.get(member).and_then(|r| r.value.map(|s| s.0))
     }
 
     /// Number of members holding a score.
@@ -112,7 +110,9 @@ impl SortedSet {
 
     /// The live members with their scores, by `(score, member)`.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&Blob, f64)> + '_ {
-        self.index.iter().map(|(s, m)| (m, self.score(m).unwrap_or(s.0)))
+        self.index
+            .iter()
+            .map(|(s, m)| (m, self.score(m).unwrap_or(s.0)))
     }
 
     /// The live members whose scores are within the bounds, by `(score, member)`.
@@ -283,9 +283,15 @@ mod tests {
                 .map(|(m, _)| String::from_utf8_lossy(m).into_owned())
                 .collect()
         };
-        assert_eq!(pick(Bound::Included(2.0), Bound::Unbounded), ["b", "c", "d"]);
+        assert_eq!(
+            pick(Bound::Included(2.0), Bound::Unbounded),
+            ["b", "c", "d"]
+        );
         assert_eq!(pick(Bound::Excluded(1.0), Bound::Excluded(3.0)), ["b"]);
-        assert_eq!(pick(Bound::Included(3.0), Bound::Included(1.0)), Vec::<String>::new());
+        assert_eq!(
+            pick(Bound::Included(3.0), Bound::Included(1.0)),
+            Vec::<String>::new()
+        );
         let rev: Vec<_> = z
             .range_by_score(Bound::Unbounded, Bound::Included(2.0))
             .rev()
@@ -296,7 +302,8 @@ mod tests {
 
     #[test]
     fn negative_zero_sorts_with_zero() {
-        let z = SortedSet::from_entries([(m("b"), reg(1, Some(-0.0))), (m("a"), reg(1, Some(0.0)))]);
+        let z =
+            SortedSet::from_entries([(m("b"), reg(1, Some(-0.0))), (m("a"), reg(1, Some(0.0)))]);
         assert_eq!(members(&z), ["a", "b"]);
     }
 }

@@ -326,7 +326,10 @@ fn field_op(values: usize) -> BoxedStrategy<FieldOp> {
 }
 
 fn hash_delta(actor: u64, &(f, v, t): &FieldOp) -> Hash {
-    Hash::from_entries([(blob(f), FieldReg::new(Timestamp::new(t, actor), v.map(blob)))])
+    Hash::from_entries([(
+        blob(f),
+        FieldReg::new(Timestamp::new(t, actor), v.map(blob)),
+    )])
 }
 
 fn zset_delta(actor: u64, &(m, s, t): &FieldOp) -> SortedSet {

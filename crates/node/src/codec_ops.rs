@@ -116,6 +116,15 @@ pub fn op_to_pb(op: &Op<Bytes>) -> pb::ForwardOp {
                 })
                 .collect();
         }
+        // Redis hashes and sorted sets: the command and its arguments as `members`.
+        Op::Hash { args, .. } => {
+            out.kind = Kind::Hash as i32;
+            out.members = args.clone();
+        }
+        Op::Zset { args, .. } => {
+            out.kind = Kind::Zset as i32;
+            out.members = args.clone();
+        }
     }
     out
 }
@@ -264,6 +273,15 @@ pub fn op_from_pb(op: pb::ForwardOp) -> Result<Op<Bytes>, NodeError> {
                         .collect::<Result<_, _>>()?,
                 }
             }
+            // Redis hashes and sorted sets.
+            Kind::Hash => Op::Hash {
+                key,
+                args: op.members,
+            },
+            Kind::Zset => Op::Zset {
+                key,
+                args: op.members,
+            },
         },
     )
 }

@@ -198,6 +198,24 @@ pub enum Op<B> {
         /// The ops, run in order.
         ops: Vec<Op<B>>,
     },
+    // Redis hashes and sorted sets.
+    /// A Redis hash command on `key` (`HSET`, `HGET`, …): `args` are the command's name
+    /// (upper case) and its arguments after the key, checked by the front end and parsed
+    /// again where the op runs (`shard::hash`). → what that command returns there.
+    Hash {
+        /// The key.
+        key: B,
+        /// The command name and the arguments after the key.
+        args: Vec<B>,
+    },
+    /// A Redis sorted-set command on `key` (`ZADD`, `ZRANGE`, …), as [`Op::Hash`]
+    /// (`shard::zset`).
+    Zset {
+        /// The key.
+        key: B,
+        /// The command name and the arguments after the key.
+        args: Vec<B>,
+    },
 }
 
 /// A deadline as a command gives it, resolved by the worker running the op.
@@ -267,7 +285,10 @@ impl<B> Op<B> {
             | Op::Ttl { key }
             | Op::GetEx { key, .. }
             | Op::Version { key }
-            | Op::Exec { key, .. } => key,
+            | Op::Exec { key, .. }
+            // Redis hashes and sorted sets.
+            | Op::Hash { key, .. }
+            | Op::Zset { key, .. } => key,
         }
     }
 }
@@ -297,6 +318,10 @@ impl<B: AsRef<[u8]>> Op<B> {
             | Op::Expire { .. } => true,
             Op::GetEx { deadline, .. } => deadline.is_some(),
             Op::Exec { ops, .. } => ops.iter().any(Op::is_write),
+            // Redis hashes and sorted sets: by the command's name.
+            Op::Hash { args, .. } | Op::Zset { args, .. } => args
+                .first()
+                .is_some_and(|n| crate::shard::coll_is_write(n.as_ref())),
             Op::Get { .. }
             | Op::Exists { .. }
             | Op::TypeOf { .. }
@@ -409,6 +434,15 @@ impl<B: AsRef<[u8]>> Op<B> {
                 key: b(key),
                 guards: guards.iter().map(|(k, g)| (b(k), *g)).collect(),
                 ops: ops.iter().map(Op::to_owned_op).collect(),
+            },
+            // Redis hashes and sorted sets.
+            Op::Hash { key, args } => Op::Hash {
+                key: b(key),
+                args: args.iter().map(b).collect(),
+            },
+            Op::Zset { key, args } => Op::Zset {
+                key: b(key),
+                args: args.iter().map(b).collect(),
             },
         }
     }

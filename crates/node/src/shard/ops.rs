@@ -274,6 +274,9 @@ impl Shard {
             Op::GetEx { key, deadline } => self.get_ex(key.as_ref(), deadline).into(),
             Op::Version { key } => self.version(key.as_ref()).into(),
             Op::Exec { guards, ops, .. } => self.exec(guards, ops).into(),
+            // Redis hashes and sorted sets.
+            Op::Hash { key, args } => self.hash_op(key.as_ref(), &args),
+            Op::Zset { key, args } => self.zset_op(key.as_ref(), &args),
         }
     }
 

@@ -10,6 +10,8 @@
 //! | SET … EX/PX/EXAT/PXAT/KEEPTTL, SETEX, PSETEX, EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, PERSIST, GETEX | the record's `Expiry` (LWW) | `expiry`: absolute deadlines, any type; reclaimed in the background (`shard::expiry`) |
 //! | EVAL, EVALSHA, FCALL, SCRIPT, FUNCTION | — | refused, naming the alternatives |
 //! | MULTI, EXEC, DISCARD, WATCH, UNWATCH | — | `txn`: queued per connection; WATCH needs keys with one replica |
+//! | HSET, HMSET, HSETNX, HGET, HMGET, HGETALL, HDEL, HEXISTS, HLEN, HKEYS, HVALS, HSTRLEN, HINCRBY, HINCRBYFLOAT, HRANDFIELD, HSCAN | `Hash` (field → LWW register, removals as tombstones) | `hash`: one `Op::Hash` per command, run at the key's worker (`shard::hash`) |
+//! | ZADD [NX\|XX] [GT\|LT] [CH] [INCR], ZINCRBY, ZSCORE, ZMSCORE, ZREM, ZCARD, ZCOUNT, ZLEXCOUNT, ZRANK, ZREVRANK, ZRANGE [BYSCORE\|BYLEX] [REV] [LIMIT] [WITHSCORES], ZRANGEBYSCORE, ZREVRANGEBYSCORE, ZRANGEBYLEX, ZREVRANGEBYLEX, ZREVRANGE, ZPOPMIN, ZPOPMAX, ZREMRANGEBYRANK, ZREMRANGEBYSCORE, ZREMRANGEBYLEX, ZSCAN | `SortedSet` (member → LWW score, removals as tombstones, order index) | `zset`: one `Op::Zset` per command (`shard::zset`) |
 //! | PING, ECHO, HELLO, SELECT 0, QUIT, AUTH, ACL, CLIENT, COMMAND, CONFIG GET, INFO, DBSIZE | — | connection and server commands (`server`, `acl`) |
 //!
 //! On a node with users, a connection must authenticate before anything but AUTH, HELLO
@@ -31,6 +33,7 @@ use super::server::{self, Server};
 use super::strings;
 use super::txn;
 use super::ConnState;
+use super::{hash, zset};
 use crate::ack::Ack;
 use crate::auth::{AuthError, Permission, User};
 use crate::core::Routing;
@@ -314,6 +317,10 @@ pub(super) fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
                 return p;
             }
             if let Some(p) = expiry::plan(other, &cmd) {
+                return p;
+            }
+            // Redis hashes and sorted sets.
+            if let Some(p) = hash::plan(other, &cmd).or_else(|| zset::plan(other, &cmd)) {
                 return p;
             }
             match server::plan(other, &cmd, state) {

@@ -17,7 +17,8 @@
 //! - `reply`: encoding replies;
 //! - `expiry`: TTL commands;
 //! - `strings`: string commands beyond GET/SET;
-//! - `txn`: MULTI / EXEC / DISCARD / WATCH / UNWATCH.
+//! - `txn`: MULTI / EXEC / DISCARD / WATCH / UNWATCH;
+//! - `hash`, `zset`: hash and sorted-set commands, `coll_reply`: their replies.
 
 mod acl;
 pub mod commands;
@@ -26,6 +27,10 @@ mod reply;
 mod server;
 mod strings;
 mod txn;
+// Redis hashes and sorted sets.
+mod coll_reply;
+mod hash;
+mod zset;
 
 use std::rc::Rc;
 use std::sync::Arc;

@@ -36,6 +36,9 @@ pub(crate) enum Shape {
     AllOrNone,
     /// TTL: PTTL's ms as seconds, rounded as Redis does (negative codes kept).
     TtlSeconds,
+    // Redis hashes and sorted sets.
+    /// A hash or sorted-set reply from its items (`coll_reply`).
+    Coll(super::coll_reply::CollReply),
 }
 
 /// An error reply.
@@ -189,6 +192,8 @@ pub(crate) fn encode(out: &mut Vec<u8>, v: Version, shape: &Shape, results: &[Op
             Some(OpResult::Type(Some(t))) => resp::simple(out, redis_type_name(*t)),
             _ => resp::simple(out, "none"),
         },
+        // Redis hashes and sorted sets.
+        Shape::Coll(c) => super::coll_reply::encode(out, v, *c, first),
     }
 }
 
@@ -199,6 +204,9 @@ fn redis_type_name(t: LatticeType) -> &'static str {
         LatticeType::OrSet | LatticeType::Set => "set",
         LatticeType::OrderedSet => "zset",
         LatticeType::Map => "hash",
+        // Redis hashes and sorted sets.
+        LatticeType::Hash => "hash",
+        LatticeType::SortedSet => "zset",
         other => other.name(),
     }
 }
