@@ -19,6 +19,7 @@ import redis
 
 from conftest import Node
 from test_redis_diff import free_port, normalise
+from test_redis_strings import eventually, two_replicas  # noqa: F401 (fixture)
 
 
 @pytest.fixture(scope="module")
@@ -304,3 +305,50 @@ def test_large_scans_return_every_entry_once(servers):
     assert set(r.zscan_iter("big:z", match="m99*")) == {(b"m99", 99.0)} | {
         (f"m99{i}".encode(), float(f"99{i}")) for i in range(10)
     }
+
+
+def test_concurrent_writes_on_two_replicas_converge_field_by_field(two_replicas):  # noqa: F811
+    """Two nodes each hold a replica of every key and take writes to the same hash and
+    sorted set within one gossip period. Each field (member) is a last-writer-wins register
+    of a value or a removal: concurrent writes of different fields all survive; writes of
+    one field resolve to the later one (a few ms apart here, so 'later' is the HLC order);
+    read-modify-writes (HINCRBY, ZINCRBY) compute from the local state, so one of two
+    concurrent increments is lost."""
+    a, b = two_replicas
+    assert eventually(lambda: a.set("mm:probe", "1") and b.get("mm:probe") == b"1")
+    a.hset("mm:h", mapping={"f1": "base", "f2": "base", "f3": "base", "n": "0"})
+    a.zadd("mm:z", {"m1": 1, "m2": 2})
+    a.hset("mm:e", mapping={"old": "1"})
+    assert eventually(lambda: b.hlen("mm:h") == 4 and b.zcard("mm:z") == 2
+                      and b.hlen("mm:e") == 1)
+
+    # Concurrent increments first, back to back: each replica adds to its own "0".
+    a.hincrby("mm:h", "n", 1)
+    b.hincrby("mm:h", "n", 1)
+    # Concurrent writes, a first then b a few ms later.
+    a.hset("mm:h", mapping={"f1": "a", "fa": "x"})
+    a.hdel("mm:h", "f2")
+    a.zadd("mm:z", {"m1": 10, "ma": 5})
+    a.zrem("mm:z", "m2")
+    a.hdel("mm:e", "old")  # empties a's copy of the hash
+    time.sleep(0.005)
+    b.hset("mm:h", mapping={"f1": "b", "f2": "b", "fb": "y"})
+    b.hdel("mm:h", "f3")
+    b.zadd("mm:z", {"m1": 20, "mb": 6})
+    b.zincrby("mm:z", 1, "m2")  # from b's state: 2 + 1, after a's removal
+    b.hset("mm:e", "new", "1")
+
+    def converged():
+        return (a.hgetall("mm:h") == b.hgetall("mm:h")
+                and a.zrange("mm:z", 0, -1, withscores=True)
+                == b.zrange("mm:z", 0, -1, withscores=True)
+                and a.hgetall("mm:e") == b.hgetall("mm:e"))
+
+    assert eventually(converged)
+    assert a.hgetall("mm:h") == {b"f1": b"b", b"f2": b"b", b"fa": b"x", b"fb": b"y",
+                                 b"n": b"1"}
+    assert a.zrange("mm:z", 0, -1, withscores=True) == [
+        (b"m2", 3.0), (b"ma", 5.0), (b"mb", 6.0), (b"m1", 20.0)]
+    # The field written at b survives the removal at a that emptied a's copy.
+    assert a.hgetall("mm:e") == {b"new": b"1"}
+    assert b.type("mm:h") == b"hash" and b.type("mm:z") == b"zset"
