@@ -319,9 +319,9 @@ impl<B: AsRef<[u8]>> Op<B> {
             Op::GetEx { deadline, .. } => deadline.is_some(),
             Op::Exec { ops, .. } => ops.iter().any(Op::is_write),
             // Redis hashes and sorted sets: by the command's name.
-            Op::Hash { args, .. } | Op::Zset { args, .. } => args
-                .first()
-                .is_some_and(|n| crate::shard::coll_is_write(n.as_ref())),
+            Op::Hash { args, .. } | Op::Zset { args, .. } => {
+                args.first().is_some_and(|n| coll_is_write(n.as_ref()))
+            }
             Op::Get { .. }
             | Op::Exists { .. }
             | Op::TypeOf { .. }
@@ -446,6 +446,28 @@ impl<B: AsRef<[u8]>> Op<B> {
             },
         }
     }
+}
+
+// Redis hashes and sorted sets.
+/// True if the hash or sorted-set command `name` may write.
+fn coll_is_write(name: &[u8]) -> bool {
+    const WRITES: [&[u8]; 14] = [
+        b"HSET",
+        b"HMSET",
+        b"HSETNX",
+        b"HDEL",
+        b"HINCRBY",
+        b"HINCRBYFLOAT",
+        b"ZADD",
+        b"ZINCRBY",
+        b"ZREM",
+        b"ZPOPMIN",
+        b"ZPOPMAX",
+        b"ZREMRANGEBYSCORE",
+        b"ZREMRANGEBYRANK",
+        b"ZREMRANGEBYLEX",
+    ];
+    WRITES.iter().any(|w| w.eq_ignore_ascii_case(name))
 }
 
 impl Op<Bytes> {

@@ -203,7 +203,7 @@ pub fn value_to_pb(v: &Value) -> pb::Value {
                 .map(|(f, r)| pb::hash_value::Entry {
                     field: bytes(f),
                     ts: Some(timestamp_to_pb(r.ts)),
-                    value: r.value.as_ref().map(|v| bytes(v)),
+                    value: r.value.as_deref().map(bytes),
                 })
                 .collect(),
         }),
@@ -331,7 +331,7 @@ fn value_from_pb_at(v: &pb::Value, depth: usize) -> Result<Value, ConvertError> 
                 let ts =
                     e.ts.as_ref()
                         .ok_or(ConvertError::Missing("HashValue.Entry.ts"))?;
-                let value = e.value.as_ref().map(|v| blob(v));
+                let value = e.value.as_ref().map(blob);
                 entries.push((blob(&e.field), FieldReg::new(timestamp_from_pb(ts), value)));
             }
             Value::Hash(Box::new(Hash::from_entries(entries)))

@@ -1,5 +1,4 @@
-//! What Redis hashes (`shard::hash`) and sorted sets (`shard::zset`) share: which commands
-//! write, the items their results are made of, argument parsing, `HSCAN`/`ZSCAN` paging
+//! What Redis hashes (`shard::hash`) and sorted sets (`shard::zset`) share: the items their results are made of, argument parsing, `HSCAN`/`ZSCAN` paging
 //! and Redis's glob patterns.
 //!
 //! # Results
@@ -21,27 +20,6 @@ pub(crate) const SCAN_ALL_UP_TO: usize = 128;
 
 /// Largest `COUNT` a scan honours per call (bounded replies).
 const MAX_SCAN_COUNT: usize = 10_000;
-
-/// True if the hash or sorted-set command `name` may write.
-pub(crate) fn coll_is_write(name: &[u8]) -> bool {
-    const WRITES: [&[u8]; 14] = [
-        b"HSET",
-        b"HMSET",
-        b"HSETNX",
-        b"HDEL",
-        b"HINCRBY",
-        b"HINCRBYFLOAT",
-        b"ZADD",
-        b"ZINCRBY",
-        b"ZREM",
-        b"ZPOPMIN",
-        b"ZPOPMAX",
-        b"ZREMRANGEBYSCORE",
-        b"ZREMRANGEBYRANK",
-        b"ZREMRANGEBYLEX",
-    ];
-    WRITES.iter().any(|w| w.eq_ignore_ascii_case(name))
-}
 
 /// A byte-string item.
 pub(crate) fn bulk(b: &[u8]) -> OpResult {
@@ -322,3 +300,7 @@ mod tests {
         assert!(parse_scan(&[b"0", b"NOVALUES"], true).unwrap().novalues);
     }
 }
+
+#[cfg(test)]
+#[path = "coll_tests.rs"]
+mod shard_tests;

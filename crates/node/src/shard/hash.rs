@@ -75,7 +75,7 @@ pub(crate) fn parse_hash<'a>(name: &[u8], args: &[&'a [u8]]) -> Result<HashCmd<'
     let at_least = |k: usize| if n >= k { Ok(()) } else { Err(arity(name)) };
     Ok(match upper.as_slice() {
         b"HSET" | b"HMSET" => {
-            if n < 2 || n % 2 != 0 {
+            if n < 2 || !n.is_multiple_of(2) {
                 return Err(arity(name));
             }
             let pairs = args.chunks(2).map(|p| (p[0], p[1])).collect();

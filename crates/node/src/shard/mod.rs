@@ -42,7 +42,6 @@ use std::sync::Arc;
 pub use expiry::EXPIRE_STEP_KEYS;
 pub(crate) use strings::{parse_float, parse_strict_i64};
 // Redis hashes and sorted sets.
-pub(crate) use coll::coll_is_write;
 pub(crate) use hash::{parse_hash, HashCmd};
 pub(crate) use zset_parse::{parse_zset, ZsetCmd};
 

@@ -344,13 +344,13 @@ fn parse_add<'a>(args: &[&'a [u8]]) -> Result<ZsetCmd<'a>, String> {
         i += 1;
     }
     let rest = &args[i..];
-    if rest.is_empty() || rest.len() % 2 != 0 {
+    if rest.is_empty() || !rest.len().is_multiple_of(2) {
         return Err(SYNTAX.into());
     }
     if flags.nx && flags.xx {
         return Err("XX and NX options at the same time are not compatible".into());
     }
-    if (flags.gt && flags.nx) || (flags.lt && flags.nx) || (flags.gt && flags.lt) {
+    if ((flags.gt || flags.lt) && flags.nx) || (flags.gt && flags.lt) {
         return Err("GT, LT, and/or NX options at the same time are not compatible".into());
     }
     if flags.incr && rest.len() > 2 {
