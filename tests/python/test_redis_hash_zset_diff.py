@@ -88,7 +88,7 @@ HASHES = [
     "HINCRBYFLOAT {}c g 3.0e3", "HINCRBYFLOAT {}c g -1e3",
     # Random fields (compared by what can be compared: sizes and membership).
     "HSET {}r a 1 b 2 c 3", "HRANDFIELD {}nokey", "HRANDFIELD {}nokey 3",
-    "HRANDFIELD {}r 0", "HRANDFIELD {}r 10", "HRANDFIELD {}r 3 WITHVALUES",
+    "HRANDFIELD {}r 0", "HRANDFIELD {}r 10", "HRANDFIELD {}r 9223372036854775807", "HRANDFIELD {}r 3 WITHVALUES",
     "HRANDFIELD {}r 1 BOGUS", "HRANDFIELD {}r x", "HRANDFIELD {}r 1 WITHVALUES x",
     # Scans of small hashes: everything at once, cursor 0.
     "HSCAN {}h 0", "HSCAN {}h 0 COUNT 2", "HSCAN {}h 0 MATCH f* COUNT 100",

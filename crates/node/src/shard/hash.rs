@@ -20,7 +20,7 @@ use super::Shard;
 use crate::error::NodeError;
 use crate::op::OpResult;
 
-/// Largest `|count|` of `HRANDFIELD` (bounded replies).
+/// Largest `-count` of `HRANDFIELD` (picks with repetitions; bounded replies).
 const MAX_RANDOM: i64 = 1 << 20;
 
 /// A parsed hash command (the key apart).
@@ -118,7 +118,8 @@ pub(crate) fn parse_hash<'a>(name: &[u8], args: &[&'a [u8]]) -> Result<HashCmd<'
                 Some(w) if w.eq_ignore_ascii_case(b"WITHVALUES") => true,
                 Some(_) => return Err(SYNTAX.into()),
             };
-            if count.is_some_and(|c| !(-MAX_RANDOM..=MAX_RANDOM).contains(&c)) {
+            // A positive count is at most the hash; a negative one repeats, so it is bounded.
+            if count.is_some_and(|c| c < -MAX_RANDOM) {
                 return Err("value is out of range".into());
             }
             HashCmd::RandField { count, with_values }
