@@ -162,78 +162,74 @@ pub(crate) fn scan_page<'e, T>(
 }
 
 /// Redis's glob-style pattern match (`*`, `?`, `[a-z]`, `[^x]`, `\` escapes), on bytes.
-pub(crate) fn glob_match(pattern: &[u8], s: &[u8]) -> bool {
-    glob_at(pattern, s, 0)
+///
+/// Iterative, backtracking to the last `*` only: time is at most the product of the two
+/// lengths, whatever the pattern (patterns come from clients).
+pub(crate) fn glob_match(p: &[u8], s: &[u8]) -> bool {
+    let (mut pi, mut si) = (0, 0);
+    // Where to resume after the last `*`: the pattern after it, and the next start in `s`.
+    let mut star: Option<(usize, usize)> = None;
+    loop {
+        if pi < p.len() {
+            if p[pi] == b'*' {
+                while pi < p.len() && p[pi] == b'*' {
+                    pi += 1;
+                }
+                star = Some((pi, si));
+                continue;
+            }
+            if let Some(next) = glob_one(p, pi, s.get(si).copied()) {
+                pi = next;
+                si += 1;
+                continue;
+            }
+        } else if si == s.len() {
+            return true;
+        }
+        // Mismatch: let the last `*` swallow one more byte, if any is left.
+        match star {
+            Some((sp, ss)) if ss < s.len() => {
+                star = Some((sp, ss + 1));
+                pi = sp;
+                si = ss + 1;
+            }
+            _ => return false,
+        }
+    }
 }
 
-fn glob_at(p: &[u8], s: &[u8], depth: usize) -> bool {
-    // Bounded recursion: a pattern of many stars cannot exhaust the stack.
-    if depth > 64 {
-        return false;
-    }
-    let (mut pi, mut si) = (0, 0);
-    while pi < p.len() {
-        match p[pi] {
-            b'*' => {
-                while pi + 1 < p.len() && p[pi + 1] == b'*' {
-                    pi += 1;
-                }
-                if pi + 1 == p.len() {
-                    return true;
-                }
-                return (si..=s.len()).any(|k| glob_at(&p[pi + 1..], &s[k..], depth + 1));
-            }
-            b'?' => {
-                if si >= s.len() {
-                    return false;
-                }
-                si += 1;
-            }
-            b'[' => {
-                let Some(&c) = s.get(si) else {
-                    return false;
-                };
+/// Matches the pattern element at `pi` (not a `*`) against byte `c`: the index of the
+/// next element, or `None` on a mismatch (or no byte left).
+fn glob_one(p: &[u8], mut pi: usize, c: Option<u8>) -> Option<usize> {
+    let c = c?;
+    match p[pi] {
+        b'?' => Some(pi + 1),
+        b'[' => {
+            pi += 1;
+            let not = p.get(pi) == Some(&b'^');
+            if not {
                 pi += 1;
-                let not = p.get(pi) == Some(&b'^');
-                if not {
-                    pi += 1;
-                }
-                let mut matched = false;
-                while pi < p.len() && p[pi] != b']' {
-                    if p[pi] == b'\\' && pi + 1 < p.len() {
-                        pi += 1;
-                        matched |= p[pi] == c;
-                    } else if pi + 2 < p.len() && p[pi + 1] == b'-' {
-                        let (lo, hi) = (p[pi].min(p[pi + 2]), p[pi].max(p[pi + 2]));
-                        matched |= (lo..=hi).contains(&c);
-                        pi += 2;
-                    } else {
-                        matched |= p[pi] == c;
-                    }
-                    pi += 1;
-                }
-                if matched == not {
-                    return false;
-                }
-                si += 1;
             }
-            b'\\' if pi + 1 < p.len() => {
+            let mut matched = false;
+            while pi < p.len() && p[pi] != b']' {
+                if p[pi] == b'\\' && pi + 1 < p.len() {
+                    pi += 1;
+                    matched |= p[pi] == c;
+                } else if pi + 2 < p.len() && p[pi + 1] == b'-' {
+                    let (lo, hi) = (p[pi].min(p[pi + 2]), p[pi].max(p[pi + 2]));
+                    matched |= (lo..=hi).contains(&c);
+                    pi += 2;
+                } else {
+                    matched |= p[pi] == c;
+                }
                 pi += 1;
-                if s.get(si) != Some(&p[pi]) {
-                    return false;
-                }
-                si += 1;
             }
-            c => {
-                if s.get(si) != Some(&c) {
-                    return false;
-                }
-                si += 1;
-            }
+            // Past the `]` (an unclosed class ends the pattern, as in Redis).
+            (matched != not).then_some((pi + 1).min(p.len()))
         }
-        pi += 1;
+        b'\\' if pi + 1 < p.len() => (p[pi + 1] == c).then_some(pi + 2),
+        x => (x == c).then_some(pi + 1),
     }
-    si == s.len()
 }
 
 #[cfg(test)]
@@ -254,6 +250,13 @@ mod tests {
         assert!(glob_match(b"*a*b*", b"xxaxxbxx"));
         assert!(!glob_match(b"a", b"ab"));
         assert!(glob_match(&[b'*'; 200], b"short"));
+        assert!(glob_match(b"", b""));
+        assert!(!glob_match(b"", b"x"));
+        assert!(glob_match(b"a*", b"a"));
+        assert!(!glob_match(b"a?", b"a"));
+        // Many stars against a long miss: quick (no exponential backtracking).
+        let long = vec![b'a'; 5000];
+        assert!(!glob_match(b"*a*a*a*a*a*a*a*a*b", &long));
     }
 
     #[test]
