@@ -343,24 +343,24 @@ def test_concurrent_writes_on_two_replicas_converge_field_by_field(two_replicas)
     concurrent increments is lost unless gossip delivered the other one first."""
     a, b = two_replicas
     assert eventually(lambda: a.set("mm:probe", "1") and b.get("mm:probe") == b"1")
-    a.hset("mm:h", mapping={"f1": "base", "f2": "base", "f3": "base", "n": "0"})
+    a.hset("mm:h", mapping={"f1": "base", "f2": "base", "f3": "base", "f4": "base", "n": "0"})
     a.zadd("mm:z", {"m1": 1, "m2": 2})
     a.hset("mm:e", mapping={"old": "1"})
-    assert eventually(lambda: b.hlen("mm:h") == 4 and b.zcard("mm:z") == 2
+    assert eventually(lambda: b.hlen("mm:h") == 5 and b.zcard("mm:z") == 2
                       and b.hlen("mm:e") == 1)
 
     # Concurrent increments first, back to back: each replica adds to its own "0".
     a.hincrby("mm:h", "n", 1)
     b.hincrby("mm:h", "n", 1)
     # Concurrent writes, a first then b a few ms later.
-    a.hset("mm:h", mapping={"f1": "a", "fa": "x"})
+    a.hset("mm:h", mapping={"f1": "a", "f4": "a", "fa": "x"})
     a.hdel("mm:h", "f2")
     a.zadd("mm:z", {"m1": 10, "ma": 5})
     a.zrem("mm:z", "m2")
     a.hdel("mm:e", "old")  # empties a's copy of the hash
     time.sleep(0.005)
     b.hset("mm:h", mapping={"f1": "b", "f2": "b", "fb": "y"})
-    b.hdel("mm:h", "f3")
+    b.hdel("mm:h", "f3", "f4")  # f4: a removal after a's write removes it
     b.zadd("mm:z", {"m1": 20, "mb": 6})
     b.zincrby("mm:z", 1, "m2")  # from b's state: 2 + 1, after a's removal
     b.hset("mm:e", "new", "1")
