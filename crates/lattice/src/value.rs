@@ -493,6 +493,24 @@ mod tests {
         let rec = Record::new(ts(1, 1), Some(big.clone()));
         assert!(rec.approx_size() >= 1000);
         assert!(Record::tombstone(ts(1, 1)).approx_size() < 100);
+        // Redis hashes and sorted sets: every register counts, removals included.
+        let reg = |v: Option<&[u8]>| crate::FieldReg::new(ts(1, 1), v.map(Box::from));
+        let h1 = Hash::from_entries([(Box::from(&b"f"[..]), reg(Some(&[0u8; 500])))]);
+        let mut h2 = h1.clone();
+        h2.write(Box::from(&b"gone"[..]), reg(None));
+        let (h1, h2) = (Value::Hash(Box::new(h1)), Value::Hash(Box::new(h2)));
+        assert!(h1.approx_size() >= 500);
+        assert!(h2.approx_size() > h1.approx_size());
+        let z = |n: usize| {
+            Value::SortedSet(Box::new(SortedSet::from_entries((0..n).map(|i| {
+                let score = Some(crate::Score(i as f64));
+                (
+                    Box::from(&[i as u8][..]),
+                    crate::FieldReg::new(ts(1, 1), score),
+                )
+            }))))
+        };
+        assert!(z(10).approx_size() > z(2).approx_size());
     }
 
     #[test]
