@@ -431,3 +431,17 @@ def test_hashes_and_sorted_sets_survive_a_restart(tmp_path):
         assert r.type("rs:h") == b"hash" and r.type("rs:z") == b"zset"
     finally:
         stop(proc)
+
+
+def test_python_client_reads_hashes_and_sorted_sets(node):
+    """The native Python client decodes the new types: a hash as a dict of its live
+    fields, a sorted set as (member, score) pairs in score order."""
+    latticekv = pytest.importorskip("latticekv")
+    r = redis.Redis(host=node.resp_host, port=node.resp_port)
+    r.hset("py:hash", mapping={"a": "1", "b": "2"})
+    r.hdel("py:hash", "b")
+    r.zadd("py:zset", {"x": 2.5, "y": -1, "gone": 0})
+    r.zrem("py:zset", "gone")
+    c = latticekv.connect(node.native, timeout=5.0)
+    assert c.get_value("py:hash") == {b"a": b"1"}
+    assert c.get_value("py:zset") == [(b"y", -1.0), (b"x", 2.5)]
