@@ -208,7 +208,9 @@ fn blob_set<'py, 'a>(
 /// A lattice value as a Python object (the mapping is documented in docs/python.md):
 /// LWW and priority registers → `bytes` / `(float, bytes)`, sets → `set[bytes]` (ordered
 /// sets → sorted `list[bytes]`), counters, max and min → `int`, bool → `bool`, maps →
-/// `dict[bytes, value]`, causal registers → `list[bytes]` of their concurrent values, lists → `list[bytes]` in order.
+/// `dict[bytes, value]`, causal registers → `list[bytes]` of their concurrent values, lists →
+/// `list[bytes]` in order, Redis hashes → `dict[bytes, bytes]`, sorted sets →
+/// `list[(bytes, float)]` in score order.
 pub(crate) fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
     Ok(match v {
         Value::Lww(l) => blob(py, &l.value),
@@ -239,6 +241,23 @@ pub(crate) fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py
         }
         // ---- lists (helper B) ----
         Value::List(l) => PyList::new(py, l.values().map(|v| PyBytes::new(py, v)))?.into_any(),
+        // Redis hashes and sorted sets: a dict of the live fields; a list of (member,
+        // score) in score order.
+        Value::Hash(h) => {
+            let dict = PyDict::new(py);
+            for (f, v) in h.iter() {
+                dict.set_item(PyBytes::new(py, f), PyBytes::new(py, v))?;
+            }
+            dict.into_any()
+        }
+        Value::SortedSet(z) => {
+            let mut pairs = Vec::with_capacity(z.len());
+            for (m, s) in z.iter() {
+                let score = s.into_pyobject(py)?.into_any();
+                pairs.push(PyTuple::new(py, [blob(py, m), score])?);
+            }
+            PyList::new(py, pairs)?.into_any()
+        }
     })
 }
 

@@ -215,6 +215,16 @@ fn print_value(out: &mut impl Write, value: &Value) -> std::io::Result<()> {
             write!(out, " = ")?;
             print_value(out, v)
         }),
+        // Redis hashes and sorted sets.
+        Value::Hash(h) => h.iter().try_for_each(|(f, v)| {
+            out.write_all(f)?;
+            write!(out, " = ")?;
+            member(out, v)
+        }),
+        Value::SortedSet(z) => z.iter().try_for_each(|(m, s)| {
+            out.write_all(m)?;
+            writeln!(out, "\t{s}")
+        }),
     }
 }
 
@@ -348,7 +358,12 @@ pub async fn put(args: PutArgs) -> Result<i32> {
             let value = SingleKeyCausal::new(clock, single()?.as_bytes().into());
             c.put(key, Value::SingleKeyCausal(value)).await?
         }
-        LatticeType::Map | LatticeType::MultiKeyCausal | LatticeType::List => {
+        LatticeType::Map
+        | LatticeType::MultiKeyCausal
+        | LatticeType::List
+        // Redis hashes and sorted sets: written with RESP commands (HSET, ZADD).
+        | LatticeType::Hash
+        | LatticeType::SortedSet => {
             bail!(
                 "--type {} is not writable from the CLI; use a client library",
                 ty.name()

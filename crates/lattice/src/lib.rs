@@ -23,6 +23,10 @@
 //!   (RESP lists).
 //! - [`value`]: [`Value`], the dynamically typed value the store holds, its [`LatticeType`]
 //!   tag, and [`Record`], the per-key record with its epoch and tombstones.
+//! - [`hash`]: [`Hash`], a Redis hash of last-writer-wins fields with removals, and
+//!   [`FieldReg`], one such field.
+//! - [`zset`]: [`SortedSet`], a Redis sorted set of last-writer-wins [`Score`]s with
+//!   removals and an order index.
 //! - [`laws`]: checks of the lattice laws, used by the property tests.
 //!
 //! The crate is pure: no I/O, no clocks (physical time is passed in), no dependencies.
@@ -33,6 +37,7 @@ pub mod causal;
 pub mod clock;
 pub mod counter;
 pub mod expiry;
+pub mod hash;
 pub mod laws;
 pub mod list;
 pub mod lww;
@@ -42,6 +47,7 @@ pub mod orset;
 pub mod priority;
 pub mod set;
 pub mod value;
+pub mod zset;
 
 pub use causal::{CausalVersion, CausalWriter, MultiKeyCausal, SingleKeyCausal};
 pub use clock::{CausalContext, Dot, Hlc, Timestamp, VectorClock};
@@ -55,6 +61,9 @@ pub use orset::OrSet;
 pub use priority::Priority;
 pub use set::{OrderedSet, Set};
 pub use value::{LatticeType, Record, Value};
+// Redis hashes and sorted sets.
+pub use hash::{FieldReg, Hash};
+pub use zset::{Score, SortedSet};
 
 /// A byte string stored in values (members, register contents, map keys).
 pub type Blob = Box<[u8]>;

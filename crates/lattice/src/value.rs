@@ -6,8 +6,9 @@ use std::mem::size_of;
 
 use crate::expiry::merge_expiry;
 use crate::{
-    Blob, Bool, CausalVersion, Counter, Dot, Expiry, Lattice, Lww, Map, Max, Min, MultiKeyCausal,
-    OrSet, OrderedSet, Priority, Set, SingleKeyCausal, Timestamp, VectorClock,
+    Blob, Bool, CausalVersion, Counter, Dot, Expiry, Hash, Lattice, Lww, Map, Max, Min,
+    MultiKeyCausal, OrSet, OrderedSet, Priority, Set, SingleKeyCausal, SortedSet, Timestamp,
+    VectorClock,
 };
 // ---- lists (helper B) ----
 use crate::list::{Atom, Entry, List, Pos};
@@ -44,11 +45,16 @@ pub enum LatticeType {
     // ---- lists (helper B) ----
     /// [`List`]: a sequence with dense positions and observed-remove deletion.
     List = 15,
+    // Redis hashes and sorted sets.
+    /// [`Hash`]: Redis hash, fields as last-writer-wins registers with removals.
+    Hash = 13,
+    /// [`SortedSet`]: Redis sorted set, scores as last-writer-wins registers with removals.
+    SortedSet = 14,
 }
 
 impl LatticeType {
     /// Every type, in tag order.
-    pub const ALL: [LatticeType; 13] = [
+    pub const ALL: [LatticeType; 15] = [
         LatticeType::Lww,
         LatticeType::Set,
         LatticeType::OrSet,
@@ -63,10 +69,13 @@ impl LatticeType {
         LatticeType::MultiKeyCausal,
         // ---- lists (helper B) ----
         LatticeType::List,
+        // Redis hashes and sorted sets.
+        LatticeType::Hash,
+        LatticeType::SortedSet,
     ];
 
     /// The user-facing name ("lww", "set", "orset", "ordered-set", "max", "min", "bool",
-    /// "counter", "map", "priority", "causal", "multi-causal").
+    /// "counter", "map", "priority", "causal", "multi-causal", "hash", "sorted-set").
     pub const fn name(self) -> &'static str {
         match self {
             LatticeType::Lww => "lww",
@@ -83,11 +92,15 @@ impl LatticeType {
             LatticeType::MultiKeyCausal => "multi-causal",
             // ---- lists (helper B) ----
             LatticeType::List => "list",
+            // Redis hashes and sorted sets.
+            LatticeType::Hash => "hash",
+            LatticeType::SortedSet => "sorted-set",
         }
     }
 
     /// The type named `name`, case-insensitively. Besides [`LatticeType::name`] it accepts
-    /// "ordered_set", "single-causal", "single_causal" and "multi_causal".
+    /// "ordered_set", "single-causal", "single_causal", "multi_causal", "sorted_set" and
+    /// "zset".
     pub fn from_name(name: &str) -> Option<Self> {
         let lower = name.to_ascii_lowercase();
         let ty = match lower.as_str() {
@@ -105,6 +118,9 @@ impl LatticeType {
             "multi-causal" | "multi_causal" => LatticeType::MultiKeyCausal,
             // ---- lists (helper B) ----
             "list" => LatticeType::List,
+            // Redis hashes and sorted sets.
+            "hash" => LatticeType::Hash,
+            "sorted-set" | "sorted_set" | "zset" => LatticeType::SortedSet,
             _ => return None,
         };
         Some(ty)
@@ -158,10 +174,19 @@ pub enum Value {
     // ---- lists (helper B) ----
     /// A list (boxed to keep `Value` small).
     List(Box<List>),
+    // Redis hashes and sorted sets (boxed to keep `Value` small).
+    /// A Redis hash.
+    Hash(Box<Hash>),
+    /// A Redis sorted set.
+    SortedSet(Box<SortedSet>),
 }
 
 /// Estimated bookkeeping bytes per element of a B-tree map or set, on top of the element.
 const TREE_ENTRY: usize = 16;
+
+/// Estimated bytes per field of a hash or member of a sorted set, besides its bytes: the
+/// key, the register (timestamp and optional value) and the tree entry.
+const FIELD_ENTRY: usize = size_of::<Blob>() + 48 + TREE_ENTRY;
 
 fn blob_heap(b: &Blob) -> usize {
     b.len()
@@ -235,6 +260,9 @@ impl Value {
             Value::MultiKeyCausal(_) => LatticeType::MultiKeyCausal,
             // ---- lists (helper B) ----
             Value::List(_) => LatticeType::List,
+            // Redis hashes and sorted sets.
+            Value::Hash(_) => LatticeType::Hash,
+            Value::SortedSet(_) => LatticeType::SortedSet,
         }
     }
 
@@ -269,6 +297,22 @@ impl Value {
             Value::MultiKeyCausal(c) => c.versions().iter().map(version_heap).sum(),
             // ---- lists (helper B) ----
             Value::List(l) => list_heap(l),
+            // Redis hashes and sorted sets: every register (removals included); a sorted
+            // set's live members also sit in its order index.
+            Value::Hash(h) => {
+                size_of::<Hash>()
+                    + h.entries()
+                        .map(|(f, r)| {
+                            let value = r.value.as_ref().map_or(0, blob_heap);
+                            FIELD_ENTRY + blob_heap(f) + value
+                        })
+                        .sum::<usize>()
+            }
+            Value::SortedSet(z) => {
+                let index: usize = z.iter().map(|(m, _)| FIELD_ENTRY + blob_heap(m)).sum();
+                let regs: usize = z.entries().map(|(m, _)| FIELD_ENTRY + blob_heap(m)).sum();
+                size_of::<SortedSet>() + index + regs
+            }
         }
     }
 }
@@ -291,6 +335,9 @@ impl Lattice for Value {
             (Value::MultiKeyCausal(a), Value::MultiKeyCausal(b)) => a.merge(b),
             // ---- lists (helper B) ----
             (Value::List(a), Value::List(b)) => a.merge(*b),
+            // Redis hashes and sorted sets.
+            (Value::Hash(a), Value::Hash(b)) => a.merge(*b),
+            (Value::SortedSet(a), Value::SortedSet(b)) => a.merge(*b),
             (mine, theirs) => {
                 if theirs.lattice_type() > mine.lattice_type() {
                     *mine = theirs;
@@ -310,6 +357,9 @@ impl Lattice for Value {
             (Value::Map(a), Value::Map(b)) => a.merge_ref(b),
             // ---- lists (helper B) ----
             (Value::List(a), Value::List(b)) => a.merge((**b).clone()),
+            // Redis hashes and sorted sets.
+            (Value::Hash(a), Value::Hash(b)) => a.merge_ref(b),
+            (Value::SortedSet(a), Value::SortedSet(b)) => a.merge_ref(b),
             (mine, theirs) => mine.merge(theirs.clone()),
         }
     }
@@ -455,6 +505,8 @@ mod tests {
         assert_eq!(LatticeType::from_name("nope"), None);
         assert_eq!(LatticeType::from_u8(0), None);
         assert_eq!(LatticeType::from_u8(16), None);
+        assert_eq!(LatticeType::from_u8(13), Some(LatticeType::Hash));
+        assert_eq!(LatticeType::from_name("zset"), Some(LatticeType::SortedSet));
     }
 
     #[test]
@@ -479,6 +531,24 @@ mod tests {
         let rec = Record::new(ts(1, 1), Some(big.clone()));
         assert!(rec.approx_size() >= 1000);
         assert!(Record::tombstone(ts(1, 1)).approx_size() < 100);
+        // Redis hashes and sorted sets: every register counts, removals included.
+        let reg = |v: Option<&[u8]>| crate::FieldReg::new(ts(1, 1), v.map(Box::from));
+        let h1 = Hash::from_entries([(Box::from(&b"f"[..]), reg(Some(&[0u8; 500])))]);
+        let mut h2 = h1.clone();
+        h2.write(Box::from(&b"gone"[..]), reg(None));
+        let (h1, h2) = (Value::Hash(Box::new(h1)), Value::Hash(Box::new(h2)));
+        assert!(h1.approx_size() >= 500);
+        assert!(h2.approx_size() > h1.approx_size());
+        let z = |n: usize| {
+            Value::SortedSet(Box::new(SortedSet::from_entries((0..n).map(|i| {
+                let score = Some(crate::Score(i as f64));
+                (
+                    Box::from(&[i as u8][..]),
+                    crate::FieldReg::new(ts(1, 1), score),
+                )
+            }))))
+        };
+        assert!(z(10).approx_size() > z(2).approx_size());
     }
 
     #[test]

@@ -14,9 +14,9 @@ use std::fmt::Debug;
 
 use common::{converges, delivery_order, laws_hold};
 use lattice::{
-    Blob, Bool, CausalContext, CausalWriter, Counter, Dot, Expiry, Hlc, Lattice, LatticeType, List,
-    Lww, Map, Max, Min, MultiKeyCausal, OrSet, OrderedSet, Priority, Record, Set, SingleKeyCausal,
-    Timestamp, Value, VectorClock,
+    Blob, Bool, CausalContext, CausalWriter, Counter, Dot, Expiry, FieldReg, Hash, Hlc, Lattice,
+    LatticeType, List, Lww, Map, Max, Min, MultiKeyCausal, OrSet, OrderedSet, Priority, Record,
+    Score, Set, SingleKeyCausal, SortedSet, Timestamp, Value, VectorClock,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -313,6 +313,62 @@ impl Sim for Priority {
     }
 }
 
+// ---- Redis hashes and sorted sets --------------------------------------------------------
+
+/// Scores, with −0.0 next to 0.0 and the infinities (NaN is refused before a write).
+const SCORES: [f64; 6] = [-0.0, 0.0, 1.0, -1.5, f64::INFINITY, f64::NEG_INFINITY];
+
+/// A field write (`Some(v)`) or removal (`None`) at small times, so writes collide.
+type FieldOp = (u8, Option<u8>, u64);
+
+fn field_op(values: usize) -> BoxedStrategy<FieldOp> {
+    (0..3u8, proptest::option::of(0..values as u8), 0..3u64).boxed()
+}
+
+fn hash_delta(actor: u64, &(f, v, t): &FieldOp) -> Hash {
+    Hash::from_entries([(
+        blob(f),
+        FieldReg::new(Timestamp::new(t, actor), v.map(blob)),
+    )])
+}
+
+fn zset_delta(actor: u64, &(m, s, t): &FieldOp) -> SortedSet {
+    let score = s.map(|i| Score(SCORES[i as usize]));
+    SortedSet::from_entries([(blob(m), FieldReg::new(Timestamp::new(t, actor), score))])
+}
+
+impl Sim for Hash {
+    type Op = FieldOp;
+    type Writer = ();
+
+    fn bottom() -> Self {
+        Hash::new()
+    }
+    fn writer(_: u64) {}
+    fn op() -> BoxedStrategy<Self::Op> {
+        field_op(3)
+    }
+    fn apply(_: &mut (), actor: u64, _: &Self, op: &Self::Op) -> Option<Self> {
+        Some(hash_delta(actor, op))
+    }
+}
+
+impl Sim for SortedSet {
+    type Op = FieldOp;
+    type Writer = ();
+
+    fn bottom() -> Self {
+        SortedSet::new()
+    }
+    fn writer(_: u64) {}
+    fn op() -> BoxedStrategy<Self::Op> {
+        field_op(SCORES.len())
+    }
+    fn apply(_: &mut (), actor: u64, _: &Self, op: &Self::Op) -> Option<Self> {
+        Some(zset_delta(actor, op))
+    }
+}
+
 // ---- counters and maps -------------------------------------------------------------------
 
 fn counter_delta() -> BoxedStrategy<i64> {
@@ -577,6 +633,9 @@ enum LeafOp {
     Priority(usize, u8),
     Causal(u8),
     MultiCausal(u8, Deps),
+    // Redis hashes and sorted sets.
+    Hash(FieldOp),
+    SortedSet(FieldOp),
 }
 
 impl LeafOp {
@@ -593,6 +652,8 @@ impl LeafOp {
             LeafOp::Priority(..) => LatticeType::Priority,
             LeafOp::Causal(_) => LatticeType::SingleKeyCausal,
             LeafOp::MultiCausal(..) => LatticeType::MultiKeyCausal,
+            LeafOp::Hash(_) => LatticeType::Hash,
+            LeafOp::SortedSet(_) => LatticeType::SortedSet,
         }
     }
 }
@@ -610,6 +671,8 @@ fn leaf_op() -> BoxedStrategy<LeafOp> {
         (0..PRIORITIES.len(), 0..3u8).prop_map(|(p, v)| LeafOp::Priority(p, v)),
         (0..3u8).prop_map(LeafOp::Causal),
         (0..3u8, deps()).prop_map(|(v, d)| LeafOp::MultiCausal(v, d)),
+        field_op(3).prop_map(LeafOp::Hash),
+        field_op(SCORES.len()).prop_map(LeafOp::SortedSet),
     ]
     .boxed()
 }
@@ -665,6 +728,8 @@ fn apply_leaf(
                 blob(*v),
             ))
         }
+        LeafOp::Hash(op) => Value::Hash(Box::new(hash_delta(actor, op))),
+        LeafOp::SortedSet(op) => Value::SortedSet(Box::new(zset_delta(actor, op))),
     })
 }
 
@@ -816,6 +881,8 @@ lattice_laws!(map_of_values, Map<Blob, Value>);
 lattice_laws!(priority, Priority);
 lattice_laws!(single_key_causal, SingleKeyCausal);
 lattice_laws!(multi_key_causal, MultiKeyCausal);
+lattice_laws!(hash, Hash);
+lattice_laws!(sorted_set, SortedSet);
 lattice_laws!(value, Value);
 lattice_laws!(record, Record);
 lattice_laws!(vector_clock, VectorClock);
@@ -833,6 +900,27 @@ fn orset_states_are_reachable() {
                     prop_assert!(s.context().contains(d));
                 }
             }
+        }
+    });
+}
+
+/// A sorted set's order index always holds exactly its live registers, ordered as Redis
+/// orders them, whatever merges produced the state.
+#[test]
+fn sorted_set_index_follows_registers() {
+    proptest!(|(h in history::<SortedSet>())| {
+        for z in h.pool() {
+            let mut expected: Vec<(f64, Blob)> = z
+                .entries()
+                .filter_map(|(m, r)| r.value.map(|s| (s.0, m.clone())))
+                .collect();
+            expected.sort_by(|a, b| (a.0 + 0.0).total_cmp(&(b.0 + 0.0)).then(a.1.cmp(&b.1)));
+            let got: Vec<(f64, Blob)> = z.iter().map(|(m, s)| (s, m.clone())).collect();
+            prop_assert_eq!(got.len(), z.len());
+            prop_assert_eq!(
+                got.iter().map(|(s, m)| (s.to_bits(), m.clone())).collect::<Vec<_>>(),
+                expected.iter().map(|(s, m)| (s.to_bits(), m.clone())).collect::<Vec<_>>()
+            );
         }
     });
 }

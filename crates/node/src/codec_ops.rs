@@ -121,6 +121,15 @@ pub fn op_to_pb(op: &Op<Bytes>) -> pb::ForwardOp {
             out.kind = Kind::List as i32;
             out.list = Some(crate::list_op::to_pb(op));
         }
+        // Redis hashes and sorted sets: the command and its arguments as `members`.
+        Op::Hash { args, .. } => {
+            out.kind = Kind::Hash as i32;
+            out.members = args.clone();
+        }
+        Op::Zset { args, .. } => {
+            out.kind = Kind::Zset as i32;
+            out.members = args.clone();
+        }
     }
     out
 }
@@ -273,6 +282,15 @@ pub fn op_from_pb(op: pb::ForwardOp) -> Result<Op<Bytes>, NodeError> {
             Kind::List => Op::List {
                 key,
                 op: crate::list_op::from_pb(op.list.ok_or_else(|| bad("list op without list"))?)?,
+            },
+            // Redis hashes and sorted sets.
+            Kind::Hash => Op::Hash {
+                key,
+                args: op.members,
+            },
+            Kind::Zset => Op::Zset {
+                key,
+                args: op.members,
             },
         },
     )

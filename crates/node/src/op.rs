@@ -208,6 +208,24 @@ pub enum Op<B> {
         /// The operation.
         op: ListOp<B>,
     },
+    // Redis hashes and sorted sets.
+    /// A Redis hash command on `key` (`HSET`, `HGET`, …): `args` are the command's name
+    /// (upper case) and its arguments after the key, checked by the front end and parsed
+    /// again where the op runs (`shard::hash`). → what that command returns there.
+    Hash {
+        /// The key.
+        key: B,
+        /// The command name and the arguments after the key.
+        args: Vec<B>,
+    },
+    /// A Redis sorted-set command on `key` (`ZADD`, `ZRANGE`, …), as [`Op::Hash`]
+    /// (`shard::zset`).
+    Zset {
+        /// The key.
+        key: B,
+        /// The command name and the arguments after the key.
+        args: Vec<B>,
+    },
 }
 
 /// A deadline as a command gives it, resolved by the worker running the op.
@@ -279,7 +297,10 @@ impl<B> Op<B> {
             | Op::Version { key }
             | Op::Exec { key, .. }
             // ---- lists (helper B) ----
-            | Op::List { key, .. } => key,
+            | Op::List { key, .. }
+            // Redis hashes and sorted sets.
+            | Op::Hash { key, .. }
+            | Op::Zset { key, .. } => key,
         }
     }
 }
@@ -311,6 +332,10 @@ impl<B: AsRef<[u8]>> Op<B> {
             Op::Exec { ops, .. } => ops.iter().any(Op::is_write),
             // ---- lists (helper B) ----
             Op::List { op, .. } => op.is_write(),
+            // Redis hashes and sorted sets: by the command's name.
+            Op::Hash { args, .. } | Op::Zset { args, .. } => {
+                args.first().is_some_and(|n| coll_is_write(n.as_ref()))
+            }
             Op::Get { .. }
             | Op::Exists { .. }
             | Op::TypeOf { .. }
@@ -433,8 +458,39 @@ impl<B: AsRef<[u8]>> Op<B> {
                 key: b(key),
                 op: op.to_owned_op(),
             },
+            // Redis hashes and sorted sets.
+            Op::Hash { key, args } => Op::Hash {
+                key: b(key),
+                args: args.iter().map(b).collect(),
+            },
+            Op::Zset { key, args } => Op::Zset {
+                key: b(key),
+                args: args.iter().map(b).collect(),
+            },
         }
     }
+}
+
+// Redis hashes and sorted sets.
+/// True if the hash or sorted-set command `name` may write.
+fn coll_is_write(name: &[u8]) -> bool {
+    const WRITES: [&[u8]; 14] = [
+        b"HSET",
+        b"HMSET",
+        b"HSETNX",
+        b"HDEL",
+        b"HINCRBY",
+        b"HINCRBYFLOAT",
+        b"ZADD",
+        b"ZINCRBY",
+        b"ZREM",
+        b"ZPOPMIN",
+        b"ZPOPMAX",
+        b"ZREMRANGEBYSCORE",
+        b"ZREMRANGEBYRANK",
+        b"ZREMRANGEBYLEX",
+    ];
+    WRITES.iter().any(|w| w.eq_ignore_ascii_case(name))
 }
 
 impl Op<Bytes> {

@@ -80,7 +80,8 @@ pub struct MergeOutcome {
 
 /// True if `record` holds a value a user can see: not absent, not a tombstone, and not an
 /// OR-set whose members were all removed (such a set keeps its causal context so later
-/// merges stay correct, but, as in Redis, an empty set does not exist for users).
+/// merges stay correct, but, as in Redis, an empty set does not exist for users) — nor a
+/// hash or sorted set whose fields or members were all removed.
 #[inline]
 pub fn is_live(record: &Record) -> bool {
     match &record.value {
@@ -88,6 +89,9 @@ pub fn is_live(record: &Record) -> bool {
         Some(Value::OrSet(set)) => !set.is_empty(),
         // ---- lists (helper B) ----
         Some(Value::List(list)) => !list.is_empty(),
+        // Redis hashes and sorted sets: removed fields and members stay as tombstones.
+        Some(Value::Hash(h)) => !h.is_empty(),
+        Some(Value::SortedSet(z)) => !z.is_empty(),
         Some(_) => true,
     }
 }

@@ -2,8 +2,9 @@
 //! counters with decrements, nested maps, concurrent causal versions).
 
 use lattice::{
-    Bool, CausalVersion, CausalWriter, Counter, Lattice, Lww, Map, Max, Min, MultiKeyCausal, OrSet,
-    OrderedSet, Priority, Set, SingleKeyCausal, Timestamp, Value, VectorClock,
+    Bool, CausalVersion, CausalWriter, Counter, FieldReg, Hash, Lattice, Lww, Map, Max, Min,
+    MultiKeyCausal, OrSet, OrderedSet, Priority, Score, Set, SingleKeyCausal, SortedSet, Timestamp,
+    Value, VectorClock,
 };
 
 fn blob(s: &str) -> Box<[u8]> {
@@ -68,5 +69,18 @@ pub fn one_of_each() -> Vec<Value> {
         Value::MultiKeyCausal(multi2),
         // ---- lists (helper B) ----
         Value::List(Box::new(list)),
+        // Redis hashes and sorted sets: live entries and a removal each.
+        Value::Hash(Box::new(Hash::from_entries([
+            (blob("f1"), FieldReg::new(ts, Some(blob("v1")))),
+            (blob("gone"), FieldReg::new(ts, None)),
+        ]))),
+        Value::SortedSet(Box::new(SortedSet::from_entries([
+            (blob("m1"), FieldReg::new(ts, Some(Score(2.5)))),
+            (
+                blob("m2"),
+                FieldReg::new(ts, Some(Score(f64::NEG_INFINITY))),
+            ),
+            (blob("gone"), FieldReg::new(ts, None)),
+        ]))),
     ]
 }

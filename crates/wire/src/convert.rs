@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use lattice::{
-    Blob, Bool, CausalContext, CausalVersion, Counter, Dot, Expiry, Lww, Map, Max, Min,
-    MultiKeyCausal, OrSet, OrderedSet, Priority, Record, Set, SingleKeyCausal, Timestamp, Value,
-    VectorClock,
+    Blob, Bool, CausalContext, CausalVersion, Counter, Dot, Expiry, FieldReg, Hash, Lww, Map, Max,
+    Min, MultiKeyCausal, OrSet, OrderedSet, Priority, Record, Score, Set, SingleKeyCausal,
+    SortedSet, Timestamp, Value, VectorClock,
 };
 
 use crate::pb;
@@ -214,6 +214,27 @@ pub fn value_to_pb(v: &Value) -> pb::Value {
                 .collect(),
             context: Some(context_to_pb(l.context())),
         }),
+        // Redis hashes and sorted sets.
+        Value::Hash(h) => Kind::Hash(pb::HashValue {
+            entries: h
+                .entries()
+                .map(|(f, r)| pb::hash_value::Entry {
+                    field: bytes(f),
+                    ts: Some(timestamp_to_pb(r.ts)),
+                    value: r.value.as_deref().map(bytes),
+                })
+                .collect(),
+        }),
+        Value::SortedSet(z) => Kind::SortedSet(pb::SortedSetValue {
+            entries: z
+                .entries()
+                .map(|(m, r)| pb::sorted_set_value::Entry {
+                    member: bytes(m),
+                    ts: Some(timestamp_to_pb(r.ts)),
+                    score: r.value.map(|s| s.0),
+                })
+                .collect(),
+        }),
     };
     pb::Value { kind: Some(kind) }
 }
@@ -323,6 +344,29 @@ fn value_from_pb_at(v: &pb::Value, depth: usize) -> Result<Value, ConvertError> 
         }
         // ---- lists (helper B) ----
         Kind::List(l) => Value::List(Box::new(list_from_pb(l)?)),
+        // Redis hashes and sorted sets.
+        Kind::Hash(h) => {
+            let mut entries = Vec::with_capacity(h.entries.len());
+            for e in &h.entries {
+                let ts =
+                    e.ts.as_ref()
+                        .ok_or(ConvertError::Missing("HashValue.Entry.ts"))?;
+                let value = e.value.as_ref().map(blob);
+                entries.push((blob(&e.field), FieldReg::new(timestamp_from_pb(ts), value)));
+            }
+            Value::Hash(Box::new(Hash::from_entries(entries)))
+        }
+        Kind::SortedSet(z) => {
+            let mut entries = Vec::with_capacity(z.entries.len());
+            for e in &z.entries {
+                let ts =
+                    e.ts.as_ref()
+                        .ok_or(ConvertError::Missing("SortedSetValue.Entry.ts"))?;
+                let score = e.score.map(Score);
+                entries.push((blob(&e.member), FieldReg::new(timestamp_from_pb(ts), score)));
+            }
+            Value::SortedSet(Box::new(SortedSet::from_entries(entries)))
+        }
     })
 }
 

@@ -33,11 +33,19 @@ mod sync;
 mod tier;
 mod tombstones;
 mod views;
+// Redis hashes and sorted sets.
+mod coll;
+mod hash;
+mod zset;
+mod zset_parse;
 
 use std::sync::Arc;
 
 pub use expiry::EXPIRE_STEP_KEYS;
 pub(crate) use strings::{parse_float, parse_strict_i64};
+// Redis hashes and sorted sets.
+pub(crate) use hash::{parse_hash, HashCmd};
+pub(crate) use zset_parse::{parse_zset, ZsetCmd};
 
 use foldhash::fast::FixedState;
 use lattice::{Blob, Hlc, Record};

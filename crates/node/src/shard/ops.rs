@@ -276,6 +276,9 @@ impl Shard {
             Op::Exec { guards, ops, .. } => self.exec(guards, ops).into(),
             // ---- lists (helper B) ----
             Op::List { key, op } => self.list_op(key.as_ref(), op).into(),
+            // Redis hashes and sorted sets.
+            Op::Hash { key, args } => self.hash_op(key.as_ref(), &args),
+            Op::Zset { key, args } => self.zset_op(key.as_ref(), &args),
         }
     }
 

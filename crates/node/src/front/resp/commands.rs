@@ -11,6 +11,8 @@
 //! | EVAL, EVALSHA, FCALL, SCRIPT, FUNCTION | — | refused, naming the alternatives |
 //! | LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LRANGE, LLEN, LINDEX, LSET, LREM, LTRIM, LINSERT, LPOS, LMOVE, RPOPLPUSH, BLPOP, BRPOP, BLMOVE, BRPOPLPUSH | `List` | `lists`: sequence CRDT; LMOVE's keys share a worker; blocking pops wait at the connection |
 //! | MULTI, EXEC, DISCARD, WATCH, UNWATCH | — | `txn`: queued per connection; WATCH needs keys with one replica |
+//! | HSET, HMSET, HSETNX, HGET, HMGET, HGETALL, HDEL, HEXISTS, HLEN, HKEYS, HVALS, HSTRLEN, HINCRBY, HINCRBYFLOAT, HRANDFIELD, HSCAN | `Hash` (field → LWW register, removals as tombstones) | `hash`: one `Op::Hash` per command, run at the key's worker (`shard::hash`) |
+//! | ZADD [NX\|XX] [GT\|LT] [CH] [INCR], ZINCRBY, ZSCORE, ZMSCORE, ZREM, ZCARD, ZCOUNT, ZLEXCOUNT, ZRANK, ZREVRANK, ZRANGE [BYSCORE\|BYLEX] [REV] [LIMIT] [WITHSCORES], ZRANGEBYSCORE, ZREVRANGEBYSCORE, ZRANGEBYLEX, ZREVRANGEBYLEX, ZREVRANGE, ZPOPMIN, ZPOPMAX, ZREMRANGEBYRANK, ZREMRANGEBYSCORE, ZREMRANGEBYLEX, ZSCAN | `SortedSet` (member → LWW score, removals as tombstones, order index) | `zset`: one `Op::Zset` per command (`shard::zset`) |
 //! | PING, ECHO, HELLO, SELECT 0, QUIT, AUTH, ACL, CLIENT, COMMAND, CONFIG GET, INFO, DBSIZE | — | connection and server commands (`server`, `acl`) |
 //! | SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE, SSUBSCRIBE, SUNSUBSCRIBE, PUBLISH, SPUBLISH, PUBSUB, RESET | — | `pubsub`: no lattice, messages are not stored; fan-out to every node ([`crate::pubsub`]) |
 //!
@@ -36,6 +38,7 @@ use super::strings;
 use super::txn;
 use super::ConnState;
 use super::{blocking, lists};
+use super::{hash, zset};
 use crate::ack::Ack;
 use crate::auth::{AuthError, Permission, User};
 use crate::core::Routing;
@@ -331,6 +334,10 @@ pub(super) fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
             }
             // ---- lists (helper B) ----
             if let Some(p) = lists::plan(other, &cmd) {
+                return p;
+            }
+            // Redis hashes and sorted sets.
+            if let Some(p) = hash::plan(other, &cmd).or_else(|| zset::plan(other, &cmd)) {
                 return p;
             }
             match server::plan(other, &cmd, state) {

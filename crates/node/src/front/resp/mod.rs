@@ -20,6 +20,7 @@
 //! - `txn`: MULTI / EXEC / DISCARD / WATCH / UNWATCH;
 //! - `pubsub`: (P|S)SUBSCRIBE, (P|S)UNSUBSCRIBE, (S)PUBLISH, PUBSUB, RESET.
 //! - `lists`: list commands; `blocking`: the blocking pops.
+//! - `hash`, `zset`: hash and sorted-set commands, `coll_reply`: their replies.
 
 mod acl;
 // ---- lists (helper B) ----
@@ -34,6 +35,10 @@ mod strings;
 mod txn;
 // Pub/sub.
 mod pubsub;
+// Redis hashes and sorted sets.
+mod coll_reply;
+mod hash;
+mod zset;
 
 use std::rc::Rc;
 use std::sync::Arc;

@@ -39,6 +39,9 @@ pub(crate) enum Shape {
     // ---- lists (helper B) ----
     /// A list reply (`lists`).
     List(super::lists::ListShape),
+    // Redis hashes and sorted sets.
+    /// A hash or sorted-set reply from its items (`coll_reply`).
+    Coll(super::coll_reply::CollReply),
 }
 
 /// An error reply.
@@ -194,6 +197,8 @@ pub(crate) fn encode(out: &mut Vec<u8>, v: Version, shape: &Shape, results: &[Op
             Some(OpResult::Type(Some(t))) => resp::simple(out, redis_type_name(*t)),
             _ => resp::simple(out, "none"),
         },
+        // Redis hashes and sorted sets.
+        Shape::Coll(c) => super::coll_reply::encode(out, v, *c, first),
     }
 }
 
@@ -204,6 +209,9 @@ fn redis_type_name(t: LatticeType) -> &'static str {
         LatticeType::OrSet | LatticeType::Set => "set",
         LatticeType::OrderedSet => "zset",
         LatticeType::Map => "hash",
+        // Redis hashes and sorted sets.
+        LatticeType::Hash => "hash",
+        LatticeType::SortedSet => "zset",
         other => other.name(),
     }
 }
