@@ -415,6 +415,9 @@ def test_permissions_read_to_subscribe_write_to_publish(tmp_path):
         addr = (node.resp_host, node.resp_port)
         anon = Wire(addr)
         assert anon.call("SUBSCRIBE", "p").startswith(b"-NOAUTH")
+        # As Redis: RESET needs no authentication (and leaves the connection logged out).
+        assert anon.call("RESET") == b"+RESET\r\n"
+        assert anon.call("PING").startswith(b"-NOAUTH")
         reader, writer = Wire(addr), Wire(addr)
         assert reader.call("AUTH", "reader", "r-pw") == b"+OK\r\n"
         assert writer.call("AUTH", "writer", "w-pw") == b"+OK\r\n"

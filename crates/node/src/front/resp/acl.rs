@@ -17,9 +17,9 @@ pub(super) const NOAUTH: &str = "NOAUTH Authentication required.";
 pub(super) const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
 /// True for the commands a connection may send before it authenticates (as Redis: AUTH,
-/// HELLO — which must then carry AUTH — and QUIT).
+/// HELLO — which must then carry AUTH —, QUIT and RESET).
 pub(super) fn allowed_before_auth(name: &[u8]) -> bool {
-    [&b"AUTH"[..], b"HELLO", b"QUIT"]
+    [&b"AUTH"[..], b"HELLO", b"QUIT", b"RESET"]
         .iter()
         .any(|c| name.eq_ignore_ascii_case(c))
 }
