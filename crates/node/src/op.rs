@@ -198,6 +198,21 @@ pub enum Op<B> {
         /// The ops, run in order.
         ops: Vec<Op<B>>,
     },
+    // ---- keys and sets (RESP `SPOP`) ----
+    /// Remove up to `count` random members of the OR-set at `key` (`SPOP`). →
+    /// [`OpResult::Value`] the removed members as a grow-only set, `None` if absent.
+    SetPop {
+        /// The key.
+        key: B,
+        /// Most members removed.
+        count: u64,
+    },
+    /// `key`'s absolute deadline (`PEXPIRETIME`). → [`OpResult::Int`]: ms since the
+    /// epoch, -1 without a deadline, -2 if missing.
+    ExpireTime {
+        /// The key.
+        key: B,
+    },
 }
 
 /// A deadline as a command gives it, resolved by the worker running the op.
@@ -267,7 +282,9 @@ impl<B> Op<B> {
             | Op::Ttl { key }
             | Op::GetEx { key, .. }
             | Op::Version { key }
-            | Op::Exec { key, .. } => key,
+            | Op::Exec { key, .. }
+            | Op::SetPop { key, .. }
+            | Op::ExpireTime { key } => key,
         }
     }
 }
@@ -294,7 +311,8 @@ impl<B: AsRef<[u8]>> Op<B> {
             | Op::IncrByFloat { .. }
             | Op::IncrBy { .. }
             | Op::AssignTtl { .. }
-            | Op::Expire { .. } => true,
+            | Op::Expire { .. }
+            | Op::SetPop { .. } => true,
             Op::GetEx { deadline, .. } => deadline.is_some(),
             Op::Exec { ops, .. } => ops.iter().any(Op::is_write),
             Op::Get { .. }
@@ -303,7 +321,8 @@ impl<B: AsRef<[u8]>> Op<B> {
             | Op::SetContains { .. }
             | Op::SetLen { .. }
             | Op::Ttl { .. }
-            | Op::Version { .. } => false,
+            | Op::Version { .. }
+            | Op::ExpireTime { .. } => false,
         }
     }
 
@@ -410,6 +429,11 @@ impl<B: AsRef<[u8]>> Op<B> {
                 guards: guards.iter().map(|(k, g)| (b(k), *g)).collect(),
                 ops: ops.iter().map(Op::to_owned_op).collect(),
             },
+            Op::SetPop { key, count } => Op::SetPop {
+                key: b(key),
+                count: *count,
+            },
+            Op::ExpireTime { key } => Op::ExpireTime { key: b(key) },
         }
     }
 }

@@ -25,6 +25,7 @@ mod entropy;
 mod exec;
 mod expiry;
 mod journal;
+mod keyspace;
 mod ops;
 mod strings;
 mod sync;
@@ -50,6 +51,7 @@ use crate::view::ViewState;
 pub use crate::codec::GossipBatch;
 pub use backing::{BackingStats, Taken};
 pub use entropy::{bucket_of, AntiEntropyDigest, RepairCursor, BUCKETS};
+pub use keyspace::{KeyFilter, ScanPage};
 pub use sync::Outgoing;
 pub use tier::{EVICT_STEP, HARD_CEILING_FACTOR, LOW_WATERMARK_PERCENT};
 
@@ -530,5 +532,7 @@ mod backlog_tests;
 mod disk_tests;
 #[cfg(test)]
 mod handoff_tests;
+#[cfg(test)]
+mod keyspace_tests;
 #[cfg(test)]
 mod tests;

@@ -274,6 +274,8 @@ impl Shard {
             Op::GetEx { key, deadline } => self.get_ex(key.as_ref(), deadline).into(),
             Op::Version { key } => self.version(key.as_ref()).into(),
             Op::Exec { guards, ops, .. } => self.exec(guards, ops).into(),
+            Op::SetPop { key, count } => self.set_pop(key.as_ref(), count).into(),
+            Op::ExpireTime { key } => self.expire_time(key.as_ref()),
         }
     }
 

@@ -17,7 +17,10 @@
 //! - `reply`: encoding replies;
 //! - `expiry`: TTL commands;
 //! - `strings`: string commands beyond GET/SET;
-//! - `txn`: MULTI / EXEC / DISCARD / WATCH / UNWATCH.
+//! - `txn`: MULTI / EXEC / DISCARD / WATCH / UNWATCH;
+//! - `keys`, `keys_reply`, `glob`, `info`: the key space (KEYS, SCAN, FLUSHDB, RENAME, …),
+//!   their reply shapes, glob patterns, INFO;
+//! - `sets`: set commands beyond SADD/SREM/SMEMBERS.
 
 mod acl;
 pub mod commands;
@@ -26,6 +29,12 @@ mod reply;
 mod server;
 mod strings;
 mod txn;
+// keys, server and sets
+mod glob;
+mod info;
+mod keys;
+mod keys_reply;
+mod sets;
 
 use std::rc::Rc;
 use std::sync::Arc;

@@ -36,6 +36,9 @@ pub(crate) enum Shape {
     AllOrNone,
     /// TTL: PTTL's ms as seconds, rounded as Redis does (negative codes kept).
     TtlSeconds,
+    // ---- keys, server and sets ----
+    /// The keys, server and set commands' shapes (`keys_reply`).
+    Keys(super::keys_reply::KeyShape),
 }
 
 /// An error reply.
@@ -189,11 +192,13 @@ pub(crate) fn encode(out: &mut Vec<u8>, v: Version, shape: &Shape, results: &[Op
             Some(OpResult::Type(Some(t))) => resp::simple(out, redis_type_name(*t)),
             _ => resp::simple(out, "none"),
         },
+        // keys, server and sets
+        Shape::Keys(k) => super::keys_reply::encode(out, v, k, results),
     }
 }
 
 /// The Redis type name of a lattice type (TYPE command): Redis's names where one fits.
-fn redis_type_name(t: LatticeType) -> &'static str {
+pub(crate) fn redis_type_name(t: LatticeType) -> &'static str {
     match t {
         LatticeType::Lww | LatticeType::Counter => "string",
         LatticeType::OrSet | LatticeType::Set => "set",
