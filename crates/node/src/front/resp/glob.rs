@@ -29,14 +29,18 @@ pub(crate) fn matches(pattern: &[u8], s: &[u8]) -> bool {
                         }
                     }
                 }
-                b'\\' if p + 1 < pattern.len() && i < s.len() => {
-                    if pattern[p + 1] == s[i] {
-                        p += 2;
-                        i += 1;
-                        continue;
-                    }
+                b'\\' if p + 1 < pattern.len() && i < s.len() && pattern[p + 1] == s[i] => {
+                    p += 2;
+                    i += 1;
+                    continue;
                 }
-                c if c != b'?' && c != b'[' && i < s.len() && c == s[i] => {
+                // A literal byte (a trailing `\` is one, as in Redis).
+                c if c != b'?'
+                    && c != b'['
+                    && !(c == b'\\' && p + 1 < pattern.len())
+                    && i < s.len()
+                    && c == s[i] =>
+                {
                     p += 1;
                     i += 1;
                     continue;
@@ -116,6 +120,7 @@ mod tests {
             ("h[ae]llo", "hillo"),
             ("h[^e]llo", "hello"),
             ("a\\*b", "axb"),
+            ("\\a", "\\"),
             ("abc", "abcd"),
             ("", "a"),
             ("?", ""),

@@ -118,7 +118,7 @@ pub(crate) async fn info(w: &Worker, sections: &[&str]) -> String {
                 "# Memory\r\nused_memory:{memory}\r\nused_memory_human:{}\r\n\
                  maxmemory:{maxmemory}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:noeviction\r\n",
                 human(memory),
-                human(maxmemory as u64),
+                human(maxmemory),
             ),
             "persistence" => "# Persistence\r\nloading:0\r\nrdb_changes_since_last_save:0\r\n\
                  rdb_bgsave_in_progress:0\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\n"
