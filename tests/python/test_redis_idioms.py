@@ -141,6 +141,12 @@ def test_info_client_list_flushdb(r):
     clients = r.client_list()
     assert clients and clients[0]["name"] == "idioms"
     assert r.client_info()["name"] == "idioms"
+    assert clients[0]["id"] == str(r.client_id())
+    assert r.client_kill_filter(_id=r.client_id()) == 0  # SKIPME yes, by default
+    assert r.client_kill_filter(_id=r.client_id(), skipme=False) == 1
+    assert r.ping() is True  # redis-py reconnects
+    assert r.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+    assert int(r.config_get("maxmemory")["maxmemory"]) > 0
     assert r.flushdb() is True
     assert r.dbsize() == 0
     assert r.keys() == []

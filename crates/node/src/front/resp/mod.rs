@@ -30,6 +30,7 @@ mod server;
 mod strings;
 mod txn;
 // keys, server and sets
+mod client;
 mod glob;
 mod info;
 mod keys;

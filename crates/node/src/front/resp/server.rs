@@ -68,7 +68,7 @@ pub(super) fn plan(name: &[u8], cmd: &Cmd<'_>, state: &mut ConnState) -> Option<
         }
         b"AUTH" => Reply(acl::auth(cmd, state)),
         b"ACL" => Reply(acl::acl(cmd, state)),
-        b"CLIENT" => Reply(client(cmd, state)),
+        b"CLIENT" => Reply(super::client::client(cmd, state)),
         b"COMMAND" => Reply(command(cmd, v)),
         b"CONFIG" => {
             if argc < 2 {
@@ -210,78 +210,6 @@ fn hello(cmd: &Cmd<'_>, state: &mut ConnState) -> Vec<u8> {
         resp::bulk(o, b"modules");
         resp::array_header(o, 0);
     })
-}
-
-fn client(cmd: &Cmd<'_>, state: &mut ConnState) -> Vec<u8> {
-    if cmd.len() < 2 {
-        return arity_error(cmd);
-    }
-    let sub = cmd.arg(1);
-    if sub.eq_ignore_ascii_case(b"SETNAME") && cmd.len() == 3 {
-        state.name = Some(cmd.arg(2).to_vec());
-        ready(|o| resp::simple(o, "OK"))
-    } else if sub.eq_ignore_ascii_case(b"GETNAME") {
-        let name = state.name.clone();
-        let v = state.version;
-        ready(|o| match &name {
-            Some(n) => resp::bulk(o, n),
-            None => resp::null(o, v),
-        })
-    } else if sub.eq_ignore_ascii_case(b"ID") {
-        let id = state.id as i64;
-        ready(|o| resp::integer(o, id))
-    } else if sub.eq_ignore_ascii_case(b"SETINFO") && cmd.len() == 4 {
-        ready(|o| resp::simple(o, "OK"))
-    } else if sub.eq_ignore_ascii_case(b"LIST") || sub.eq_ignore_ascii_case(b"INFO") {
-        // Connections are not registered node-wide: the list holds the calling
-        // connection (INFO's `connected_clients` counts them all).
-        let line = client_line(state);
-        ready(|o| resp::verbatim(o, line.as_bytes(), state.version))
-    } else if sub.eq_ignore_ascii_case(b"KILL") && cmd.len() >= 3 {
-        if cmd.len() == 3 {
-            // The old form, `CLIENT KILL addr:port`.
-            return err("ERR No such client");
-        }
-        // The new form: filters; the calling connection is skipped by default (SKIPME
-        // yes) and others cannot be reached from here: none killed.
-        ready(|o| resp::integer(o, 0))
-    } else if (sub.eq_ignore_ascii_case(b"NO-EVICT") || sub.eq_ignore_ascii_case(b"NO-TOUCH"))
-        && cmd.len() == 3
-    {
-        ready(|o| resp::simple(o, "OK"))
-    } else {
-        err(&format!(
-            "ERR unknown subcommand '{}'. Try CLIENT HELP.",
-            String::from_utf8_lossy(sub)
-        ))
-    }
-}
-
-/// The calling connection as a `CLIENT LIST` line (Redis's fields; addresses are not
-/// kept per connection, so `addr` is unknown).
-fn client_line(state: &ConnState) -> String {
-    let name = state
-        .name
-        .as_ref()
-        .map(|n| String::from_utf8_lossy(n).into_owned())
-        .unwrap_or_default();
-    let multi = if state.txn.in_multi() { 0 } else { -1 };
-    let resp = if state.version == Version::Resp3 {
-        3
-    } else {
-        2
-    };
-    format!(
-        "id={} addr=unknown laddr=unknown fd=-1 name={name} age=0 idle=0 flags=N db=0 sub=0 \
-         psub=0 ssub=0 multi={multi} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 tot-mem=0 \
-         rbs=0 rbp=0 obl=0 oll=0 omem=0 events=r cmd=client|list user={} redir=-1 resp={resp} \
-         lib-name= lib-ver=\n",
-        state.id,
-        state
-            .user
-            .as_ref()
-            .map_or("default".to_string(), |u| u.name().to_string()),
-    )
 }
 
 /// One COMMAND entry: `(name, arity, flags, first key, last key, step)` as Redis reports it.
