@@ -56,7 +56,7 @@ pub(super) fn client(cmd: &Cmd<'_>, state: &mut ConnState) -> Vec<u8> {
 /// reached from here, so it is the one killed when `ID` names it and `SKIPME no` is given
 /// (closed after the reply, as Redis does); otherwise none.
 fn kill(cmd: &Cmd<'_>, state: &mut ConnState) -> Vec<u8> {
-    if cmd.len() % 2 != 0 {
+    if !cmd.len().is_multiple_of(2) {
         return syntax_error();
     }
     let mut me = true;
