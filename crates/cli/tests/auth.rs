@@ -473,3 +473,40 @@ fn with_a_cluster_secret_the_membership_is_shown_only_to_nodes_and_users() {
         Some(R::Topology(_))
     ));
 }
+
+#[test]
+fn listing_needs_every_key_and_flushing_needs_admin() {
+    let (node, _dir) = node_with_users(&["--workers", "2"]);
+    let mut admin = Resp::connect(node.resp);
+    admin.roundtrip(&[b"AUTH", b"admin", b"admin-pw"], b"+OK\r\n");
+    admin.roundtrip(&[b"SET", b"app:1", b"one"], b"+OK\r\n");
+    admin.roundtrip(&[b"SET", b"other", b"two"], b"+OK\r\n");
+
+    // reader: lists every key, flushes nothing, renames nothing.
+    let mut r = Resp::connect(node.resp);
+    r.roundtrip(&[b"AUTH", b"reader", b"reader-pw"], b"+OK\r\n");
+    r.roundtrip(&[b"DBSIZE"], b":2\r\n");
+    r.roundtrip(&[b"KEYS", b"oth*"], b"*1\r\n$5\r\nother\r\n");
+    r.roundtrip(
+        &[b"FLUSHDB"],
+        b"-NOPERM User reader has no permissions to run the 'flushdb' command\r\n",
+    );
+    r.send(&[b"RENAME", b"other", b"x"]);
+    assert!(r.line().starts_with("-NOPERM User reader"));
+
+    // app: its patterns do not cover every key, so listing would leak keys: refused.
+    let key = b"-NOPERM No permissions to access a key\r\n";
+    let mut a = Resp::connect(node.resp);
+    a.roundtrip(&[b"AUTH", b"app", b"app-pw"], b"+OK\r\n");
+    a.roundtrip(&[b"KEYS", b"*"], key);
+    a.roundtrip(&[b"SCAN", b"0"], key);
+    a.roundtrip(&[b"RANDOMKEY"], key);
+    a.roundtrip(&[b"RENAME", b"app:1", b"other"], key);
+    a.roundtrip(&[b"SUNIONSTORE", b"app:s", b"other"], key);
+    a.roundtrip(&[b"RENAME", b"app:1", b"app:2"], b"+OK\r\n");
+    a.roundtrip(&[b"GET", b"app:2"], b"$3\r\none\r\n");
+
+    admin.roundtrip(&[b"FLUSHALL"], b"+OK\r\n");
+    admin.roundtrip(&[b"DBSIZE"], b":0\r\n");
+    r.roundtrip(&[b"KEYS", b"*"], b"*0\r\n");
+}

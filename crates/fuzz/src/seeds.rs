@@ -330,6 +330,36 @@ pub fn resp() -> Vec<Seed> {
     let mut replies = vec![0u8];
     replies.extend_from_slice(b"+OK\r\n-ERR x\r\n:5\r\n$3\r\nabc\r\n*2\r\n$1\r\na\r\n$-1\r\n%1\r\n+k\r\n:1\r\n_\r\n#t\r\n,1.5\r\n");
     out.push(("replies", replies));
+    // keys, server and sets
+    let mut keys = vec![0u8];
+    let key_cmds: &[&[&str]] = &[
+        &["SADD", "a", "1", "2"],
+        &["SADD", "b", "2", "x"],
+        &["SINTER", "a", "b"],
+        &["SUNIONSTORE", "c", "a", "b"],
+        &["SINTERCARD", "2", "a", "b", "LIMIT", "1"],
+        &["SMOVE", "a", "b", "1"],
+        &["SPOP", "c", "2"],
+        &["SRANDMEMBER", "c", "-3"],
+        &["SMISMEMBER", "a", "1", "9"],
+        &["SSCAN", "a", "0", "MATCH", "[^x]*"],
+        &["SCAN", "0", "MATCH", "*[a-", "COUNT", "2", "TYPE", "set"],
+        &["KEYS", "\\*?[]"],
+        &["RANDOMKEY"],
+        &["RENAME", "a", "d"],
+        &["COPY", "d", "e", "REPLACE"],
+        &["OBJECT", "ENCODING", "e"],
+        &["EXPIRETIME", "e"],
+        &["CLIENT", "KILL", "ID", "1", "SKIPME", "no"],
+        &["INFO", "keyspace", "cpu"],
+        &["CONFIG", "GET", "*max*"],
+        &["FLUSHDB", "ASYNC"],
+    ];
+    for c in key_cmds {
+        let args: Vec<&[u8]> = c.iter().map(|s| s.as_bytes()).collect();
+        wire::resp::reply::command(&mut keys, &args);
+    }
+    out.push(("keys-and-sets", keys));
     out
 }
 

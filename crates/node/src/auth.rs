@@ -208,6 +208,12 @@ impl User {
         self.permissions & p.bit() != 0
     }
 
+    /// True if the user may access every key (a `*` pattern): listing the key space
+    /// (`KEYS`, `SCAN`, `FLUSHDB`) needs it.
+    pub fn all_keys(&self) -> bool {
+        self.any_key
+    }
+
     /// True if `key` matches one of the user's patterns.
     pub fn may_access(&self, key: &[u8]) -> bool {
         self.keys.iter().any(|p| p.matches(key))

@@ -341,9 +341,18 @@ mod tests {
                 ],
                 ops: vec![
                     Op::Get { key: k.clone() },
-                    Op::CounterAdd { key: k, delta: 2 },
+                    Op::CounterAdd {
+                        key: k.clone(),
+                        delta: 2,
+                    },
                 ],
             },
+            // keys and sets
+            Op::SetPop {
+                key: k.clone(),
+                count: 3,
+            },
+            Op::ExpireTime { key: k },
         ];
         for op in ops {
             assert_eq!(op_from_pb(op_to_pb(&op)).unwrap(), op);

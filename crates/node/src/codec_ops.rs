@@ -130,6 +130,11 @@ pub fn op_to_pb(op: &Op<Bytes>) -> pb::ForwardOp {
             out.kind = Kind::Zset as i32;
             out.members = args.clone();
         }
+        Op::SetPop { count, .. } => {
+            out.kind = Kind::SetPop as i32;
+            out.delta = i64::try_from(*count).unwrap_or(i64::MAX);
+        }
+        Op::ExpireTime { .. } => out.kind = Kind::ExpireTime as i32,
     }
     out
 }
@@ -292,6 +297,11 @@ pub fn op_from_pb(op: pb::ForwardOp) -> Result<Op<Bytes>, NodeError> {
                 key,
                 args: op.members,
             },
+            Kind::SetPop => Op::SetPop {
+                key,
+                count: u64::try_from(op.delta).map_err(|_| bad("negative count"))?,
+            },
+            Kind::ExpireTime => Op::ExpireTime { key },
         },
     )
 }

@@ -226,6 +226,21 @@ pub enum Op<B> {
         /// The command name and the arguments after the key.
         args: Vec<B>,
     },
+    // ---- keys and sets (RESP `SPOP`) ----
+    /// Remove up to `count` random members of the OR-set at `key` (`SPOP`). →
+    /// [`OpResult::Value`] the removed members as a grow-only set, `None` if absent.
+    SetPop {
+        /// The key.
+        key: B,
+        /// Most members removed.
+        count: u64,
+    },
+    /// `key`'s absolute deadline (`PEXPIRETIME`). → [`OpResult::Int`]: ms since the
+    /// epoch, -1 without a deadline, -2 if missing.
+    ExpireTime {
+        /// The key.
+        key: B,
+    },
 }
 
 /// A deadline as a command gives it, resolved by the worker running the op.
@@ -300,7 +315,9 @@ impl<B> Op<B> {
             | Op::List { key, .. }
             // Redis hashes and sorted sets.
             | Op::Hash { key, .. }
-            | Op::Zset { key, .. } => key,
+            | Op::Zset { key, .. }
+            | Op::SetPop { key, .. }
+            | Op::ExpireTime { key } => key,
         }
     }
 }
@@ -327,7 +344,8 @@ impl<B: AsRef<[u8]>> Op<B> {
             | Op::IncrByFloat { .. }
             | Op::IncrBy { .. }
             | Op::AssignTtl { .. }
-            | Op::Expire { .. } => true,
+            | Op::Expire { .. }
+            | Op::SetPop { .. } => true,
             Op::GetEx { deadline, .. } => deadline.is_some(),
             Op::Exec { ops, .. } => ops.iter().any(Op::is_write),
             // ---- lists (helper B) ----
@@ -342,7 +360,8 @@ impl<B: AsRef<[u8]>> Op<B> {
             | Op::SetContains { .. }
             | Op::SetLen { .. }
             | Op::Ttl { .. }
-            | Op::Version { .. } => false,
+            | Op::Version { .. }
+            | Op::ExpireTime { .. } => false,
         }
     }
 
@@ -467,6 +486,11 @@ impl<B: AsRef<[u8]>> Op<B> {
                 key: b(key),
                 args: args.iter().map(b).collect(),
             },
+            Op::SetPop { key, count } => Op::SetPop {
+                key: b(key),
+                count: *count,
+            },
+            Op::ExpireTime { key } => Op::ExpireTime { key: b(key) },
         }
     }
 }

@@ -26,6 +26,7 @@ mod exec;
 mod expiry;
 mod journal;
 // ---- lists (helper B) ----
+mod keyspace;
 mod lists;
 mod ops;
 mod strings;
@@ -60,6 +61,7 @@ use crate::view::ViewState;
 pub use crate::codec::GossipBatch;
 pub use backing::{BackingStats, Taken};
 pub use entropy::{bucket_of, AntiEntropyDigest, RepairCursor, BUCKETS};
+pub use keyspace::{KeyFilter, ScanPage};
 pub use sync::Outgoing;
 pub use tier::{EVICT_STEP, HARD_CEILING_FACTOR, LOW_WATERMARK_PERCENT};
 
@@ -540,6 +542,8 @@ mod backlog_tests;
 mod disk_tests;
 #[cfg(test)]
 mod handoff_tests;
+#[cfg(test)]
+mod keyspace_tests;
 #[cfg(test)]
 mod tests;
 // ---- lists (helper B) ----

@@ -279,6 +279,8 @@ impl Shard {
             // Redis hashes and sorted sets.
             Op::Hash { key, args } => self.hash_op(key.as_ref(), &args),
             Op::Zset { key, args } => self.zset_op(key.as_ref(), &args),
+            Op::SetPop { key, count } => self.set_pop(key.as_ref(), count).into(),
+            Op::ExpireTime { key } => self.expire_time(key.as_ref()),
         }
     }
 

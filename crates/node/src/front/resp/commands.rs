@@ -13,8 +13,10 @@
 //! | MULTI, EXEC, DISCARD, WATCH, UNWATCH | — | `txn`: queued per connection; WATCH needs keys with one replica |
 //! | HSET, HMSET, HSETNX, HGET, HMGET, HGETALL, HDEL, HEXISTS, HLEN, HKEYS, HVALS, HSTRLEN, HINCRBY, HINCRBYFLOAT, HRANDFIELD, HSCAN | `Hash` (field → LWW register, removals as tombstones) | `hash`: one `Op::Hash` per command, run at the key's worker (`shard::hash`) |
 //! | ZADD [NX\|XX] [GT\|LT] [CH] [INCR], ZINCRBY, ZSCORE, ZMSCORE, ZREM, ZCARD, ZCOUNT, ZLEXCOUNT, ZRANK, ZREVRANK, ZRANGE [BYSCORE\|BYLEX] [REV] [LIMIT] [WITHSCORES], ZRANGEBYSCORE, ZREVRANGEBYSCORE, ZRANGEBYLEX, ZREVRANGEBYLEX, ZREVRANGE, ZPOPMIN, ZPOPMAX, ZREMRANGEBYRANK, ZREMRANGEBYSCORE, ZREMRANGEBYLEX, ZSCAN | `SortedSet` (member → LWW score, removals as tombstones, order index) | `zset`: one `Op::Zset` per command (`shard::zset`) |
-//! | PING, ECHO, HELLO, SELECT 0, QUIT, AUTH, ACL, CLIENT, COMMAND, CONFIG GET, INFO, DBSIZE | — | connection and server commands (`server`, `acl`) |
 //! | SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE, SSUBSCRIBE, SUNSUBSCRIBE, PUBLISH, SPUBLISH, PUBSUB, RESET | — | `pubsub`: no lattice, messages are not stored; fan-out to every node ([`crate::pubsub`]) |
+//! | PING, ECHO, HELLO, SELECT 0, QUIT, AUTH, ACL, CLIENT, COMMAND, CONFIG GET, INFO, DBSIZE, TIME, LASTSAVE, SAVE, BGSAVE, WAIT | — | connection and server commands (`server`, `info`, `acl`) |
+//! | KEYS, SCAN, RANDOMKEY, FLUSHDB, FLUSHALL, RENAME, RENAMENX, COPY, TOUCH, OBJECT, MEMORY USAGE, EXPIRETIME, PEXPIRETIME | any | `keys`: listing asks every worker (primary replicas, hash order); SWAPDB/MOVE refused |
+//! | SINTER, SUNION, SDIFF, *STORE, SINTERCARD, SMOVE, SPOP, SRANDMEMBER, SMISMEMBER, SSCAN | `OrSet` | `sets`: reads gather one `Get` per key; STORE/SMOVE write after reading |
 //!
 //! On a node with users, a connection must authenticate before anything but AUTH, HELLO
 //! and QUIT (`-NOAUTH`); reads need the `read` permission, writes `write`, and every key
@@ -32,8 +34,10 @@ use super::acl;
 use super::expiry;
 use super::pubsub;
 // ---- lists (helper B) ----
+use super::keys;
 use super::reply::{encode, encode_get, err, Shape};
 use super::server::{self, Server};
+use super::sets;
 use super::strings;
 use super::txn;
 use super::ConnState;
@@ -174,6 +178,31 @@ pub(super) fn permit(user: &User, plan: &Plan<'_>) -> Result<(), AuthError> {
         Plan::One(_, op) => check_ops(std::slice::from_ref(op)),
         Plan::Ops(_, ops) => check_ops(ops),
         Plan::Server(Server::DbSize) => user.check(Permission::Read, []),
+        // keys, server and sets
+        Plan::Server(Server::Keys(job)) => {
+            if matches!(job, keys::KeyJob::Flush) {
+                user.check(Permission::Admin, [])?;
+            }
+            if job.keys().is_empty() && !user.all_keys() {
+                // Listing would show keys outside the user's patterns.
+                return Err(AuthError::Key {
+                    user: user.name().to_string(),
+                });
+            }
+            let need = if job.writes() {
+                Permission::Write
+            } else {
+                Permission::Read
+            };
+            user.check(Permission::Read, [])?;
+            user.check(need, [])?;
+            user.check_keys(job.keys())
+        }
+        Plan::Server(Server::Sets(job)) => {
+            user.check(Permission::Read, [])?;
+            user.check(Permission::Write, [])?;
+            user.check_keys(job.keys())
+        }
         Plan::Reply(_) | Plan::Server(_) => Ok(()),
     }
 }
@@ -339,6 +368,17 @@ pub(super) fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
             // Redis hashes and sorted sets.
             if let Some(p) = hash::plan(other, &cmd).or_else(|| zset::plan(other, &cmd)) {
                 return p;
+            }
+            // keys, server and sets
+            match keys::plan(other, &cmd) {
+                Some(keys::KeyPlan::Plan(p)) => return p,
+                Some(keys::KeyPlan::Job(j)) => return Plan::Server(Server::Keys(j)),
+                None => {}
+            }
+            match sets::plan(other, &cmd) {
+                Some(sets::SetPlan::Plan(p)) => return p,
+                Some(sets::SetPlan::Job(j)) => return Plan::Server(Server::Sets(j)),
+                None => {}
             }
             match server::plan(other, &cmd, state) {
                 Some(s) => Plan::Server(s),

@@ -21,6 +21,9 @@
 //! - `pubsub`: (P|S)SUBSCRIBE, (P|S)UNSUBSCRIBE, (S)PUBLISH, PUBSUB, RESET.
 //! - `lists`: list commands; `blocking`: the blocking pops.
 //! - `hash`, `zset`: hash and sorted-set commands, `coll_reply`: their replies.
+//! - `keys`, `keys_reply`, `glob`, `info`: the key space (KEYS, SCAN, FLUSHDB, RENAME, …),
+//!   their reply shapes, glob patterns, INFO;
+//! - `sets`: set commands beyond SADD/SREM/SMEMBERS.
 
 mod acl;
 // ---- lists (helper B) ----
@@ -39,6 +42,13 @@ mod pubsub;
 mod coll_reply;
 mod hash;
 mod zset;
+// keys, server and sets
+mod client;
+mod glob;
+mod info;
+mod keys;
+mod keys_reply;
+mod sets;
 
 use std::rc::Rc;
 use std::sync::Arc;

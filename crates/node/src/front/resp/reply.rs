@@ -42,6 +42,9 @@ pub(crate) enum Shape {
     // Redis hashes and sorted sets.
     /// A hash or sorted-set reply from its items (`coll_reply`).
     Coll(super::coll_reply::CollReply),
+    // ---- keys, server and sets ----
+    /// The keys, server and set commands' shapes (`keys_reply`).
+    Keys(super::keys_reply::KeyShape),
 }
 
 /// An error reply.
@@ -199,11 +202,13 @@ pub(crate) fn encode(out: &mut Vec<u8>, v: Version, shape: &Shape, results: &[Op
         },
         // Redis hashes and sorted sets.
         Shape::Coll(c) => super::coll_reply::encode(out, v, *c, first),
+        // keys, server and sets
+        Shape::Keys(k) => super::keys_reply::encode(out, v, k, results),
     }
 }
 
 /// The Redis type name of a lattice type (TYPE command): Redis's names where one fits.
-fn redis_type_name(t: LatticeType) -> &'static str {
+pub(crate) fn redis_type_name(t: LatticeType) -> &'static str {
     match t {
         LatticeType::Lww | LatticeType::Counter => "string",
         LatticeType::OrSet | LatticeType::Set => "set",

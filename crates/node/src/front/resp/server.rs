@@ -1,5 +1,7 @@
 //! Connection and server commands: PING, ECHO, HELLO, SELECT, QUIT, AUTH, ACL, CLIENT,
-//! COMMAND, CONFIG, INFO, DBSIZE.
+//! COMMAND, CONFIG, INFO, DBSIZE, TIME, LASTSAVE, SAVE, BGSAVE, WAIT; and the jobs of the
+//! key-space and set commands that ask every worker or write after reading (`keys`,
+//! `sets`).
 
 use wire::resp::{self, Version};
 
@@ -7,20 +9,31 @@ use super::acl;
 use super::commands::{arity_error, parse_i64, syntax_error, Cmd};
 use super::reply::{err, ready};
 use super::ConnState;
-use crate::driver::worker::{all_stats, Worker};
+use crate::driver::worker::Worker;
 
 /// The Redis version whose protocol and replies latticekv follows (reported by HELLO and
-/// INFO, so clients enable the matching features).
-pub const REDIS_COMPAT_VERSION: &str = "7.0.0";
+/// INFO, so clients enable the matching features). 7.2: the commands latticekv implements
+/// behave as Redis 7.2's (`SINTERCARD`, `EXPIRETIME`, `CLIENT SETINFO`, which redis-py 5
+/// sends on connect), and clients gate no feature latticekv lacks on a later version.
+pub const REDIS_COMPAT_VERSION: &str = "7.2.0";
 
 /// What a server command needs.
 pub(super) enum Server {
     /// The reply is known.
     Reply(Vec<u8>),
-    /// INFO: every worker's counters.
-    Info,
+    /// INFO: every worker's counters, for these sections.
+    Info(Vec<&'static str>),
     /// DBSIZE: every worker's key count.
     DbSize,
+    // ---- keys, server and sets ----
+    /// A key-space command asking every worker, or writing after reading (`keys`).
+    Keys(super::keys::KeyJob),
+    /// A set command writing after reading (`sets`).
+    Sets(super::sets::SetJob),
+    /// LASTSAVE: the node's start (writes are made durable continuously, no snapshots).
+    LastSave,
+    /// CONFIG GET with these patterns (lower case).
+    Config(Vec<Vec<u8>>),
 }
 
 /// A server command `name` (upper case), or `None` if `name` is not one.
@@ -55,10 +68,45 @@ pub(super) fn plan(name: &[u8], cmd: &Cmd<'_>, state: &mut ConnState) -> Option<
         }
         b"AUTH" => Reply(acl::auth(cmd, state)),
         b"ACL" => Reply(acl::acl(cmd, state)),
-        b"CLIENT" => Reply(client(cmd, state)),
+        b"CLIENT" => Reply(super::client::client(cmd, state)),
         b"COMMAND" => Reply(command(cmd, v)),
-        b"CONFIG" => Reply(config(cmd, v)),
-        b"INFO" => Server::Info,
+        b"CONFIG" => {
+            if argc < 2 {
+                Reply(arity_error(cmd))
+            } else {
+                config(cmd)
+            }
+        }
+        b"INFO" => {
+            let args: Vec<String> = (1..argc)
+                .map(|i| String::from_utf8_lossy(cmd.arg(i)).to_lowercase())
+                .collect();
+            Server::Info(super::info::sections(&args))
+        }
+        b"TIME" if argc == 1 => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            let (secs, micros) = (now.as_secs().to_string(), now.subsec_micros().to_string());
+            Reply(ready(|o| {
+                resp::array_header(o, 2);
+                resp::bulk(o, secs.as_bytes());
+                resp::bulk(o, micros.as_bytes());
+            }))
+        }
+        // Writes are durable as the node's log and disk tier make them, continuously:
+        // there is no snapshot to take. LASTSAVE is the node's start.
+        b"LASTSAVE" if argc == 1 => Server::LastSave,
+        b"SAVE" if argc == 1 => Reply(ready(|o| resp::simple(o, "OK"))),
+        b"BGSAVE" if argc <= 2 => Reply(ready(|o| resp::simple(o, "Background saving started"))),
+        b"WAIT" if argc == 3 => Reply(match (parse_i64(cmd.arg(1)), parse_i64(cmd.arg(2))) {
+            // Replication is asynchronous gossip with no per-write acknowledgement to
+            // count: the honest answer is 0 replicas.
+            (Some(n), Some(t)) if n >= 0 && t >= 0 => ready(|o| resp::integer(o, 0)),
+            (Some(_), Some(_)) => err("ERR timeout is negative"),
+            _ => err("ERR value is not an integer or out of range"),
+        }),
+        b"TIME" | b"LASTSAVE" | b"SAVE" | b"BGSAVE" | b"WAIT" => Reply(arity_error(cmd)),
         b"DBSIZE" => {
             if argc != 1 {
                 Reply(arity_error(cmd))
@@ -71,20 +119,28 @@ pub(super) fn plan(name: &[u8], cmd: &Cmd<'_>, state: &mut ConnState) -> Option<
 }
 
 /// The reply to INFO or DBSIZE, which ask every worker.
-pub(super) async fn ask_workers(w: &Worker, what: Server, v: Version) -> Vec<u8> {
+pub(super) async fn ask_workers(w: &std::rc::Rc<Worker>, what: Server, v: Version) -> Vec<u8> {
     match what {
         Server::Reply(bytes) => bytes,
-        Server::Info => {
-            let text = info(w).await;
+        Server::Info(sections) => {
+            let text = super::info::info(w, &sections).await;
             ready(|o| resp::verbatim(o, text.as_bytes(), v))
         }
         Server::DbSize => {
-            let keys: u64 = all_stats(&w.shared)
-                .await
-                .iter()
-                .map(|s| s.core.shard.primary_keys)
-                .sum();
+            // The keys KEYS lists: every worker counts its own (`shard::keyspace`).
+            let (keys, _) = super::info::keyspace(w).await;
             ready(|o| resp::integer(o, keys as i64))
+        }
+        Server::Keys(job) => super::keys::run_job(w, job, v).await,
+        Server::Sets(job) => super::sets::run_job(w, job, v).await,
+        Server::Config(patterns) => config_get(w, &patterns, v),
+        Server::LastSave => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs();
+            let at = now.saturating_sub(w.shared.started.elapsed().as_secs());
+            ready(|o| resp::integer(o, at as i64))
         }
     }
 }
@@ -154,34 +210,6 @@ fn hello(cmd: &Cmd<'_>, state: &mut ConnState) -> Vec<u8> {
         resp::bulk(o, b"modules");
         resp::array_header(o, 0);
     })
-}
-
-fn client(cmd: &Cmd<'_>, state: &mut ConnState) -> Vec<u8> {
-    if cmd.len() < 2 {
-        return arity_error(cmd);
-    }
-    let sub = cmd.arg(1);
-    if sub.eq_ignore_ascii_case(b"SETNAME") && cmd.len() == 3 {
-        state.name = Some(cmd.arg(2).to_vec());
-        ready(|o| resp::simple(o, "OK"))
-    } else if sub.eq_ignore_ascii_case(b"GETNAME") {
-        let name = state.name.clone();
-        let v = state.version;
-        ready(|o| match &name {
-            Some(n) => resp::bulk(o, n),
-            None => resp::null(o, v),
-        })
-    } else if sub.eq_ignore_ascii_case(b"ID") {
-        let id = state.id as i64;
-        ready(|o| resp::integer(o, id))
-    } else if sub.eq_ignore_ascii_case(b"SETINFO") && cmd.len() == 4 {
-        ready(|o| resp::simple(o, "OK"))
-    } else {
-        err(&format!(
-            "ERR unknown subcommand '{}'. Try CLIENT HELP.",
-            String::from_utf8_lossy(sub)
-        ))
-    }
 }
 
 /// One COMMAND entry: `(name, arity, flags, first key, last key, step)` as Redis reports it.
@@ -461,6 +489,39 @@ const COMMANDS: &[CommandInfo] = &[
     ("zremrangebyscore", 4, &["write"], 1, 1, 1),
     ("zremrangebylex", 4, &["write"], 1, 1, 1),
     ("zscan", -3, &["readonly"], 1, 1, 1),
+    // keys, server and sets
+    ("keys", 2, &["readonly"], 0, 0, 0),
+    ("scan", -2, &["readonly"], 0, 0, 0),
+    ("randomkey", 1, &["readonly"], 0, 0, 0),
+    ("flushdb", -1, &["write"], 0, 0, 0),
+    ("flushall", -1, &["write"], 0, 0, 0),
+    ("rename", 3, &["write"], 1, 2, 1),
+    ("renamenx", 3, &["write", "fast"], 1, 2, 1),
+    ("copy", -3, &["write", "denyoom"], 1, 2, 1),
+    ("touch", -2, &["readonly", "fast"], 1, -1, 1),
+    ("expiretime", 2, &["readonly", "fast"], 1, 1, 1),
+    ("pexpiretime", 2, &["readonly", "fast"], 1, 1, 1),
+    ("object", -2, &["readonly"], 2, 2, 1),
+    ("memory", -2, &["readonly"], 0, 0, 0),
+    ("swapdb", 3, &["write", "fast"], 0, 0, 0),
+    ("move", 3, &["write", "fast"], 1, 1, 1),
+    ("time", 1, &["loading", "stale", "fast"], 0, 0, 0),
+    ("lastsave", 1, &["loading", "stale", "fast"], 0, 0, 0),
+    ("save", 1, &["admin", "noscript"], 0, 0, 0),
+    ("bgsave", -1, &["admin", "noscript"], 0, 0, 0),
+    ("wait", 3, &["noscript"], 0, 0, 0),
+    ("sinter", -2, &["readonly"], 1, -1, 1),
+    ("sunion", -2, &["readonly"], 1, -1, 1),
+    ("sdiff", -2, &["readonly"], 1, -1, 1),
+    ("sinterstore", -3, &["write", "denyoom"], 1, -1, 1),
+    ("sunionstore", -3, &["write", "denyoom"], 1, -1, 1),
+    ("sdiffstore", -3, &["write", "denyoom"], 1, -1, 1),
+    ("sintercard", -3, &["readonly"], 0, 0, 0),
+    ("smove", 4, &["write", "fast"], 1, 2, 1),
+    ("spop", -2, &["write", "fast"], 1, 1, 1),
+    ("srandmember", -2, &["readonly"], 1, 1, 1),
+    ("smismember", -3, &["readonly", "fast"], 1, 1, 1),
+    ("sscan", -3, &["readonly"], 1, 1, 1),
 ];
 
 /// The Redis arity of command `name` (lower case): `n` exactly `n` arguments with the
@@ -525,39 +586,65 @@ fn command(cmd: &Cmd<'_>, v: Version) -> Vec<u8> {
     }
 }
 
-fn config(cmd: &Cmd<'_>, v: Version) -> Vec<u8> {
-    if cmd.len() >= 3 && cmd.arg(1).eq_ignore_ascii_case(b"GET") {
-        // Persistence and the other Redis settings don't apply: report none, as Redis
-        // does for parameters it doesn't know (redis-benchmark asks for `save`).
-        ready(|o| resp::map_header(o, 0, v))
-    } else if cmd.len() >= 2 && cmd.arg(1).eq_ignore_ascii_case(b"SET") {
-        err("ERR CONFIG SET is not supported; configure latticekv with its TOML file")
+fn config(cmd: &Cmd<'_>) -> Server {
+    let sub = cmd.arg(1);
+    if cmd.len() >= 3 && sub.eq_ignore_ascii_case(b"GET") {
+        Server::Config(
+            (2..cmd.len())
+                .map(|i| cmd.arg(i).to_ascii_lowercase())
+                .collect(),
+        )
+    } else if cmd.len() >= 4 && sub.eq_ignore_ascii_case(b"SET") {
+        Server::Reply(err(&format!(
+            "ERR CONFIG SET {} is not supported: latticekv is configured with its TOML file \
+             and command-line options (restart the node to change them)",
+            String::from_utf8_lossy(cmd.arg(2))
+        )))
+    } else if cmd.len() == 2 && sub.eq_ignore_ascii_case(b"RESETSTAT") {
+        Server::Reply(ready(|o| resp::simple(o, "OK")))
+    } else if cmd.len() == 2 && sub.eq_ignore_ascii_case(b"REWRITE") {
+        Server::Reply(err(
+            "ERR CONFIG REWRITE is not supported: edit the TOML file",
+        ))
     } else {
-        arity_error(cmd)
+        Server::Reply(arity_error(cmd))
     }
 }
 
-async fn info(w: &Worker) -> String {
-    let shared = &w.shared;
-    let stats = all_stats(shared).await;
-    let keys: u64 = stats.iter().map(|s| s.core.shard.primary_keys).sum();
-    let memory: u64 = stats.iter().map(|s| s.core.shard.bytes).sum();
-    let commands: u64 = stats.iter().map(|s| s.core.shard.requests).sum();
-    let clients: u64 = stats.iter().map(|s| s.connections).sum();
-    format!(
-        "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nlatticekv_version:{}\r\n\
-         redis_mode:standalone\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n\
-         workers:{}\r\n\r\n# Clients\r\nconnected_clients:{clients}\r\n\r\n\
-         # Memory\r\nused_memory:{memory}\r\nmaxmemory:{}\r\n\r\n\
-         # Persistence\r\nloading:0\r\naof_enabled:0\r\n\r\n\
-         # Stats\r\ntotal_commands_processed:{commands}\r\n\r\n\
-         # Replication\r\nrole:master\r\n\r\n\
-         # Keyspace\r\ndb0:keys={keys},expires=0,avg_ttl=0\r\n",
-        env!("CARGO_PKG_VERSION"),
-        std::process::id(),
-        shared.resp_port,
-        shared.started.elapsed().as_secs(),
-        shared.mesh.len(),
-        shared.config.limits.memory_budget_bytes(),
-    )
+/// `CONFIG GET pattern…`: the common Redis parameters, with latticekv's values where one
+/// exists (`maxmemory` is the node's memory budget, `maxclients` its connection limit,
+/// `port` its RESP port) and Redis's defaults that describe latticekv otherwise.
+fn config_get(w: &Worker, patterns: &[Vec<u8>], v: Version) -> Vec<u8> {
+    let limits = &w.shared.config.limits;
+    let params: Vec<(&str, String)> = vec![
+        ("maxmemory", limits.memory_budget_bytes().to_string()),
+        ("maxmemory-policy", "noeviction".into()),
+        ("maxclients", limits.max_connections.to_string()),
+        ("port", w.shared.resp_port.to_string()),
+        ("databases", "1".into()),
+        ("save", String::new()),
+        ("appendonly", "no".into()),
+        ("appendfsync", "everysec".into()),
+        ("timeout", "0".into()),
+        ("tcp-keepalive", "300".into()),
+        ("hz", "10".into()),
+        ("notify-keyspace-events", String::new()),
+        ("cluster-enabled", "no".into()),
+        ("proto-max-bulk-len", limits.max_frame_size.to_string()),
+    ];
+    let hits: Vec<&(&str, String)> = params
+        .iter()
+        .filter(|(name, _)| {
+            patterns
+                .iter()
+                .any(|p| super::glob::matches(p, name.as_bytes()))
+        })
+        .collect();
+    ready(|o| {
+        resp::map_header(o, hits.len(), v);
+        for (name, value) in hits {
+            resp::bulk(o, name.as_bytes());
+            resp::bulk(o, value.as_bytes());
+        }
+    })
 }

@@ -1,0 +1,454 @@
+//! Key-space commands: `KEYS`, `SCAN`, `RANDOMKEY`, `FLUSHDB`/`FLUSHALL`, `RENAME`,
+//! `RENAMENX`, `COPY`, `TOUCH`, `OBJECT`, `MEMORY USAGE`, `EXPIRETIME`/`PEXPIRETIME`;
+//! `SWAPDB` and `MOVE` are refused (one database).
+//!
+//! Listing asks every worker of this node for the keys it lists — those the node holds a
+//! replica of, each at one worker (`shard::keyspace`) — in placement-hash order: a `SCAN` cursor is a position in that
+//! order (a 64-bit hash), the same on every worker and node. Each page covers every key
+//! with a hash in `[cursor, next)` on every worker, so a key present for the whole scan is
+//! returned (at least once — exactly once unless it moves between workers mid-scan).
+//! Keys with no replica on this node are listed by the nodes holding them.
+
+use std::rc::Rc;
+
+use lattice::Value;
+use tokio::sync::oneshot;
+use wire::resp::{self, Version};
+
+use super::commands::{arity_error, parse_i64, syntax_error, Cmd, Plan};
+use super::glob;
+use super::keys_reply::{members, KeyShape};
+use super::reply::{err, ready, redis_type_name, Shape};
+use super::sets::run_ops;
+use crate::driver::worker::{Worker, WorkerMsg};
+use crate::error::NodeError;
+use crate::op::{Deadline, ExpireWhen, Op, OpResult};
+use crate::shard::ScanPage;
+
+/// Most keys `KEYS` answers: beyond, it is an error naming `SCAN`.
+pub(crate) const MAX_KEYS_REPLY: usize = 1_000_000;
+/// Most keys one `SCAN` page visits per worker (`COUNT` is clamped to it).
+pub(crate) const MAX_SCAN_COUNT: usize = 100_000;
+/// Deletes per request when flushing.
+const FLUSH_BATCH: usize = 1024;
+
+/// A key-space command run by `server::ask_workers`.
+#[derive(Debug)]
+pub(crate) enum KeyJob {
+    /// `KEYS pattern`.
+    Keys(Vec<u8>),
+    /// `SCAN cursor [MATCH p] [COUNT n] [TYPE t]`.
+    Scan {
+        /// Where the page starts.
+        cursor: u64,
+        /// The `MATCH` pattern.
+        pattern: Option<Vec<u8>>,
+        /// Keys visited per worker.
+        count: usize,
+        /// The `TYPE` filter (a Redis type name, lower case).
+        ty: Option<String>,
+    },
+    /// `RANDOMKEY`.
+    RandomKey,
+    /// `FLUSHDB` / `FLUSHALL`.
+    Flush,
+    /// `RENAME` (`nx`: `RENAMENX`) or `COPY` (`copy`, with `replace`).
+    Rename {
+        /// The source.
+        src: Vec<u8>,
+        /// The destination.
+        dest: Vec<u8>,
+        /// `RENAMENX`, or `COPY` without `REPLACE`: only if `dest` is absent.
+        nx: bool,
+        /// `COPY`: keep the source.
+        copy: bool,
+    },
+}
+
+impl KeyJob {
+    /// The keys the job names (for permissions); listing and flushing name none.
+    pub(crate) fn keys(&self) -> Vec<&[u8]> {
+        match self {
+            KeyJob::Rename { src, dest, .. } => vec![&src[..], &dest[..]],
+            _ => Vec::new(),
+        }
+    }
+
+    /// True if the job writes.
+    pub(crate) fn writes(&self) -> bool {
+        matches!(self, KeyJob::Flush | KeyJob::Rename { .. })
+    }
+}
+
+/// What a key-space command needs.
+pub(super) enum KeyPlan<'a> {
+    /// Run now.
+    Plan(Plan<'a>),
+    /// Ask the workers.
+    Job(KeyJob),
+}
+
+/// A `SCAN`/`SSCAN` cursor: an unsigned decimal.
+pub(super) fn parse_cursor(b: &[u8]) -> Result<u64, Vec<u8>> {
+    std::str::from_utf8(b)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(|| err("ERR invalid cursor"))
+}
+
+/// The plan of key-space command `name` (upper case), or `None` if it is not one.
+pub(super) fn plan<'a>(name: &[u8], cmd: &Cmd<'a>) -> Option<KeyPlan<'a>> {
+    let argc = cmd.len();
+    let now = |r: Vec<u8>| Some(KeyPlan::Plan(Plan::Reply(r)));
+    let job = |j: KeyJob| Some(KeyPlan::Job(j));
+    let one =
+        |shape: KeyShape, op: Op<&'a [u8]>| Some(KeyPlan::Plan(Plan::One(Shape::Keys(shape), op)));
+    match name {
+        b"KEYS" if argc == 2 => job(KeyJob::Keys(cmd.arg(1).to_vec())),
+        b"SCAN" if argc >= 2 => match scan(cmd) {
+            Ok(j) => job(j),
+            Err(e) => now(e),
+        },
+        b"RANDOMKEY" if argc == 1 => job(KeyJob::RandomKey),
+        b"FLUSHDB" | b"FLUSHALL" if argc <= 2 => {
+            if argc == 2
+                && !cmd.arg(1).eq_ignore_ascii_case(b"ASYNC")
+                && !cmd.arg(1).eq_ignore_ascii_case(b"SYNC")
+            {
+                return now(syntax_error());
+            }
+            job(KeyJob::Flush)
+        }
+        b"RENAME" | b"RENAMENX" if argc == 3 => job(KeyJob::Rename {
+            src: cmd.arg(1).to_vec(),
+            dest: cmd.arg(2).to_vec(),
+            nx: name == b"RENAMENX",
+            copy: false,
+        }),
+        b"COPY" if argc >= 3 => {
+            let mut replace = false;
+            let mut i = 3;
+            while i < argc {
+                let opt = cmd.arg(i);
+                if opt.eq_ignore_ascii_case(b"REPLACE") {
+                    replace = true;
+                    i += 1;
+                } else if opt.eq_ignore_ascii_case(b"DB") && i + 1 < argc {
+                    if parse_i64(cmd.arg(i + 1)) != Some(0) {
+                        return now(err("ERR DB index is out of range"));
+                    }
+                    i += 2;
+                } else {
+                    return now(syntax_error());
+                }
+            }
+            job(KeyJob::Rename {
+                src: cmd.arg(1).to_vec(),
+                dest: cmd.arg(2).to_vec(),
+                nx: !replace,
+                copy: true,
+            })
+        }
+        b"TOUCH" if argc >= 2 => Some(KeyPlan::Plan(Plan::Ops(
+            Shape::Sum,
+            (1..argc).map(|i| Op::Exists { key: cmd.arg(i) }).collect(),
+        ))),
+        b"EXPIRETIME" | b"PEXPIRETIME" if argc == 2 => one(
+            KeyShape::ExpireTime(name == b"EXPIRETIME"),
+            Op::ExpireTime { key: cmd.arg(1) },
+        ),
+        b"OBJECT" if argc >= 2 => object(cmd),
+        b"MEMORY" if argc >= 2 => {
+            let sub = cmd.arg(1);
+            if sub.eq_ignore_ascii_case(b"USAGE") && (argc == 3 || argc == 5) {
+                one(
+                    KeyShape::MemoryUsage(cmd.arg(2).len()),
+                    Op::Get { key: cmd.arg(2) },
+                )
+            } else {
+                now(err(&format!(
+                    "ERR unknown subcommand or wrong number of arguments for '{}'. Try MEMORY HELP.",
+                    String::from_utf8_lossy(sub)
+                )))
+            }
+        }
+        b"SWAPDB" | b"MOVE" => now(err(&format!(
+            "ERR {} is not supported: latticekv has one database (0)",
+            String::from_utf8_lossy(name)
+        ))),
+        b"KEYS" | b"SCAN" | b"RANDOMKEY" | b"FLUSHDB" | b"FLUSHALL" | b"RENAME" | b"RENAMENX"
+        | b"COPY" | b"TOUCH" | b"EXPIRETIME" | b"PEXPIRETIME" | b"OBJECT" | b"MEMORY" => {
+            now(arity_error(cmd))
+        }
+        _ => None,
+    }
+}
+
+fn object<'a>(cmd: &Cmd<'a>) -> Option<KeyPlan<'a>> {
+    let sub = cmd.arg(1);
+    let reply = |r| Some(KeyPlan::Plan(Plan::Reply(r)));
+    let known = [&b"ENCODING"[..], b"REFCOUNT", b"IDLETIME", b"FREQ"]
+        .iter()
+        .any(|k| sub.eq_ignore_ascii_case(k));
+    if cmd.len() != 3 && known {
+        return reply(err(&format!(
+            "ERR wrong number of arguments for 'object|{}' command",
+            String::from_utf8_lossy(sub).to_lowercase()
+        )));
+    }
+    let key = cmd.arg(2);
+    let if_exists = |n: i64| {
+        Some(KeyPlan::Plan(Plan::One(
+            Shape::Keys(KeyShape::IfExists(n)),
+            Op::Exists { key },
+        )))
+    };
+    if sub.eq_ignore_ascii_case(b"ENCODING") {
+        Some(KeyPlan::Plan(Plan::One(
+            Shape::Keys(KeyShape::Encoding),
+            Op::Get { key },
+        )))
+    } else if sub.eq_ignore_ascii_case(b"REFCOUNT") {
+        // Values are not shared between keys: 1.
+        if_exists(1)
+    } else if sub.eq_ignore_ascii_case(b"IDLETIME") {
+        // Access times are not tracked per key: 0 seconds.
+        if_exists(0)
+    } else if sub.eq_ignore_ascii_case(b"FREQ") {
+        reply(err(
+            "ERR An LFU maxmemory policy is not selected, access frequency not tracked. \
+             Please note that when switching between policies at runtime LRU and LFU data \
+             will take some time to adjust.",
+        ))
+    } else {
+        reply(err(&format!(
+            "ERR unknown subcommand '{}'. Try OBJECT HELP.",
+            String::from_utf8_lossy(sub)
+        )))
+    }
+}
+
+fn scan(cmd: &Cmd<'_>) -> Result<KeyJob, Vec<u8>> {
+    let cursor = parse_cursor(cmd.arg(1))?;
+    let (mut pattern, mut count, mut ty) = (None, 10usize, None);
+    let mut i = 2;
+    while i < cmd.len() {
+        let opt = cmd.arg(i);
+        if i + 1 >= cmd.len() {
+            return Err(syntax_error());
+        }
+        let val = cmd.arg(i + 1);
+        if opt.eq_ignore_ascii_case(b"MATCH") {
+            pattern = Some(val.to_vec());
+        } else if opt.eq_ignore_ascii_case(b"COUNT") {
+            count = match parse_i64(val) {
+                Some(c) if c >= 1 => (c as usize).min(MAX_SCAN_COUNT),
+                Some(_) => return Err(syntax_error()),
+                None => return Err(err("ERR value is not an integer or out of range")),
+            };
+        } else if opt.eq_ignore_ascii_case(b"TYPE") {
+            ty = Some(String::from_utf8_lossy(val).to_lowercase());
+        } else {
+            return Err(syntax_error());
+        }
+        i += 2;
+    }
+    if pattern.as_deref() == Some(b"*") {
+        pattern = None;
+    }
+    Ok(KeyJob::Scan {
+        cursor,
+        pattern,
+        count,
+        ty,
+    })
+}
+
+/// One page from every worker of this node: the keys with a hash in `[from, next)`,
+/// sorted by hash, and `next` (`None`: the key space is exhausted).
+async fn page(
+    w: &Worker,
+    from: u64,
+    count: usize,
+    pattern: Option<Vec<u8>>,
+    ty: Option<String>,
+) -> (Vec<(u64, Vec<u8>)>, Option<u64>) {
+    let mut pages: Vec<ScanPage> = Vec::new();
+    for i in 0..w.shared.mesh.len() as u32 {
+        let (tx, rx) = oneshot::channel();
+        let (pattern, ty) = (pattern.clone(), ty.clone());
+        let ask = WorkerMsg::Run(Box::new(move |w: &Rc<Worker>| {
+            let keep = |key: &[u8], t: Option<lattice::LatticeType>| {
+                pattern.as_ref().is_none_or(|p| glob::matches(p, key))
+                    && ty
+                        .as_ref()
+                        .is_none_or(|want| t.is_some_and(|t| redis_type_name(t) == want))
+            };
+            let page = w.core().shard().scan_keys(from, count, &keep);
+            let _ = tx.send(page);
+        }));
+        if w.shared.mesh.send(i, ask).await.is_ok() {
+            if let Ok(p) = rx.await {
+                pages.push(p);
+            }
+        }
+    }
+    let next = pages.iter().filter_map(|p| p.next).min();
+    let mut keys: Vec<(u64, Vec<u8>)> = pages
+        .into_iter()
+        .flat_map(|p| p.keys)
+        .filter(|(h, _)| next.is_none_or(|n| *h < n))
+        .map(|(h, k)| (h, k.into_vec()))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    (keys, next)
+}
+
+/// Runs a key-space job.
+pub(crate) async fn run_job(w: &Rc<Worker>, job: KeyJob, v: Version) -> Vec<u8> {
+    match job {
+        KeyJob::Keys(pattern) => {
+            let pattern = (pattern != b"*").then_some(pattern);
+            let (keys, _) = page(w, 0, usize::MAX, pattern, None).await;
+            if keys.len() > MAX_KEYS_REPLY {
+                return err("ERR KEYS would answer more than 1000000 keys: use SCAN");
+            }
+            ready(|o| {
+                resp::array_header(o, keys.len());
+                keys.iter().for_each(|(_, k)| resp::bulk(o, k));
+            })
+        }
+        KeyJob::Scan {
+            cursor,
+            pattern,
+            count,
+            ty,
+        } => {
+            let (keys, next) = page(w, cursor, count, pattern, ty).await;
+            let next = next.unwrap_or(0).to_string();
+            ready(|o| {
+                resp::array_header(o, 2);
+                resp::bulk(o, next.as_bytes());
+                resp::array_header(o, keys.len());
+                keys.iter().for_each(|(_, k)| resp::bulk(o, k));
+            })
+        }
+        KeyJob::RandomKey => {
+            let start = fastrand::u64(..);
+            let (mut keys, _) = page(w, start, 1, None, None).await;
+            if keys.is_empty() {
+                keys = page(w, 0, 1, None, None).await.0;
+            }
+            ready(|o| match keys.first() {
+                Some((_, k)) => resp::bulk(o, k),
+                None => resp::null(o, v),
+            })
+        }
+        KeyJob::Flush => {
+            let (keys, _) = page(w, 0, usize::MAX, None, None).await;
+            for chunk in keys.chunks(FLUSH_BATCH) {
+                let ops = chunk
+                    .iter()
+                    .map(|(_, k)| Op::Delete { key: &k[..] })
+                    .collect();
+                let results = run_ops(w, ops).await;
+                if let Some(OpResult::Error(e)) =
+                    results.iter().find(|r| matches!(r, OpResult::Error(_)))
+                {
+                    return err(&e.resp_message());
+                }
+            }
+            ready(|o| resp::simple(o, "OK"))
+        }
+        KeyJob::Rename {
+            src,
+            dest,
+            nx,
+            copy,
+        } => rename(w, &src, &dest, nx, copy).await,
+    }
+}
+
+/// `RENAME`/`RENAMENX`/`COPY`: reads the source's value and deadline, writes them to the
+/// destination as a new incarnation (after a tombstone, so whatever it held is replaced),
+/// then (not for `COPY`) deletes the source.
+async fn rename(w: &Rc<Worker>, src: &[u8], dest: &[u8], nx: bool, copy: bool) -> Vec<u8> {
+    let int = |n: i64| ready(|o| resp::integer(o, n));
+    let reads = vec![
+        Op::Get { key: src },
+        Op::ExpireTime { key: src },
+        Op::Exists { key: dest },
+    ];
+    let results = run_ops(w, reads).await;
+    if let Some(OpResult::Error(e)) = results.iter().find(|r| matches!(r, OpResult::Error(_))) {
+        return err(&e.resp_message());
+    }
+    let Some(OpResult::Value(Some(value))) = results.first() else {
+        return if copy { int(0) } else { err("ERR no such key") };
+    };
+    if src == dest {
+        return if copy {
+            err("ERR source and destination objects are the same")
+        } else if nx {
+            int(0)
+        } else {
+            ready(|o| resp::simple(o, "OK"))
+        };
+    }
+    if nx && results.get(2) == Some(&OpResult::Int(1)) {
+        return int(0);
+    }
+    let deadline = match results.get(1) {
+        Some(OpResult::Int(at)) if *at >= 0 => Some(*at as u64),
+        _ => None,
+    };
+    let mut writes = vec![Op::Delete { key: dest }];
+    let set_members: Vec<&[u8]>;
+    match value {
+        Value::Lww(l) => writes.push(Op::Assign {
+            key: dest,
+            value: &l.value[..],
+            condition: crate::op::Condition::Always,
+        }),
+        Value::Counter(c) => match i64::try_from(c.value()) {
+            Ok(n) => writes.push(Op::CounterAdd {
+                key: dest,
+                delta: n,
+            }),
+            Err(_) => return err(&NodeError::Overflow.resp_message()),
+        },
+        Value::OrSet(_) => {
+            set_members = members(value).unwrap_or_default();
+            writes.push(Op::SetAdd {
+                key: dest,
+                members: set_members,
+            });
+        }
+        other => {
+            return err(&format!(
+                "ERR {} of a {} key is not supported yet",
+                if copy { "COPY" } else { "RENAME" },
+                redis_type_name(other.lattice_type())
+            ))
+        }
+    }
+    if let Some(at) = deadline {
+        writes.push(Op::Expire {
+            key: dest,
+            deadline: Deadline::At(at),
+            when: ExpireWhen::Always,
+        });
+    }
+    if !copy {
+        writes.push(Op::Delete { key: src });
+    }
+    let results = run_ops(w, writes).await;
+    if let Some(OpResult::Error(e)) = results.iter().find(|r| matches!(r, OpResult::Error(_))) {
+        return err(&e.resp_message());
+    }
+    match (copy, nx) {
+        (false, false) => ready(|o| resp::simple(o, "OK")),
+        _ => int(1),
+    }
+}

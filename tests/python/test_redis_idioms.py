@@ -1,0 +1,153 @@
+"""redis-py as applications use it, unchanged, against the default deployment (`latticekv
+local`: a memory node with two workers and a disk node; every key has a memory and a
+disk replica).
+
+Transactional and plain pipelines, `Lock`, `scan_iter` over thousands of keys, TTLs,
+`info()`, `client_list()`, `flushdb()`, `keys()`, `dbsize()`.
+"""
+import time
+
+import pytest
+import redis
+
+from conftest import Node
+
+
+@pytest.fixture(scope="module")
+def shared_node():
+    n = Node("--workers", "2")
+    yield n
+    assert n.stop() == 0, "node did not stop cleanly on SIGTERM"
+
+
+@pytest.fixture
+def r(shared_node):
+    c = redis.Redis(host=shared_node.resp_host, port=shared_node.resp_port)
+    c.flushdb()
+    yield c
+    c.close()
+
+
+def test_transactional_pipeline_applies_everything_in_order(r):
+    with r.pipeline() as p:  # MULTI … EXEC, redis-py's default
+        p.set("tx:a", 1).incr("tx:a").incrby("tx:a", 10).get("tx:a").sadd("tx:s", "x", "y")
+        assert p.execute() == [True, 2, 12, b"12", 2]
+    assert r.get("tx:a") == b"12"
+    # A command failing when it runs is its own element; the others apply (as Redis).
+    with r.pipeline() as p:
+        p.set("tx:b", "v").incr("tx:s").get("tx:b")
+        out = p.execute(raise_on_error=False)
+    assert out[0] is True and out[2] == b"v"
+    assert isinstance(out[1], redis.exceptions.ResponseError)
+
+
+def test_plain_pipeline(r):
+    p = r.pipeline(transaction=False)
+    for i in range(200):
+        p.set(f"pl:{i}", i)
+    for i in range(200):
+        p.incr(f"pl:{i}")
+    out = p.execute()
+    assert out[:200] == [True] * 200
+    assert out[200:] == [i + 1 for i in range(200)]
+
+
+def test_set_ex_incr_expire_ttl(r):
+    assert r.set("ttl:a", "v", ex=100) is True
+    assert 99 <= r.ttl("ttl:a") <= 100
+    assert r.incr("ttl:n") == 1
+    assert r.expire("ttl:n", 50) is True
+    assert 49 <= r.ttl("ttl:n") <= 50
+    assert r.ttl("ttl:none") == -2
+    assert r.set("ttl:b", "v", px=150) is True
+    deadline = time.time() + 5
+    while r.exists("ttl:b") and time.time() < deadline:
+        time.sleep(0.05)
+    assert r.get("ttl:b") is None
+
+
+def test_lock_acquire_blocking_timeout_and_release(r):
+    lock = r.lock("lock:job", timeout=10)
+    assert lock.acquire(blocking=False) is True
+    assert r.pttl("lock:job") > 9000
+    other = r.lock("lock:job", timeout=10, blocking_timeout=0.3)
+    start = time.monotonic()
+    assert other.acquire() is False
+    # redis-py retries every 0.1 s and gives up when the next try would be past the timeout.
+    assert 0.15 <= time.monotonic() - start < 3
+    # release/extend run Lua scripts (EVALSHA), which latticekv refuses with an error
+    # naming the alternatives; the lock then frees itself at its deadline or by DEL.
+    with pytest.raises(redis.exceptions.ResponseError, match="Lua scripts are not supported"):
+        lock.extend(5)
+    with pytest.raises(redis.exceptions.ResponseError, match="Lua scripts are not supported"):
+        lock.release()
+    assert r.delete("lock:job") == 1
+    assert other.acquire(blocking=False) is True
+    short = r.lock("lock:short", timeout=0.2)
+    assert short.acquire(blocking=False) is True
+    again = r.lock("lock:short", timeout=5, blocking_timeout=3)
+    assert again.acquire() is True, "the lock's deadline should have freed it"
+
+
+def test_scan_iter_returns_every_key_once_keys_and_dbsize_agree(r):
+    n = 3000
+    p = r.pipeline(transaction=False)
+    for i in range(n):
+        p.set(f"scan:{i}", i)
+    p.sadd("other:set", "m")
+    p.execute()
+    listed = list(r.scan_iter(match="scan:*", count=100))
+    assert len(listed) == n, "SCAN returned a key twice or missed one"
+    assert set(listed) == {f"scan:{i}".encode() for i in range(n)}
+    assert set(r.scan_iter(_type="set")) == {b"other:set"}
+    assert len(r.keys("scan:*")) == n
+    assert r.dbsize() == n + 1
+    assert len(r.keys()) == n + 1
+    assert r.randomkey() in set(r.keys())
+
+
+def test_scan_sees_keys_present_throughout_despite_concurrent_writes(r):
+    stable = {f"st:{i}".encode() for i in range(1000)}
+    r.mset({k: 1 for k in stable})
+    seen = set()
+    cursor = 0
+    i = 0
+    while True:
+        cursor, page = r.scan(cursor, count=50)
+        seen.update(page)
+        # Writes during the scan: new keys and deleted ones must not hide stable keys.
+        r.set(f"churn:{i}", 1)
+        r.delete(f"churn:{i - 3}")
+        i += 1
+        if cursor == 0:
+            break
+    assert stable <= seen
+
+
+def test_info_client_list_flushdb(r):
+    r.set("i:a", 1)
+    r.set("i:b", 2, ex=100)
+    info = r.info()
+    assert info["redis_version"] and info["redis_mode"] == "standalone"
+    assert info["arch_bits"] in (32, 64)
+    assert info["role"] == "master"
+    assert info["connected_clients"] >= 1
+    assert isinstance(info["used_memory"], int) and "used_memory_human" in info
+    assert info["db0"]["keys"] == 2
+    assert info["db0"]["expires"] == 1
+    assert set(r.info("keyspace")) == {"db0"}
+    assert "redis_version" in r.info("server") and "db0" not in r.info("server")
+    r.client_setname("idioms")
+    clients = r.client_list()
+    assert clients and clients[0]["name"] == "idioms"
+    assert r.client_info()["name"] == "idioms"
+    assert clients[0]["id"] == str(r.client_id())
+    assert r.client_kill_filter(_id=r.client_id()) == 0  # SKIPME yes, by default
+    assert r.client_kill_filter(_id=r.client_id(), skipme=False) == 1
+    assert r.ping() is True  # redis-py reconnects
+    assert r.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+    assert int(r.config_get("maxmemory")["maxmemory"]) > 0
+    assert r.flushdb() is True
+    assert r.dbsize() == 0
+    assert r.keys() == []
+    assert r.info("keyspace") == {}
