@@ -12,6 +12,7 @@
 //! From the bottom up (each module depends only on those above it):
 //! - [`error`], [`op`], [`ack`], [`clock`]: errors, operations, acknowledgement levels,
 //!   injected time;
+//! - `glob`: Redis's glob patterns (channels, keys, fields, config parameters);
 //! - [`view`]: what workers route by ([`view::ViewState`]);
 //! - [`vectors`]: replication vectors — defaults per tier and explicit exceptions;
 //! - [`stats`]: a worker's statistics for the elasticity policy (sketches, windows);
@@ -49,6 +50,7 @@ pub mod error;
 pub mod front;
 #[doc(hidden)]
 pub mod fuzzing;
+pub(crate) mod glob;
 pub mod leave;
 pub mod metrics;
 // ---- lists (helper B) ----

@@ -17,7 +17,6 @@
 //! - Per connection, at most [`MAX_SUBSCRIPTIONS`] channels, patterns and shard channels.
 //! - Relays in flight: see [`relay`].
 
-pub(crate) mod glob;
 pub(crate) mod relay;
 
 use std::collections::{HashMap, HashSet};
@@ -255,7 +254,7 @@ impl Hub {
         }
         if !sharded {
             for (pattern, ids) in &inner.by_name[Kind::Pattern.index()] {
-                if glob::matches(pattern, channel) {
+                if crate::glob::matches(pattern, channel) {
                     targets.extend(ids.iter().map(|&id| (id, Some(pattern.clone()))));
                 }
             }
@@ -302,7 +301,7 @@ impl Hub {
         let inner = self.lock();
         inner.by_name[kind.index()]
             .keys()
-            .filter(|c| pattern.is_none_or(|p| glob::matches(p, c)))
+            .filter(|c| pattern.is_none_or(|p| crate::glob::matches(p, c)))
             .cloned()
             .collect()
     }

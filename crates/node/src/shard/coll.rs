@@ -137,7 +137,7 @@ pub(crate) fn scan_page<'e, T>(
     len: usize,
     scan: &ScanArgs<'_>,
 ) -> (u64, Vec<(&'e Blob, T)>) {
-    let keep = |m: &Blob| scan.pattern.is_none_or(|p| glob_match(p, m));
+    let keep = |m: &Blob| scan.pattern.is_none_or(|p| crate::glob::matches_key(p, m));
     if len <= SCAN_ALL_UP_TO {
         return (0, entries.filter(|(m, _)| keep(m)).collect());
     }
@@ -161,103 +161,9 @@ pub(crate) fn scan_page<'e, T>(
     (next, found)
 }
 
-/// Redis's glob-style pattern match (`*`, `?`, `[a-z]`, `[^x]`, `\` escapes), on bytes.
-///
-/// Iterative, backtracking to the last `*` only: time is at most the product of the two
-/// lengths, whatever the pattern (patterns come from clients).
-pub(crate) fn glob_match(p: &[u8], s: &[u8]) -> bool {
-    let (mut pi, mut si) = (0, 0);
-    // Where to resume after the last `*`: the pattern after it, and the next start in `s`.
-    let mut star: Option<(usize, usize)> = None;
-    loop {
-        if pi < p.len() {
-            if p[pi] == b'*' {
-                while pi < p.len() && p[pi] == b'*' {
-                    pi += 1;
-                }
-                star = Some((pi, si));
-                continue;
-            }
-            if let Some(next) = glob_one(p, pi, s.get(si).copied()) {
-                pi = next;
-                si += 1;
-                continue;
-            }
-        } else if si == s.len() {
-            return true;
-        }
-        // Mismatch: let the last `*` swallow one more byte, if any is left.
-        match star {
-            Some((sp, ss)) if ss < s.len() => {
-                star = Some((sp, ss + 1));
-                pi = sp;
-                si = ss + 1;
-            }
-            _ => return false,
-        }
-    }
-}
-
-/// Matches the pattern element at `pi` (not a `*`) against byte `c`: the index of the
-/// next element, or `None` on a mismatch (or no byte left).
-fn glob_one(p: &[u8], mut pi: usize, c: Option<u8>) -> Option<usize> {
-    let c = c?;
-    match p[pi] {
-        b'?' => Some(pi + 1),
-        b'[' => {
-            pi += 1;
-            let not = p.get(pi) == Some(&b'^');
-            if not {
-                pi += 1;
-            }
-            let mut matched = false;
-            while pi < p.len() && p[pi] != b']' {
-                if p[pi] == b'\\' && pi + 1 < p.len() {
-                    pi += 1;
-                    matched |= p[pi] == c;
-                } else if pi + 2 < p.len() && p[pi + 1] == b'-' {
-                    let (lo, hi) = (p[pi].min(p[pi + 2]), p[pi].max(p[pi + 2]));
-                    matched |= (lo..=hi).contains(&c);
-                    pi += 2;
-                } else {
-                    matched |= p[pi] == c;
-                }
-                pi += 1;
-            }
-            // Past the `]` (an unclosed class ends the pattern, as in Redis).
-            (matched != not).then_some((pi + 1).min(p.len()))
-        }
-        b'\\' if pi + 1 < p.len() => (p[pi + 1] == c).then_some(pi + 2),
-        x => (x == c).then_some(pi + 1),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn glob_patterns() {
-        assert!(glob_match(b"*", b"anything"));
-        assert!(glob_match(b"f*", b"field"));
-        assert!(!glob_match(b"f*", b"xfield"));
-        assert!(glob_match(b"h?llo", b"hello"));
-        assert!(glob_match(b"h[ae]llo", b"hallo"));
-        assert!(!glob_match(b"h[^e]llo", b"hello"));
-        assert!(glob_match(b"h[a-c]llo", b"hbllo"));
-        assert!(glob_match(b"a\\*b", b"a*b"));
-        assert!(!glob_match(b"a\\*b", b"axb"));
-        assert!(glob_match(b"*a*b*", b"xxaxxbxx"));
-        assert!(!glob_match(b"a", b"ab"));
-        assert!(glob_match(&[b'*'; 200], b"short"));
-        assert!(glob_match(b"", b""));
-        assert!(!glob_match(b"", b"x"));
-        assert!(glob_match(b"a*", b"a"));
-        assert!(!glob_match(b"a?", b"a"));
-        // Many stars against a long miss: quick (no exponential backtracking).
-        let long = vec![b'a'; 5000];
-        assert!(!glob_match(b"*a*a*a*a*a*a*a*a*b", &long));
-    }
 
     #[test]
     fn large_scans_page_by_hash_and_return_everything_once() {

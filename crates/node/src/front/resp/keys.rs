@@ -16,12 +16,12 @@ use tokio::sync::oneshot;
 use wire::resp::{self, Version};
 
 use super::commands::{arity_error, parse_i64, syntax_error, Cmd, Plan};
-use super::glob;
 use super::keys_reply::{members, KeyShape};
 use super::reply::{err, ready, redis_type_name, Shape};
 use super::sets::run_ops;
 use crate::driver::worker::{Worker, WorkerMsg};
 use crate::error::NodeError;
+use crate::glob;
 use crate::op::{Deadline, ExpireWhen, Op, OpResult};
 use crate::shard::ScanPage;
 
@@ -279,7 +279,7 @@ async fn page(
         let (pattern, ty) = (pattern.clone(), ty.clone());
         let ask = WorkerMsg::Run(Box::new(move |w: &Rc<Worker>| {
             let keep = |key: &[u8], t: Option<lattice::LatticeType>| {
-                pattern.as_ref().is_none_or(|p| glob::matches(p, key))
+                pattern.as_ref().is_none_or(|p| glob::matches_key(p, key))
                     && ty
                         .as_ref()
                         .is_none_or(|want| t.is_some_and(|t| redis_type_name(t) == want))

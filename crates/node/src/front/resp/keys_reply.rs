@@ -5,8 +5,8 @@
 use lattice::{LatticeType, Value};
 use wire::resp::{self, Version};
 
-use super::glob;
 use crate::error::NodeError;
+use crate::glob;
 use crate::op::OpResult;
 
 /// Most elements `SRANDMEMBER` with a count answers (its reply is built in memory).
@@ -143,7 +143,7 @@ pub(crate) fn encode(out: &mut Vec<u8>, v: Version, shape: &KeyShape, results: &
             };
             let listed: Vec<&[u8]> = found
                 .into_iter()
-                .filter(|m| pattern.as_ref().is_none_or(|p| glob::matches(p, m)))
+                .filter(|m| pattern.as_ref().is_none_or(|p| glob::matches_key(p, m)))
                 .collect();
             resp::array_header(out, 2);
             resp::bulk(out, b"0");

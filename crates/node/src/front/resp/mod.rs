@@ -44,7 +44,6 @@ mod hash;
 mod zset;
 // keys, server and sets
 mod client;
-mod glob;
 mod info;
 mod keys;
 mod keys_reply;

@@ -637,7 +637,7 @@ fn config_get(w: &Worker, patterns: &[Vec<u8>], v: Version) -> Vec<u8> {
         .filter(|(name, _)| {
             patterns
                 .iter()
-                .any(|p| super::glob::matches(p, name.as_bytes()))
+                .any(|p| crate::glob::matches(p, name.as_bytes()))
         })
         .collect();
     ready(|o| {

@@ -1,5 +1,6 @@
 //! Redis's glob-style pattern matching (`stringmatchlen` in Redis's `util.c`), used by
-//! PSUBSCRIBE and `PUBSUB CHANNELS pattern`: `*` any run of bytes, `?` one byte,
+//! PSUBSCRIBE and `PUBSUB CHANNELS`, `KEYS` and the `SCAN` family's `MATCH`, and `CONFIG
+//! GET`: `*` any run of bytes, `?` one byte,
 //! `[abc]` / `[^abc]` / `[a-z]` a byte of (not of) a class, `\x` the byte `x`.
 //!
 //! Byte for byte what Redis does, quirks included: an unclosed `[` ends at the pattern's
@@ -9,6 +10,13 @@
 
 /// Deepest recursion a match may take (one level per `*` in the pattern).
 pub(crate) const MAX_NESTING: usize = 1000;
+
+/// True if key (or field, or member) `s` matches `pattern` as `KEYS` and the `SCAN`
+/// family decide: the pattern `*` takes everything without matching (so it takes the
+/// empty key too, which [`matches`] would not, as in Redis).
+pub(crate) fn matches_key(pattern: &[u8], s: &[u8]) -> bool {
+    pattern == b"*" || matches(pattern, s)
+}
 
 /// True if `string` matches the glob `pattern`.
 pub(crate) fn matches(pattern: &[u8], string: &[u8]) -> bool {
@@ -190,5 +198,61 @@ mod tests {
         let deep = b"*a".repeat(super::MAX_NESTING + 10);
         let s = vec![b'a'; super::MAX_NESTING + 10];
         assert!(!matches(&deep, &s), "deeper than the cap: no match");
+    }
+
+    #[test]
+    fn keys_and_scans_take_every_key_with_a_lone_star() {
+        use super::matches_key;
+        assert!(matches_key(b"*", b""));
+        assert!(!matches(b"*", b""));
+        assert!(matches_key(b"user:*", b"user:"));
+        assert!(!matches_key(b"user:*", b"use"));
+    }
+
+    #[test]
+    fn hostile_patterns_stay_fast() {
+        // Exponential backtracking would not finish: these return at once.
+        let pattern = "*a".repeat(50) + "b";
+        assert!(!matches(pattern.as_bytes(), "a".repeat(5000).as_bytes()));
+        assert!(!matches(b"*a*a*a*a*a*a*a*a*b", &[b'a'; 5000]));
+        assert!(matches(&[b'*'; 200], b"short"));
+    }
+
+    #[test]
+    fn classes_escapes_and_literals_as_redis() {
+        let yes: &[(&str, &str)] = &[
+            ("a*", "abc"),
+            ("*c", "abc"),
+            ("a?c", "abc"),
+            ("h[ae]llo", "hello"),
+            ("h[^e]llo", "hallo"),
+            ("h[a-b]llo", "hbllo"),
+            ("h[b-a]llo", "hallo"),
+            ("a\\*b", "a*b"),
+            ("*:*:x", "u:1:x"),
+            ("*a*b*", "xxaxxbxx"),
+            ("", ""),
+            ("a*", "a"),
+        ];
+        for (p, s) in yes {
+            assert!(matches(p.as_bytes(), s.as_bytes()), "{p} should match {s}");
+        }
+        let no: &[(&str, &str)] = &[
+            ("a*", "bac"),
+            ("a?c", "ac"),
+            ("h[ae]llo", "hillo"),
+            ("h[^e]llo", "hello"),
+            ("a\\*b", "axb"),
+            ("abc", "abcd"),
+            ("", "a"),
+            ("?", ""),
+            ("a?", "a"),
+        ];
+        for (p, s) in no {
+            assert!(
+                !matches(p.as_bytes(), s.as_bytes()),
+                "{p} should not match {s}"
+            );
+        }
     }
 }
