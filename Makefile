@@ -58,6 +58,7 @@ bench-smoke: build
 	LKV_BENCH_KEYS=10000 LKV_BENCH_UPDATES=2000 $(CARGO) test --benches -p lattice -p node -p store
 	bench/compare-redis --smoke --bin $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/cluster --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
+	bench/redis-families --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/durability --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/consistency --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/redis-benchmark --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
