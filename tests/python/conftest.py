@@ -2,10 +2,12 @@
 
 The binary comes from $LATTICEKV_BIN (set by `make python-test`), else target/debug.
 """
+import contextlib
 import os
 import pathlib
 import signal
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -22,12 +24,52 @@ def binary() -> str:
     return path
 
 
-class Node:
-    """A running node: its process and addresses."""
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
-    def __init__(self, *extra: str):
+
+@contextlib.contextmanager
+def redis_server():
+    """A real `redis-server` without persistence on a free port (the test is skipped if
+    it is not installed); yields the port."""
+    import redis
+
+    if not shutil.which("redis-server"):
+        pytest.skip("redis-server is not installed (make deps)")
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 10
+        while True:
+            try:
+                redis.Redis(port=port).ping()
+                break
+            except redis.exceptions.ConnectionError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+class Node:
+    """A running node: its process and addresses. With `data_dir` it uses (and keeps)
+    that directory, so a test can restart a node on its data; by default a fresh one,
+    removed on stop."""
+
+    def __init__(self, *extra: str, data_dir=None):
         # The default deployment: a memory node and a disk node, in a fresh data directory.
-        self.data = tempfile.mkdtemp(prefix="lkv-pytest-")
+        self.keep_data = data_dir is not None
+        self.data = str(data_dir) if data_dir is not None else tempfile.mkdtemp(
+            prefix="lkv-pytest-")
         self.proc = subprocess.Popen(
             [binary(), "local", "--listen", "127.0.0.1:0", "--resp", "127.0.0.1:0",
              "--data-dir", self.data, *extra],
@@ -67,7 +109,8 @@ class Node:
                     return self.proc.wait()
             return self.proc.returncode
         finally:
-            shutil.rmtree(self.data, ignore_errors=True)
+            if not self.keep_data:
+                shutil.rmtree(self.data, ignore_errors=True)
 
 
 @pytest.fixture

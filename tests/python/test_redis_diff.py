@@ -11,48 +11,20 @@ docs/protocol.md.
 The latticekv node has one worker and no disk tier, so every key has one replica: WATCH is
 honoured and MSETNX's keys share a worker, as on one Redis.
 """
-import shutil
-import socket
-import subprocess
 import time
 
 import pytest
 import redis
 
-from conftest import Node
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import Node, redis_server
 
 
 @pytest.fixture(scope="module")
 def servers():
-    if not shutil.which("redis-server"):
-        pytest.skip("redis-server is not installed (make deps)")
-    port = free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 10
-    while True:
-        try:
-            redis.Redis(port=port).ping()
-            break
-        except redis.exceptions.ConnectionError:
-            if time.time() > deadline:
-                proc.kill()
-                raise
-            time.sleep(0.05)
-    node = Node("--workers", "1", "--disk-nodes", "0", "--monitor", "false")
-    yield ("127.0.0.1", port), (node.resp_host, node.resp_port)
-    assert node.stop() == 0
-    proc.terminate()
-    proc.wait(timeout=10)
+    with redis_server() as port:
+        node = Node("--workers", "1", "--disk-nodes", "0", "--monitor", "false")
+        yield ("127.0.0.1", port), (node.resp_host, node.resp_port)
+        assert node.stop() == 0
 
 
 class Raw:

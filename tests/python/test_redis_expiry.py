@@ -98,30 +98,15 @@ def test_two_replicas_agree_on_deadlines(two_replicas):  # noqa: F811
 def test_deadlines_survive_a_restart(tmp_path):
     # The write-ahead log carries the deadline register: after a restart the TTL is the
     # same absolute deadline, and a key that expired meanwhile is gone and reclaimed.
-    import os
-    import signal
-    import subprocess
-
-    from conftest import binary
+    from conftest import Node
 
     def start():
-        proc = subprocess.Popen(
-            [binary(), "local", "--listen", "127.0.0.1:0", "--resp", "127.0.0.1:0",
-             "--data-dir", str(tmp_path), "--disk-nodes", "0", "--monitor", "false",
-             "--workers", "1"],
-            stdout=subprocess.PIPE, text=True, env={**os.environ, "LATTICEKV_LOG": "warn"})
-        resp = None
-        while resp is None:
-            parts = proc.stdout.readline().split()
-            assert parts or proc.poll() is None, "node exited"
-            if parts[:1] == ["resp"]:
-                resp = parts[1]
-        host, port = resp.rsplit(":", 1)
-        return proc, redis.Redis(host=host, port=int(port))
+        node = Node("--disk-nodes", "0", "--monitor", "false", "--workers", "1",
+                    data_dir=tmp_path)
+        return node, redis.Redis(host=node.resp_host, port=node.resp_port)
 
-    def stop(proc):
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=15) == 0
+    def stop(node):
+        assert node.stop() == 0
 
     proc, r = start()
     r.set("long", "v", ex=100)

@@ -10,43 +10,22 @@ shortest round-trip formatting agree (the difference is in DIFFERENCES).
 A multi-master test at the end writes one hash and one sorted set on two replicas of a key
 at once and checks they converge to the documented result (docs/protocol.md).
 """
-import shutil
-import subprocess
 import time
 
 import pytest
 import redis
 
-from conftest import Node
-from test_redis_diff import free_port, normalise
+from conftest import Node, redis_server
+from test_redis_diff import normalise
 from test_redis_strings import eventually, two_replicas  # noqa: F401 (fixture)
 
 
 @pytest.fixture(scope="module")
 def servers():
-    if not shutil.which("redis-server"):
-        pytest.skip("redis-server is not installed (make deps)")
-    port = free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 10
-    while True:
-        try:
-            redis.Redis(port=port).ping()
-            break
-        except redis.exceptions.ConnectionError:
-            if time.time() > deadline:
-                proc.kill()
-                raise
-            time.sleep(0.05)
-    node = Node("--workers", "1", "--disk-nodes", "0", "--monitor", "false")
-    yield ("127.0.0.1", port), (node.resp_host, node.resp_port)
-    assert node.stop() == 0
-    proc.terminate()
-    proc.wait(timeout=10)
+    with redis_server() as port:
+        node = Node("--workers", "1", "--disk-nodes", "0", "--monitor", "false")
+        yield ("127.0.0.1", port), (node.resp_host, node.resp_port)
+        assert node.stop() == 0
 
 
 class Raw:
@@ -392,29 +371,13 @@ def test_concurrent_writes_on_two_replicas_converge_field_by_field(two_replicas)
 def test_hashes_and_sorted_sets_survive_a_restart(tmp_path):
     """The write-ahead log carries the new lattice types: fields, removals (a removed
     field stays removed), scores and the order index (rebuilt on decode)."""
-    import os
-    import signal
-
-    from conftest import binary
-
     def start():
-        proc = subprocess.Popen(
-            [binary(), "local", "--listen", "127.0.0.1:0", "--resp", "127.0.0.1:0",
-             "--data-dir", str(tmp_path), "--disk-nodes", "0", "--monitor", "false",
-             "--workers", "1"],
-            stdout=subprocess.PIPE, text=True, env={**os.environ, "LATTICEKV_LOG": "warn"})
-        resp = None
-        while resp is None:
-            parts = proc.stdout.readline().split()
-            assert parts or proc.poll() is None, "node exited"
-            if parts[:1] == ["resp"]:
-                resp = parts[1]
-        host, port = resp.rsplit(":", 1)
-        return proc, redis.Redis(host=host, port=int(port))
+        node = Node("--disk-nodes", "0", "--monitor", "false", "--workers", "1",
+                    data_dir=tmp_path)
+        return node, redis.Redis(host=node.resp_host, port=node.resp_port)
 
-    def stop(proc):
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=15) == 0
+    def stop(node):
+        assert node.stop() == 0
 
     proc, r = start()
     r.hset("rs:h", mapping={"a": "1", "b": "2", "c": "3"})

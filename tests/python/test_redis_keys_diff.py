@@ -8,42 +8,19 @@ sets; `SCANALL args…` is a whole SCAN iteration (cursor until 0), its keys com
 set. The latticekv node has one worker and no disk tier. Deliberate differences are in
 `DIFFERENCES`, also listed in docs/protocol.md.
 """
-import shutil
-import subprocess
-import time
 
 import pytest
-import redis
 
-from conftest import Node
-from test_redis_diff import Raw, free_port
+from conftest import Node, redis_server
+from test_redis_diff import Raw
 
 
 @pytest.fixture(scope="module")
 def servers():
-    if not shutil.which("redis-server"):
-        pytest.skip("redis-server is not installed (make deps)")
-    port = free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 10
-    while True:
-        try:
-            redis.Redis(port=port).ping()
-            break
-        except redis.exceptions.ConnectionError:
-            if time.time() > deadline:
-                proc.kill()
-                raise
-            time.sleep(0.05)
-    node = Node("--workers", "1", "--disk-nodes", "0", "--monitor", "false")
-    yield ("127.0.0.1", port), (node.resp_host, node.resp_port)
-    assert node.stop() == 0
-    proc.terminate()
-    proc.wait(timeout=10)
+    with redis_server() as port:
+        node = Node("--workers", "1", "--disk-nodes", "0", "--monitor", "false")
+        yield ("127.0.0.1", port), (node.resp_host, node.resp_port)
+        assert node.stop() == 0
 
 
 # `{}` is replaced by the case's key prefix. Cases that list the key space start with

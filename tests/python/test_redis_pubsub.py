@@ -4,46 +4,24 @@ latticekv node (replies compared exactly where Redis's are deterministic), redis
 `latticekv server` processes joined as a cluster (subscriber on one, publisher on the
 other). See docs/protocol.md, "Pub/sub".
 """
-import shutil
 import socket
-import subprocess
 import threading
 import time
 
 import pytest
 import redis
 
-from conftest import Node
-from test_redis_diff import free_port
+from conftest import Node, redis_server
 from test_redis_strings import Server
 
 
 @pytest.fixture(scope="module")
 def servers():
-    if not shutil.which("redis-server"):
-        pytest.skip("redis-server is not installed (make deps)")
-    port = free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 10
-    while True:
-        try:
-            redis.Redis(port=port).ping()
-            break
-        except redis.exceptions.ConnectionError:
-            if time.time() > deadline:
-                proc.kill()
-                raise
-            time.sleep(0.05)
-    # Two workers: subscribers and publishers land on either (one registry per node).
-    node = Node("--workers", "2", "--disk-nodes", "0", "--monitor", "false")
-    yield {"redis": ("127.0.0.1", port), "latticekv": (node.resp_host, node.resp_port)}
-    assert node.stop() == 0
-    proc.terminate()
-    proc.wait(timeout=10)
+    with redis_server() as port:
+        # Two workers: subscribers and publishers land on either (one registry per node).
+        node = Node("--workers", "2", "--disk-nodes", "0", "--monitor", "false")
+        yield {"redis": ("127.0.0.1", port), "latticekv": (node.resp_host, node.resp_port)}
+        assert node.stop() == 0
 
 
 class Wire:
