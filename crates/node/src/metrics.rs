@@ -135,7 +135,8 @@ pub fn render(s: &Snapshot<'_>) -> String {
         );
     }
     let w = s.workers;
-    let counters: [Series; 9] = [
+    // A name ending in `_total` is a counter, any other a gauge.
+    let series: [Series; 17] = [
         ("operations_total", "Operations executed.", |w| {
             w.core.shard.requests
         }),
@@ -179,16 +180,6 @@ pub fn render(s: &Snapshot<'_>) -> String {
             "Key accesses in the last statistics window.",
             |w| w.window.accesses,
         ),
-    ];
-    for (name, help, f) in counters {
-        let kind = if name.ends_with("_total") {
-            "counter"
-        } else {
-            "gauge"
-        };
-        o.per_worker(name, kind, help, w, f);
-    }
-    let gauges: [Series; 8] = [
         ("keys", "Keys with a live value.", |w| {
             w.core.shard.live_keys
         }),
@@ -224,8 +215,13 @@ pub fn render(s: &Snapshot<'_>) -> String {
             |w| w.core.requests_in_flight,
         ),
     ];
-    for (name, help, f) in gauges {
-        o.per_worker(name, "gauge", help, w, f);
+    for (name, help, f) in series {
+        let kind = if name.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
+        o.per_worker(name, kind, help, w, f);
     }
     o.head(
         "worker_occupancy",
