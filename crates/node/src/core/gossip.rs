@@ -62,11 +62,6 @@ pub(super) struct SentBatch {
     bytes: usize,
 }
 
-/// Estimated memory of a batch's records.
-fn batch_bytes(entries: &crate::codec::GossipBatch) -> usize {
-    entries.iter().map(|(k, r)| k.len() + r.approx_size()).sum()
-}
-
 /// Gossip round state.
 #[derive(Debug, Default)]
 pub(super) struct GossipState {
@@ -87,7 +82,7 @@ impl Core {
         self.timers.gossip = now + self.config.gossip_period_ms;
         self.gossip.urgent = false;
         for out in self.shard.take_gossip() {
-            let bytes = batch_bytes(&out.entries);
+            let bytes = out.bytes;
             let too_many = self.gossip.in_flight >= self.config.max_batches_in_flight;
             let too_big = self.gossip.in_flight > 0
                 && self.gossip.bytes_in_flight.saturating_add(bytes)

@@ -22,6 +22,9 @@ pub const MAX_ROUND_KEYS: usize = 8192;
 /// About the most bytes of records one gossip round takes (one record may exceed it).
 pub const MAX_ROUND_BYTES: usize = 8 << 20;
 
+/// A batch being filled: its records, hand-offs (key, generation) and estimated bytes.
+type BatchBuilding = (GossipBatch, Vec<(Bytes, u64)>, usize);
+
 /// A batch of records for one destination replica.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outgoing {
@@ -33,6 +36,8 @@ pub struct Outgoing {
     /// acknowledge the batch only once the records are durable there (as durable as its
     /// storage allows), and the acknowledgement counts for those generations only.
     pub handoffs: Vec<(Bytes, u64)>,
+    /// Estimated bytes of its keys and records (what the core bounds in flight).
+    pub bytes: usize,
 }
 
 impl Outgoing {
@@ -58,7 +63,7 @@ impl Shard {
     /// ([`Shard::has_gossip`] says whether there is more). The changeset keeps its
     /// capacity: the same hot keys come back every period.
     pub fn take_gossip(&mut self) -> Vec<Outgoing> {
-        let mut batches: Map<Replica, (GossipBatch, Vec<(Bytes, u64)>)> =
+        let mut batches: Map<Replica, BatchBuilding> =
             Map::with_hasher(self.changeset.hasher().clone());
         let me = self.config.me;
         let view = self.view.clone();
@@ -76,7 +81,8 @@ impl Shard {
         let mut unsent: Vec<(Bytes, Record)> = Vec::new();
         let mut all_acked: Vec<Bytes> = Vec::new();
         for (key, record) in taken {
-            budget_bytes = budget_bytes.saturating_sub(key.len() + record.approx_size());
+            let size = key.len() + record.approx_size();
+            budget_bytes = budget_bytes.saturating_sub(size);
             let key = Bytes::from(key.into_vec());
             let handoff = self.handoff.get(&key[..]);
             let mut others = false;
@@ -93,6 +99,7 @@ impl Shard {
                 sent = true;
                 let batch = batches.entry(r).or_default();
                 batch.0.push((key.clone(), record.clone()));
+                batch.2 += size;
                 if let Some(h) = handoff {
                     batch.1.push((key.clone(), h.generation));
                 }
@@ -159,11 +166,13 @@ impl Shard {
                 }
                 if let Some(record) = self.store.get(&key) {
                     let record = record.to_record();
-                    budget_bytes = budget_bytes.saturating_sub(key.len() + record.approx_size());
+                    let size = key.len() + record.approx_size();
+                    budget_bytes = budget_bytes.saturating_sub(size);
                     let generation = self.handoff.get(&key).map(|h| h.generation);
                     let key = Bytes::from(key.into_vec());
                     let batch = batches.entry(to).or_default();
                     batch.0.push((key.clone(), record));
+                    batch.2 += size;
                     if let Some(g) = generation {
                         batch.1.push((key, g));
                     }
@@ -172,10 +181,11 @@ impl Shard {
         }
         let out: Vec<Outgoing> = batches
             .into_iter()
-            .map(|(to, (entries, handoffs))| Outgoing {
+            .map(|(to, (entries, handoffs, bytes))| Outgoing {
                 to,
                 entries,
                 handoffs,
+                bytes,
             })
             .collect();
         self.gossip_sent += out.iter().map(|o| o.entries.len() as u64).sum::<u64>();
