@@ -33,6 +33,7 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) fmt --manifest-path python/Cargo.toml -- --check
 	$(CARGO) clippy --manifest-path python/Cargo.toml --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --quiet
 
 build:
 	$(CARGO) build --workspace --bins

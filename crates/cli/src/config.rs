@@ -101,7 +101,7 @@ pub struct NodeArgs {
     #[arg(long, env = "LATTICEKV_CLOCK_SKEW_MS", allow_negative_numbers = true)]
     pub(crate) clock_skew_ms: Option<i64>,
     /// Require clients to authenticate with this password (the user `default`, every
-    /// permission; more users go in the config file's [[users]]). Prefer the environment
+    /// permission; more users go in the config file's `[[users]]`). Prefer the environment
     /// variable: command lines are visible to other users of the machine.
     #[arg(long, env = "LATTICEKV_PASSWORD", hide_env_values = true)]
     pub(crate) password: Option<String>,

@@ -60,7 +60,7 @@ struct HostArgs {
     /// The Python interpreter of the executors (it must have the `latticekv` package).
     #[arg(long, env = "LATTICEKV_FAAS_PYTHON", default_value = "python3")]
     python: String,
-    /// This host's id (default: host-<pid>).
+    /// This host's id (default: `host-<pid>`).
     #[arg(long)]
     id: Option<String>,
     #[command(flatten)]

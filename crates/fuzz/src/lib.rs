@@ -4,11 +4,11 @@
 //!
 //! | target | input | reaches |
 //! |---|---|---|
-//! | [`native`] | a client connection's bytes (length-prefixed protobuf frames) | the native codec, auth, dispatch and the replica cores of a two-worker node in memory |
-//! | [`resp`] | a client connection's bytes (RESP, multibulk or inline) | the incremental command parser, then the RESP codec, commands and cores of that node |
-//! | [`peer`] | a script of peer-port messages: hellos, requests, answers, ticks | the hello's proof, peer message decoding, `on_peer`/`on_reply` of real cores, the cluster agent's membership and replication merge and the views it publishes |
-//! | [`wal`] | a write-ahead log directory: records written by the real log, then damaged, or raw segment bytes | log recovery (`inspect`, `Wal::open`), the node's replay into a shard, repair |
-//! | [`config`] | a TOML configuration file | `NodeConfig` parsing and validation, `[[users]]` included |
+//! | [`native()`] | a client connection's bytes (length-prefixed protobuf frames) | the native codec, auth, dispatch and the replica cores of a two-worker node in memory |
+//! | [`resp()`] | a client connection's bytes (RESP, multibulk or inline) | the incremental command parser, then the RESP codec, commands and cores of that node |
+//! | [`peer()`] | a script of peer-port messages: hellos, requests, answers, ticks | the hello's proof, peer message decoding, `on_peer`/`on_reply` of real cores, the cluster agent's membership and replication merge and the views it publishes |
+//! | [`wal()`] | a write-ahead log directory: records written by the real log, then damaged, or raw segment bytes | log recovery (`inspect`, `Wal::open`), the node's replay into a shard, repair |
+//! | [`config()`] | a TOML configuration file | `NodeConfig` parsing and validation, `[[users]]` included |
 //!
 //! Two runners share these functions: `cargo test -p fuzz-targets` runs each over its seed
 //! corpus (`corpus/<target>/`) and a bounded number of deterministic mutations (part of

@@ -1,4 +1,4 @@
-//! [`Hash`]: a Redis hash as a map of last-writer-wins fields that can be removed, and
+//! [`Hash`](struct@Hash): a Redis hash as a map of last-writer-wins fields that can be removed, and
 //! [`FieldReg`], the register of one field (shared with [`crate::SortedSet`]).
 
 use std::collections::{btree_map, BTreeMap};

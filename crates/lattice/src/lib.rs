@@ -23,7 +23,7 @@
 //!   (RESP lists).
 //! - [`value`]: [`Value`], the dynamically typed value the store holds, its [`LatticeType`]
 //!   tag, and [`Record`], the per-key record with its epoch and tombstones.
-//! - [`hash`]: [`Hash`], a Redis hash of last-writer-wins fields with removals, and
+//! - [`hash`]: [`Hash`](struct@Hash), a Redis hash of last-writer-wins fields with removals, and
 //!   [`FieldReg`], one such field.
 //! - [`zset`]: [`SortedSet`], a Redis sorted set of last-writer-wins [`Score`]s with
 //!   removals and an order index.

@@ -46,7 +46,7 @@ pub enum LatticeType {
     /// [`List`]: a sequence with dense positions and observed-remove deletion.
     List = 15,
     // Redis hashes and sorted sets.
-    /// [`Hash`]: Redis hash, fields as last-writer-wins registers with removals.
+    /// [`Hash`](struct@Hash): Redis hash, fields as last-writer-wins registers with removals.
     Hash = 13,
     /// [`SortedSet`]: Redis sorted set, scores as last-writer-wins registers with removals.
     SortedSet = 14,

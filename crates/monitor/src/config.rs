@@ -68,7 +68,7 @@ impl Default for Prices {
 #[serde(default, deny_unknown_fields)]
 pub struct PolicyConfig {
     /// How often the monitor runs a round, in ms (the paper's T; used by the monitor's loop,
-    /// not by `decide`). Default 5,000. The paper's 30 s ([P] Table 2; the thesis says 15 s)
+    /// not by `decide`). Default 5,000. The paper's 30 s (\[P\] Table 2; the thesis says 15 s)
     /// paced statistics reported every 15 s over 60 s windows; our nodes publish a sliding
     /// 10 s window every second (`[stats]`), so a round every 5 s sees a hot key within
     /// seconds of it getting hot — the paper's "promoted within ~10 s" — and costs one status

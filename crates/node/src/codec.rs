@@ -1,6 +1,6 @@
 //! What crosses a process boundary in protobuf form, for the peer plane and the write-ahead
 //! log: records of keys ([`GossipBatch`] ⇄ `Gossip.Entry`), journal payloads (records and
-//! drops), and operations forwarded between nodes ([`Op`] and [`OpResult`] ⇄ `ForwardOp` /
+//! drops), and operations forwarded between nodes (`Op` and [`OpResult`] ⇄ `ForwardOp` /
 //! `ForwardResult`), so a node runs a request on another node's worker exactly as it would
 //! locally.
 //!

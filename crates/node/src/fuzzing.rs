@@ -105,7 +105,7 @@ pub fn config(with_users: bool) -> NodeConfig {
 /// waits for its replies.
 ///
 /// # Panics
-/// If a batch is still unanswered after [`MAX_TICKS`] ticks (a hang), or on any bug the
+/// If a batch is still unanswered after `MAX_TICKS` ticks (a hang), or on any bug the
 /// input reaches.
 pub fn serve_client(port: Port, with_users: bool, reads: &[&[u8]]) -> Session {
     thread_local! {

@@ -1,6 +1,6 @@
 //! A consistent-hash ring with virtual nodes.
 //!
-//! Each member owns `vnodes` points at [`vnode_hash`](crate::hash::vnode_hash)`(label, i)`. A key
+//! Each member owns `vnodes` points at [`vnode_hash`]`(label, i)`. A key
 //! hashing to `h` belongs to the member owning the first point at or after `h` (wrapping), and
 //! its `n` replicas are the first `n` distinct members met walking clockwise from there.
 //!

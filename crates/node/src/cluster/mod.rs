@@ -7,7 +7,7 @@
 //! - [`state`]: cluster metadata as gossiped — the membership and its protobuf form — and
 //!   the views built from it.
 //! - [`agent`]: the per-node task that gossips cluster metadata with peers, detects failures
-//!   and hands every worker a fresh [`ViewState`] when the rings change.
+//!   and hands every worker a fresh `ViewState` when the rings change.
 //!
 //! The agent publishes [`ViewState`](crate::view::ViewState)s: what workers route by.
 

@@ -1,8 +1,8 @@
 //! Where a worker's writes become durable: its write-ahead log (a memory-tier worker with
 //! a data directory), the node's LSM journal (a disk-tier worker), or nothing.
 //!
-//! The core hands over the changes to log ([`Journal::append`], in order: a key's removal
-//! must replay after the merges before it) and asks for syncs ([`Journal::sync`]: one sync
+//! The core hands over the changes to log (`Journal::append`, in order: a key's removal
+//! must replay after the merges before it) and asks for syncs (`Journal::sync`: one sync
 //! covers everything appended before it, and the log's writer thread group-commits
 //! concurrent ones). The log's own task watches its health — writes fail while it refuses
 //! appends, and resume by themselves once it accepts them again — and writes snapshots.

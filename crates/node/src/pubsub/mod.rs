@@ -1,21 +1,21 @@
 //! Redis pub/sub across the cluster: a node's registry of subscribers ([`Hub`]) and the
-//! relay of published messages to the other nodes ([`relay`]).
+//! relay of published messages to the other nodes (`relay`).
 //!
 //! A subscribing RESP connection registers with its node's hub and gets a bounded queue
-//! of [`Push`]es; PUBLISH on any worker looks up the subscribers of the channel (and of the
-//! patterns that match it, see [`glob`]) under the hub's lock and queues the message for
+//! of `Push`es; PUBLISH on any worker looks up the subscribers of the channel (and of the
+//! patterns that match it, see `glob`) under the hub's lock and queues the message for
 //! each, then relays it to every other live member of the cluster, whose hub does the same
 //! for its own subscribers. Delivery is at most once, nothing is stored: a subscriber
 //! connected when a message reaches its node gets it; one on a node the relay cannot reach
 //! misses it.
 //!
 //! # Bounds
-//! - Per connection, at most [`QUEUE_MESSAGES`] messages and [`QUEUE_BYTES`] bytes queued
+//! - Per connection, at most `QUEUE_MESSAGES` messages and `QUEUE_BYTES` bytes queued
 //!   and not yet written to the socket. A subscriber that falls further behind is
 //!   disconnected (Redis's `client-output-buffer-limit pubsub`): its subscriptions end at
 //!   once, and its connection closes, even in the middle of a blocked write.
-//! - Per connection, at most [`MAX_SUBSCRIPTIONS`] channels, patterns and shard channels.
-//! - Relays in flight: see [`relay`].
+//! - Per connection, at most `MAX_SUBSCRIPTIONS` channels, patterns and shard channels.
+//! - Relays in flight: see `relay`.
 
 pub(crate) mod relay;
 

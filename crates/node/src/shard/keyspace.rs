@@ -52,7 +52,7 @@ impl Shard {
         first == Some(me)
     }
 
-    /// Live user keys this worker lists (see [`Shard::lists`]), with a hash at least `from`,
+    /// Live user keys this worker lists (see `Shard::lists`), with a hash at least `from`,
     /// in hash order: keys are visited until at least `count` were visited (keys sharing a
     /// hash are never split across pages), and those passing `keep` are listed.
     pub fn scan_keys(&self, from: u64, count: usize, keep: KeyFilter<'_>) -> ScanPage {

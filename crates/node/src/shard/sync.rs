@@ -58,7 +58,7 @@ impl Shard {
         !self.changeset.is_empty() || !self.outbox.is_empty()
     }
 
-    /// Takes up to [`MAX_ROUND_KEYS`] keys (and about [`MAX_ROUND_BYTES`]) of the changeset
+    /// Takes up to `MAX_ROUND_KEYS` keys (and about `MAX_ROUND_BYTES`) of the changeset
     /// and the outbox, as one batch per destination; the rest stays for the next round
     /// ([`Shard::has_gossip`] says whether there is more). The changeset keeps its
     /// capacity: the same hot keys come back every period.

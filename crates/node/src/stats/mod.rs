@@ -6,7 +6,7 @@
 //! # What a window holds
 //! - accesses: exact; every read and write of a key served by this worker counts once;
 //! - per-key counts, for the hot keys only: a count-min sketch with conservative update
-//!   ([`sketch::CountMin`]) and per-period candidates ([`hot`]), re-estimated over the window;
+//!   (`sketch::CountMin`) and per-period candidates (`hot`), re-estimated over the window;
 //! - distinct keys accessed (HyperLogLog) and Σ count² over keys (a count sketch), so a
 //!   monitor gets the mean and standard deviation of per-key counts without the keys;
 //! - occupancy: busy time of the worker's thread / wall time;

@@ -2,7 +2,7 @@
 //!
 //! | commands | lattice | notes |
 //! |---|---|---|
-//! | GET, SET [NX\|XX] [GET], MGET, MSET | `Lww` | timestamps from the worker's hybrid logical clock; GET also reads a `Counter` as its decimal value |
+//! | GET, SET [NX\|XX] \[GET\], MGET, MSET | `Lww` | timestamps from the worker's hybrid logical clock; GET also reads a `Counter` as its decimal value |
 //! | INCR, INCRBY, DECR, DECRBY | `Counter` (PN), or `Lww` | a missing key becomes a counter; a string holding an integer is rewritten (`strings`) |
 //! | SADD, SREM, SMEMBERS, SISMEMBER, SCARD | `OrSet` (add-wins) | SMEMBERS/SISMEMBER/SCARD also read grow-only and ordered sets |
 //! | DEL, EXISTS, TYPE | any | DEL writes a tombstone |
@@ -12,7 +12,7 @@
 //! | LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LRANGE, LLEN, LINDEX, LSET, LREM, LTRIM, LINSERT, LPOS, LMOVE, RPOPLPUSH, BLPOP, BRPOP, BLMOVE, BRPOPLPUSH | `List` | `lists`: sequence CRDT; LMOVE's keys share a worker; blocking pops wait at the connection |
 //! | MULTI, EXEC, DISCARD, WATCH, UNWATCH | — | `txn`: queued per connection; WATCH needs keys with one replica |
 //! | HSET, HMSET, HSETNX, HGET, HMGET, HGETALL, HDEL, HEXISTS, HLEN, HKEYS, HVALS, HSTRLEN, HINCRBY, HINCRBYFLOAT, HRANDFIELD, HSCAN | `Hash` (field → LWW register, removals as tombstones) | `hash`: one `Op::Hash` per command, run at the key's worker (`shard::hash`) |
-//! | ZADD [NX\|XX] [GT\|LT] [CH] [INCR], ZINCRBY, ZSCORE, ZMSCORE, ZREM, ZCARD, ZCOUNT, ZLEXCOUNT, ZRANK, ZREVRANK, ZRANGE [BYSCORE\|BYLEX] [REV] [LIMIT] [WITHSCORES], ZRANGEBYSCORE, ZREVRANGEBYSCORE, ZRANGEBYLEX, ZREVRANGEBYLEX, ZREVRANGE, ZPOPMIN, ZPOPMAX, ZREMRANGEBYRANK, ZREMRANGEBYSCORE, ZREMRANGEBYLEX, ZSCAN | `SortedSet` (member → LWW score, removals as tombstones, order index) | `zset`: one `Op::Zset` per command (`shard::zset`) |
+//! | ZADD [NX\|XX] [GT\|LT] \[CH\] \[INCR\], ZINCRBY, ZSCORE, ZMSCORE, ZREM, ZCARD, ZCOUNT, ZLEXCOUNT, ZRANK, ZREVRANK, ZRANGE [BYSCORE\|BYLEX] \[REV\] \[LIMIT\] \[WITHSCORES\], ZRANGEBYSCORE, ZREVRANGEBYSCORE, ZRANGEBYLEX, ZREVRANGEBYLEX, ZREVRANGE, ZPOPMIN, ZPOPMAX, ZREMRANGEBYRANK, ZREMRANGEBYSCORE, ZREMRANGEBYLEX, ZSCAN | `SortedSet` (member → LWW score, removals as tombstones, order index) | `zset`: one `Op::Zset` per command (`shard::zset`) |
 //! | SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE, PUNSUBSCRIBE, SSUBSCRIBE, SUNSUBSCRIBE, PUBLISH, SPUBLISH, PUBSUB, RESET | — | `pubsub`: no lattice, messages are not stored; fan-out to every node ([`crate::pubsub`]) |
 //! | PING, ECHO, HELLO, SELECT 0, QUIT, AUTH, ACL, CLIENT, COMMAND, CONFIG GET, INFO, DBSIZE, TIME, LASTSAVE, SAVE, BGSAVE, WAIT | — | connection and server commands (`server`, `info`, `acl`) |
 //! | KEYS, SCAN, RANDOMKEY, FLUSHDB, FLUSHALL, RENAME, RENAMENX, COPY, TOUCH, OBJECT, MEMORY USAGE, EXPIRETIME, PEXPIRETIME | any | `keys`: listing asks every worker (primary replicas, hash order); SWAPDB/MOVE refused |
