@@ -1,8 +1,12 @@
-"""Helpers shared by the benchmark scripts (bench/cluster, bench/durability): pinning,
+"""Helpers shared by the benchmark scripts (bench/cluster, bench/durability, ...): pinning,
 ports, starting `latticekv server` processes, running `latticekv bench`, describing the
-machine and rewriting a section of docs/benchmarks.md."""
+machine, rewriting a section of docs/benchmarks.md, and the Markdown tables and bar charts
+the sections hold (parsed back from the page by each script's `--replot`)."""
 import json
 import os
+import re
+import string
+import textwrap
 import pathlib
 import platform
 import shutil
@@ -321,3 +325,250 @@ def write_section(begin, end, heading, text, doc="benchmarks.md"):
         body += f"\n## {heading}\n\n{begin}\n{text}\n{end}\n"
     doc.write_text(body)
     log(f"wrote {doc}")
+
+
+def read_section(begin, end, doc="benchmarks.md"):
+    """The text between the `begin` and `end` markers of docs/`doc`, as `write_section`
+    writes it (so writing it back changes nothing); None if the markers are missing."""
+    body = (ROOT / "docs" / doc).read_text()
+    if begin not in body or end not in body:
+        return None
+    text = body.split(begin, 1)[1].split(end, 1)[0]
+    return text[1:-1] if text.startswith("\n") and text.endswith("\n") else text
+
+
+class Table:
+    """A Markdown table whose cells are rendered from, and parsed back into, rows of
+    values (dicts). `columns` are (header, align, template): align "l" or "r"; the
+    template a `str.format` pattern over the row's keys, e.g.
+    "{ops:,.0f} ({ratio:.2f}×), p99 {p99:g}", or a list of them, the first whose fields
+    the row has (not None) being used ("–" for a cell without values). Fields with a
+    format spec hold numbers (parsed as float), fields without one text."""
+
+    def __init__(self, columns):
+        self.columns = [(h, a, [t] if isinstance(t, str) else list(t)) for h, a, t in columns]
+        self._patterns = [[self._pattern(t) for t in ts] for _, _, ts in self.columns]
+
+    @staticmethod
+    def _pattern(template):
+        regex, fields = "", {}
+        for literal, name, spec, _ in string.Formatter().parse(template):
+            regex += re.escape(literal)
+            if name is not None:
+                fields[name] = bool(spec)
+                regex += (fr"(?P<{name}>-?[\d,]*\.?\d+(?:e[-+]?\d+)?)" if spec
+                          else fr"(?P<{name}>.+?)")
+        return re.compile(regex), fields
+
+    def header(self):
+        """The header and separator lines."""
+        return ("| " + " | ".join(h for h, _, _ in self.columns) + " |\n|"
+                + "".join("---:|" if a == "r" else "---|" for _, a, _ in self.columns))
+
+    def render(self, rows):
+        """The table as Markdown (no trailing newline)."""
+        lines = [self.header()]
+        for row in rows:
+            cells = []
+            for (_, _, templates), patterns in zip(self.columns, self._patterns):
+                for template, (_, fields) in zip(templates, patterns):
+                    if all(row.get(f) is not None for f in fields):
+                        cells.append(template.format(**row))
+                        break
+                else:
+                    raise ValueError(f"no template of {templates} fits {row}")
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    def parse(self, text):
+        """The rows of this table (found by its header) in `text`: a list of dicts, the
+        fields of the template that matched each cell (those of its column's other
+        templates None). Raises ValueError if the table is
+        missing or a cell matches none of its column's templates."""
+        lines = text.split("\n")
+        head = self.header().split("\n")
+        for i in range(len(lines) - 1):
+            if lines[i:i + 2] == head:
+                break
+        else:
+            raise ValueError(f"no table with the header {head[0]!r}")
+        rows = []
+        for line in lines[i + 2:]:
+            if not line.startswith("|"):
+                break
+            cells = [c.strip() for c in line.strip()[1:-1].split(" | ")]
+            if len(cells) != len(self.columns):
+                raise ValueError(f"{len(cells)} cells, expected {len(self.columns)}: {line!r}")
+            row = {}
+            for cell, patterns in zip(cells, self._patterns):
+                row.update({k: None for _, fields in patterns for k in fields})
+                for regex, fields in patterns:
+                    m = regex.fullmatch(cell)
+                    if m:
+                        row.update({k: float(v.replace(",", "")) if fields[k] else v
+                                    for k, v in m.groupdict().items()})
+                        break
+                else:
+                    raise ValueError(f"cannot parse the cell {cell!r} of {line!r}")
+            rows.append(row)
+        return rows
+
+
+def with_image(text, table, png, alt):
+    """`text` with the line `![alt](png)` right after the Markdown `table` it contains,
+    replacing any line showing `png` elsewhere in it."""
+    image = f"![{alt}]({png})"
+    lead = text[:len(text) - len(text.lstrip("\n"))]
+    trail = text[len(text.rstrip("\n")):]
+    text = re.sub(r"\n*!\[[^\]]*\]\(" + re.escape(png) + r"\)\n*", "\n\n", text)
+    if table not in text:
+        raise ValueError(f"the table for {png} is not in the text")
+    body = text.replace(table, table + "\n\n" + image, 1).strip("\n")
+    return lead + body + trail
+
+
+def pyplot():
+    """matplotlib's pyplot with the Agg (file-only) backend, installing matplotlib with
+    pip if it is missing."""
+    try:
+        import matplotlib
+    except ImportError:
+        log("matplotlib is missing: installing it with pip")
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
+                        "--disable-pip-version-check", "matplotlib"], check=True)
+        import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+COLORS = {"Redis": "#c44e52", "latticekv": "#4c72b0"}
+PALETTE = ["#55a868", "#8172b2", "#ccb974", "#64b5cd", "#dd8452", "#937860", "#da8bc3",
+           "#8c8c8c"]
+
+
+def short(v):
+    """A bar's default label, three significant digits: 1.26M, 146k, 11.6k, 4035, 53, 3.6."""
+    if v >= 1e6:
+        return f"{v / 1e6:.3g}M"
+    if v >= 1e4:
+        return f"{v / 1e3:.3g}k"
+    if v >= 10:
+        return f"{v:.0f}"
+    return f"{v:.2g}"
+
+
+class Panel:
+    """One panel of `bar_chart`: `series` maps a legend label to one value per group (None:
+    no bar); `labels` (same shape, optional) the text over each bar, by default the value
+    itself; `log` a logarithmic y axis (for latencies spanning decades)."""
+
+    def __init__(self, series, ylabel, labels=None, log=False, title=None):
+        self.series, self.ylabel, self.labels = series, ylabel, labels or {}
+        self.log, self.title = log, title
+
+
+def bar_chart(path, title, groups, panels, note=None, dpi=100):
+    """Draws grouped bars, one group per entry of `groups` (x axis), into the PNG `path`:
+    one row per `Panel` (e.g. throughput, then latency percentiles). A group's bars are
+    centred over it, skipping series without a value there. Colours: Redis red, latticekv
+    blue (also "Redis p99", "Redis (AOF everysec)"), others from a fixed palette, the same series
+    keeping its colour across panels.
+    `note` is a line of small print under the title."""
+    plt = pyplot()
+    from matplotlib import ticker
+    width = min(16.0, max(10.0, 0.75 * len(groups) + 3))
+    height = 3.1 if len(panels) <= 2 else 2.6
+    fig, axes = plt.subplots(len(panels), 1, figsize=(width, 1.2 + height * len(panels)),
+                             sharex=True, squeeze=False)
+    colors, spare = {}, iter(PALETTE * 4)
+    for panel in panels:
+        for name in panel.series:
+            if name not in colors:
+                colors[name] = next((c for k, c in COLORS.items()
+                                     if re.fullmatch(re.escape(k) + r"( p[\d.]+| \(.*\))?",
+                                                     name)), None) or next(spare)
+    for ax, panel in zip(axes[:, 0], panels):
+        names = list(panel.series)
+        slot = 0.8 / max(1, len(names))
+        seen = set()
+        for g in range(len(groups)):
+            present = [n for n in names if panel.series[n][g] is not None]
+            for k, name in enumerate(present):
+                x = g + (k - (len(present) - 1) / 2) * slot
+                v = panel.series[name][g]
+                ax.bar(x, v, width=slot * 0.95, color=colors[name],
+                       label=name if name not in seen else "_nolegend_")
+                seen.add(name)
+                text = panel.labels.get(name, [None] * len(groups))[g]
+                ax.text(x, v, short(v) if text is None else text, ha="center",
+                        va="bottom", fontsize=7)
+        if panel.log:
+            ax.set_yscale("log")
+        else:
+            ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: short(v) if v else "0"))
+        ax.margins(y=0.15)
+        ax.set_ylabel(panel.ylabel)
+        if panel.title:
+            ax.set_title(panel.title, fontsize=10, loc="left")
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+        if len(names) > 1:
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1),
+                      borderaxespad=0)
+    axes[-1, 0].set_xticks(list(range(len(groups))))
+    axes[-1, 0].set_xticklabels(groups, rotation=25 if len(groups) > 4 else 0,
+                                ha="right" if len(groups) > 4 else "center", fontsize=8)
+    fig.suptitle(textwrap.fill(title, int(width * 11)), fontsize=12)
+    if note:
+        fig.text(0.5, 0.005, note, ha="center", va="bottom", fontsize=7, color="#555555")
+    fig.tight_layout(rect=(0, 0.02 if note else 0, 1, 1))
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    log(f"wrote {path}")
+
+
+def systems_table(key, labels):
+    """The redis-benchmark scripts' table: a `key` column (the case), then one column per
+    system in `labels`, the first the baseline: "ops/s, p99 ms", the others "ops/s (ratio
+    to the baseline×), p99 ms". Row fields: the key's (`case`), then ops<i>, ratio<i>,
+    p99_<i> per system i."""
+    columns = [(key, "l", "{case}"), (labels[0], "r", "{ops0:,.0f}, p99 {p99_0:g}")]
+    columns += [(label, "r", f"{{ops{i}:,.0f}} ({{ratio{i}:.2f}}×), p99 {{p99_{i}:g}}")
+                for i, label in enumerate(labels[1:], 1)]
+    return Table(columns)
+
+
+def systems_labels(text, key):
+    """The system labels in the header of the first table of `text` whose first column is
+    `key` (see `systems_table`)."""
+    for line in text.split("\n"):
+        if line.startswith(f"| {key} | "):
+            return [c.strip() for c in line.strip()[1:-1].split(" | ")][1:]
+    raise ValueError(f"no table with a {key!r} column")
+
+
+def systems_chart(path, title, labels, rows, note=None):
+    """Draws a `systems_table`'s rows: requests/s per system (labels: the baseline's value,
+    the others' ratio to it), then p99 per system (log scale when it spans over 20×)."""
+    ops = {label: [r[f"ops{i}"] for r in rows] for i, label in enumerate(labels)}
+    p99 = {label: [r[f"p99_{i}"] for r in rows] for i, label in enumerate(labels)}
+    marks = {label: [None if i == 0 else f"{r[f'ratio{i}']:.2f}×" for r in rows]
+             for i, label in enumerate(labels)}
+    every = [v for vs in p99.values() for v in vs]
+    spread = max(every) / max(min(every), 1e-9) > 20
+    bar_chart(path, title, [r["case"] for r in rows],
+              [Panel(ops, "requests per second", labels=marks,
+                     title=f"throughput (median of the rounds); labels: ratio to {labels[0]}"),
+               Panel(p99, "p99 latency ms" + (" (log)" if spread else ""), log=spread,
+                     title="p99 latency")], note=note)
+
+
+def replot(begin, end, parse, draw, doc="benchmarks.md"):
+    """`--replot`: parses the section between `begin` and `end` of docs/`doc` with
+    `parse(text)`, draws its chart with `draw(data, text)` (which returns the section text
+    with its image line, via `with_image`) and writes that text back."""
+    text = read_section(begin, end, doc)
+    if text is None:
+        sys.exit(f"docs/{doc} has no {begin} ... {end} section to replot")
+    write_section(begin, end, None, draw(parse(text), text), doc)
