@@ -98,3 +98,11 @@ run:
 
 clean:
 	$(CARGO) clean
+
+## bench-plots: matplotlib, which bench/*'s charts and tests/python/test_bench_plots.py
+## use (the scripts would otherwise pip-install it themselves on first use).
+.PHONY: deps-plots
+deps: deps-plots
+deps-plots:
+	@$(PYTHON) -c "import matplotlib" 2>/dev/null || \
+	  $(PYTHON) -m pip install --quiet --disable-pip-version-check matplotlib
