@@ -454,7 +454,7 @@ fn print_node(config: &NodeConfig, node: &Node) {
     say!("peer    {}", a.peer);
     let bound = node.addresses();
     if let Some(http) = bound.http {
-        say!("http    {http} (metrics: /metrics)");
+        say!("http    {http} (status page: /, metrics: /metrics)");
     }
     if bound.front.to_string() != a.front {
         say!("listen  {} (resp {})", bound.front, bound.resp);
