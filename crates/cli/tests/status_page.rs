@@ -6,7 +6,7 @@
 //! `target/test-output/status-page.png`.
 //!
 //! Chromium is required: without it the test fails and says how to install it (`make deps`
-//! does).
+//! does). A second test checks that a node with a password leaves key names out.
 
 mod common;
 
@@ -20,7 +20,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::cluster::{cluster, flags, with};
-use common::{eventually, Resp};
+use common::{eventually, NodeProc, Resp};
 
 const CHROMIUM: &str = "chromium";
 /// Virtual time the page runs for before the DOM is dumped: one poll a second.
@@ -243,4 +243,32 @@ fn status_page_shows_the_cluster_live_in_headless_chromium() {
     stop.store(true, Ordering::Relaxed);
     let writes = load.join().unwrap();
     assert!(writes > 0);
+}
+
+/// The HTTP port takes no credentials, so a node whose clients must authenticate lists its
+/// hot keys' counts without their names.
+#[test]
+fn a_node_with_a_password_withholds_hot_key_names() {
+    let node = NodeProc::start(&["--password", "pw", "--disk-nodes", "0"]);
+    let http = node.http.expect("local prints its HTTP address");
+    let mut r = Resp::connect(node.resp);
+    r.roundtrip(&[b"AUTH", b"pw"], b"+OK\r\n");
+    for _ in 0..200 {
+        r.roundtrip(&[b"SET", b"secret:key", b"v"], b"+OK\r\n");
+    }
+    let mut last = String::new();
+    let listed = eventually(Duration::from_secs(20), || {
+        last = get(http, "/status.json").2;
+        let v: serde_json::Value = serde_json::from_str(&last).expect("status.json is JSON");
+        v["hot_keys"].as_array().is_some_and(|h| !h.is_empty())
+    });
+    assert!(listed, "no hot key listed: {last}");
+    let v: serde_json::Value = serde_json::from_str(&last).unwrap();
+    assert_eq!(v["hot_key_names"], false, "{last}");
+    assert_eq!(v["hot_keys"][0]["key"], serde_json::Value::Null, "{last}");
+    assert!(
+        v["hot_keys"][0]["accesses"].as_u64().unwrap() >= 200,
+        "{last}"
+    );
+    assert!(!last.contains("secret:key"), "{last}");
 }
