@@ -14,8 +14,8 @@ test: deps lint build unit python-test bench-smoke docker-test
 
 ## Tools the tests drive: redis-cli (and redis-server for benchmarks), PostgreSQL's server
 ## binaries (the backing-store tests start throwaway clusters of their own with them; the
-## package's own cluster is never used), the redis and pytest Python packages. Installed only
-## when missing.
+## package's own cluster is never used), the redis and pytest Python packages, Chromium
+## (the status page's test). Installed only when missing.
 deps:
 	@(command -v redis-cli && command -v redis-server && command -v redis-benchmark) >/dev/null 2>&1 || { \
 	  echo "installing redis-tools"; \
@@ -27,6 +27,11 @@ deps:
 	    || { echo "cannot install postgresql (need root and apt)"; exit 1; }; }
 	@$(PYTHON) -c "import redis, pytest, trustme, cloudpickle" 2>/dev/null || \
 	  $(PYTHON) -m pip install --quiet --disable-pip-version-check redis pytest trustme cloudpickle
+# Status page: crates/cli/tests/status_page.rs loads it in headless Chromium.
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+	    || { echo "cannot install chromium (need root and apt)"; exit 1; }; }
 
 lint:
 	$(CARGO) fmt --all -- --check

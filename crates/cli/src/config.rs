@@ -36,8 +36,9 @@ pub struct NodeArgs {
     /// 0.0.0.0 (e.g. in a container).
     #[arg(long, env = "LATTICEKV_ADVERTISE")]
     pub(crate) advertise: Option<String>,
-    /// HTTP address: `/metrics` (Prometheus) and `/health`. Default: none for `server`;
-    /// for `local`, the --listen host at port + 80 (7700 → 7780; ephemeral with port 0).
+    /// HTTP address: the status page (`/`), `/metrics` (Prometheus) and `/health`. Default:
+    /// none for `server`; for `local`, the --listen host at port + 80 (7700 → 7780;
+    /// ephemeral with port 0).
     #[arg(long, env = "LATTICEKV_HTTP")]
     pub(crate) http: Option<SocketAddr>,
     /// Shared secret of the cluster: every peer connection proves it, so a node without it
@@ -178,7 +179,8 @@ pub struct LocalArgs {
     /// The embedded monitor's policy parameters (TOML; docs/elasticity.md).
     #[arg(long, env = "LATTICEKV_MONITOR_CONFIG")]
     pub(crate) monitor_config: Option<PathBuf>,
-    /// No HTTP port (metrics, health), which `local` otherwise opens on loopback.
+    /// No HTTP port (status page, metrics, health), which `local` otherwise opens on
+    /// loopback.
     #[arg(long)]
     pub(crate) no_http: bool,
     #[command(flatten)]
@@ -454,7 +456,7 @@ fn print_node(config: &NodeConfig, node: &Node) {
     say!("peer    {}", a.peer);
     let bound = node.addresses();
     if let Some(http) = bound.http {
-        say!("http    {http} (metrics: /metrics)");
+        say!("http    {http} (status page: /, metrics: /metrics)");
     }
     if bound.front.to_string() != a.front {
         say!("listen  {} (resp {})", bound.front, bound.resp);

@@ -39,7 +39,8 @@ pub struct NodeConfig {
     /// or is reached through another address than the one it binds. Default: unset (the
     /// bound addresses are published as they are).
     pub advertise: Option<String>,
-    /// HTTP port: `/metrics` (Prometheus) and `/health` (`front::http`). Default: unset
+    /// HTTP port: the status page, `/metrics` (Prometheus) and `/health` (`front::http`).
+    /// Default: unset
     /// (no HTTP port; `latticekv local` turns it on, on loopback).
     pub http: Option<SocketAddr>,
     /// Shared secret of the cluster's nodes: every peer connection proves it (see

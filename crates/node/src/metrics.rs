@@ -12,6 +12,8 @@ use std::fmt::Write;
 use crate::driver::worker::WorkerStats;
 use crate::stats::latency::Cumulative;
 
+pub mod status;
+
 /// Upper bounds (seconds) of the request-latency histogram's buckets.
 pub const LATENCY_BUCKETS_S: [f64; 16] = [
     0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -279,5 +281,7 @@ fn latency_histogram(o: &mut Out, h: &Cumulative) {
     );
 }
 
+#[cfg(test)]
+mod status_tests;
 #[cfg(test)]
 mod tests;

@@ -1,8 +1,11 @@
-//! The HTTP port (`http` / `--http`): `GET /metrics` (Prometheus text, [`crate::metrics`])
-//! and `GET /health` (`ok` while the node serves). Served on the first worker's thread;
-//! at most [`MAX_CONNECTIONS`] at once, each closed after [`CONNECTION_LIFETIME`]; requests
-//! with a body or another method are refused. The port shows counts only — no keys, no
-//! values — so it needs no authentication; bind it where the scraper can reach it.
+//! The HTTP port (`http` / `--http`): `GET /metrics` (Prometheus text, [`crate::metrics`]),
+//! `GET /health` (`ok` while the node serves), and the status page: `GET /` (one HTML
+//! file) and `GET /status.json` ([`crate::metrics::status`]), which it polls. Served on the
+//! first worker's thread; at most [`MAX_CONNECTIONS`] at once, each closed after
+//! [`CONNECTION_LIFETIME`]; requests with a body or another method are refused. The port
+//! shows counts only — no values, and key names (the hot keys) only on a node whose client
+//! ports take no credentials — so it needs no authentication; bind it where the scraper
+//! can reach it.
 
 use std::convert::Infallible;
 use std::rc::Rc;
@@ -19,12 +22,17 @@ use tokio::sync::Semaphore;
 use tokio::task::spawn_local;
 
 use crate::driver::worker::{all_stats, Worker};
+use crate::metrics::status::{self, StatusSnapshot};
 use crate::metrics::{self, Members, Snapshot};
 
 /// Most HTTP connections served at once; more are closed at once.
 pub const MAX_CONNECTIONS: usize = 64;
 /// Longest an HTTP connection stays open (a scraper reconnects).
 pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// The status page may load nothing but itself and `/status.json`: it works offline, and a
+/// key name that slipped into its markup could not fetch or run anything.
+const PAGE_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; \
+                           style-src 'unsafe-inline'; connect-src 'self'";
 /// Longest the request head may take to arrive.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -80,10 +88,20 @@ async fn route(w: &Worker, req: Request<Incoming>) -> Response<Full<Bytes>> {
             render(w).await,
         ),
         "/health" => reply(StatusCode::OK, "text/plain", "ok\n"),
+        // The status page.
+        "/" => {
+            let mut r = reply(StatusCode::OK, "text/html; charset=utf-8", status::PAGE);
+            r.headers_mut().insert(
+                hyper::header::CONTENT_SECURITY_POLICY,
+                hyper::header::HeaderValue::from_static(PAGE_POLICY),
+            );
+            r
+        }
+        "/status.json" => reply(StatusCode::OK, "application/json", render_status(w).await),
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found: try /metrics or /health\n",
+            "not found: try /, /status.json, /metrics or /health\n",
         ),
     }
 }
@@ -107,5 +125,21 @@ async fn render(w: &Worker) -> String {
         memory_budget_bytes: shared.config.limits.memory_budget_bytes(),
         workers: &workers,
         members,
+    })
+}
+
+/// The node's status now (the page's data).
+async fn render_status(w: &Worker) -> String {
+    let shared = &w.shared;
+    let workers = all_stats(shared).await;
+    let members = shared.snapshots.borrow().members.clone();
+    status::render(&StatusSnapshot {
+        node_id: &shared.config.node_id,
+        tier: shared.config.tier.name(),
+        uptime_ms: shared.started.elapsed().as_millis() as u64,
+        memory_budget_bytes: shared.config.limits.memory_budget_bytes(),
+        workers: &workers,
+        members: &members,
+        show_keys: !shared.users.required(),
     })
 }
