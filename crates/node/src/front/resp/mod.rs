@@ -24,6 +24,7 @@
 //! - `keys`, `keys_reply`, `glob`, `info`: the key space (KEYS, SCAN, FLUSHDB, RENAME, …),
 //!   their reply shapes, glob patterns, INFO;
 //! - `sets`: set commands beyond SADD/SREM/SMEMBERS.
+//! - [`listing`]: the key listing across the cluster (pages from every node).
 
 mod acl;
 // ---- lists (helper B) ----
@@ -47,6 +48,8 @@ mod client;
 mod info;
 mod keys;
 mod keys_reply;
+pub(crate) mod listing;
+mod rename;
 mod sets;
 
 use std::rc::Rc;
