@@ -2,12 +2,14 @@
 //! `RENAMENX`, `COPY`, `TOUCH`, `OBJECT`, `MEMORY USAGE`, `EXPIRETIME`/`PEXPIRETIME`;
 //! `SWAPDB` and `MOVE` are refused (one database).
 //!
-//! Listing asks every worker of this node for the keys it lists — those the node holds a
-//! replica of, each at one worker (`shard::keyspace`) — in placement-hash order: a `SCAN` cursor is a position in that
-//! order (a 64-bit hash), the same on every worker and node. Each page covers every key
-//! with a hash in `[cursor, next)` on every worker, so a key present for the whole scan is
-//! returned (at least once — exactly once unless it moves between workers mid-scan).
-//! Keys with no replica on this node are listed by the nodes holding them.
+//! Listing covers the cluster (`listing`): every worker of this node and every other live
+//! member of its tier lists the keys it holds a replica of, each at one worker
+//! (`shard::keyspace`), in placement-hash order, and the pages are merged without
+//! duplicates. A `SCAN` cursor is a position in that order (a 64-bit hash), the same on
+//! every worker and node. Each page covers every key with a hash in `[cursor, next)` on
+//! every worker of every node, so a key present for the whole scan is returned (at least
+//! once — exactly once unless it moves between workers mid-scan). `RENAME`/`COPY` are in
+//! `rename`.
 
 use std::rc::Rc;
 
