@@ -91,3 +91,27 @@ def test_flushdb_on_one_node_empties_the_cluster(cluster):
     assert eventually(lambda: all(local_keys(r) == 0 for r in cluster))
     assert all(r.keys() == [] for r in cluster)
     assert ra.randomkey() is None
+
+
+def test_keys_is_bounded_by_the_reply_limit_and_scan_is_not(tmp_path):
+    """KEYS past `limits.max_reply_bytes` is a clear error naming SCAN; the node keeps
+    serving, and SCAN pages through the same keys."""
+    from conftest import Node
+
+    config = tmp_path / "small-replies.toml"
+    config.write_text("[limits]\nmax_reply_bytes = 4096\n")
+    node = Node("--config", str(config), "--workers", "2", "--disk-nodes", "0",
+                "--monitor", "false")
+    try:
+        r = client(node)
+        names = [f"bounded:{i:04}:" + "x" * 20 for i in range(300)]  # ~13 KiB of keys
+        r.mset({k: 1 for k in names})
+        with pytest.raises(Exception, match="4096-byte reply limit: use SCAN"):
+            r.keys("bounded:*")
+        assert r.ping() is True
+        assert sorted(r.keys("bounded:000?:*")) == sorted(k.encode() for k in names[:10])
+        seen = list(r.scan_iter(match="bounded:*", count=50))
+        assert sorted(seen) == sorted(k.encode() for k in names)
+        assert r.dbsize() == 300
+    finally:
+        node.stop()
