@@ -115,3 +115,39 @@ def test_keys_is_bounded_by_the_reply_limit_and_scan_is_not(tmp_path):
         assert r.dbsize() == 300
     finally:
         node.stop()
+
+
+def test_a_member_that_does_not_answer_fails_the_listing_until_it_is_dead():
+    """A stopped member fails KEYS with an error naming it (a partial listing would miss
+    keys silently); once the failure detector declares it dead it is no longer asked, and
+    the keys are listed from their other replicas."""
+    flags = ["--workers", "1", "--replication", "2", "--cluster-gossip-ms", "100",
+             "--failure-timeout-ms", "2000", "--no-leave"]
+    a = Server("f1", None, *flags)
+    b = Server("f2", a.native, *flags)
+    c = Server("f3", a.native, *flags)
+    try:
+        ra, rb, rc = client(a), client(b), client(c)
+        names = {f"f:{i}".encode() for i in range(100)}
+        assert eventually(lambda: ra.set("probe", 1) and rc.get("probe") == b"1")
+        ra.delete("probe")
+        ra.mset({k: 1 for k in names})
+        assert eventually(lambda: sum(local_keys(r) for r in (ra, rb, rc)) == 200, timeout=30)
+        assert set(ra.keys()) == names
+        c.stop()
+        with pytest.raises(Exception, match="did not answer the key listing"):
+            ra.keys()
+        assert ra.ping() is True
+        # Declared dead: listed from the replicas on the two others.
+        assert eventually(lambda: _keys_or_none(ra) == names, timeout=30)
+        assert sorted(rb.scan_iter(count=10)) == sorted(names)
+    finally:
+        for s in (c, b, a):
+            s.stop()
+
+
+def _keys_or_none(r):
+    try:
+        return set(r.keys())
+    except Exception:
+        return None
