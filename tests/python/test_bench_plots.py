@@ -149,7 +149,10 @@ def test_reports_from_fake_results_parse_back():
     labels = ["Redis (AOF everysec)", "latticekv"]
     results = {(label, name): [(40_000.0 / (k + 1), 2.5 + k)] for k, label in enumerate(labels)
                for name, _, _ in m.CASES}
-    text, (got_labels, rows) = m.report(1, 50_000, labels, results)
+    results |= {(label, f"fanout {n}"): [(10_000.0 * (k + 1), 1.0)]
+                for k, label in enumerate(labels) for n in m.FANOUT}
+    text, (got_labels, rows) = m.report(1, 50_000, 2_000, labels, results)
+    assert "| 10 | 10,000, 100% delivered | 20,000 (2.00×), 100% delivered |" in text
     assert m.parse(text)[0] == got_labels == labels
     for p, b in zip(m.parse(text)[1], rows, strict=True):
         close(p, b)

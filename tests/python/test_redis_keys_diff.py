@@ -85,6 +85,22 @@ CASES = {
         "CLIENT NO-EVICT on", "TIME x", "LASTSAVE x",
         "DBSIZE x", "MEMORY FOO",
     ],
+    # keys and server: RENAME / COPY of hashes, sorted sets and lists.
+    "rename and copy collections": [
+        "HSET {}h a 1 b 2 c 3", "EXPIREAT {}h 4000000000", "RENAME {}h {}h2", "EXISTS {}h",
+        "HGETALL {}h2", "EXPIRETIME {}h2", "COPY {}h2 {}h3", "HGETALL {}h3",
+        "HGETALL {}h2", "SET {}str x", "COPY {}h2 {}str", "COPY {}h2 {}str REPLACE",
+        "TYPE {}str", "HGET {}str b", "RENAMENX {}h2 {}h3", "HDEL {}h3 a b c",
+        "COPY {}h3 {}h4", "RENAME {}h3 {}h4",
+        "ZADD {}z 1.5 a -2 b 300 c inf d 0.1 e", "RENAME {}z {}z2",
+        "ZRANGE {}z2 0 -1 WITHSCORES", "ZSCORE {}z2 e", "COPY {}z2 {}z3",
+        "ZRANGE {}z3 0 -1 WITHSCORES", "ZCARD {}z2", "RENAME {}z2 {}h2", "TYPE {}h2",
+        "ZRANGE {}h2 0 -1 WITHSCORES",
+        "RPUSH {}l x y z x", "LPUSH {}l w", "RENAME {}l {}l2", "LRANGE {}l2 0 -1",
+        "EXISTS {}l", "COPY {}l2 {}l3", "LRANGE {}l3 0 -1", "RPUSH {}l3 tail",
+        "LRANGE {}l2 0 -1", "LRANGE {}l3 0 -1", "RENAMENX {}l2 {}l3", "RENAME {}l3 {}z3",
+        "TYPE {}z3", "LLEN {}z3",
+    ],
 }
 
 # Where latticekv answers differently on purpose: command → (latticekv's reply, reason).

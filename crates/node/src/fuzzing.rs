@@ -169,6 +169,7 @@ async fn serve_in_memory(config: NodeConfig, port: Port, reads: &[&[u8]]) -> Ses
         policy: tokio::sync::watch::Sender::new(None),
         backing: None,
         pubsub: Default::default(),
+        clients: Default::default(),
     });
     let core_config = crate::server::core_config(&config);
     let budget = (config.limits.memory_budget_bytes() / workers as u64) as usize;

@@ -67,6 +67,8 @@ pub mod tls;
 pub mod vectors;
 pub mod view;
 pub mod writeback;
+// ---- keys and server (CLIENT LIST/KILL node-wide) ----
+pub mod clients;
 
 pub use config::{ClusterConfig, DiskConfig, Limits, NodeConfig, NodeTier};
 pub use error::NodeError;

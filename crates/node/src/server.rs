@@ -329,6 +329,7 @@ impl Node {
             policy: tokio::sync::watch::Sender::new(None),
             backing,
             pubsub: Default::default(),
+            clients: Default::default(),
         });
 
         let clock: crate::shard::SharedClock = Arc::new(SystemClock::new(config.clock_skew_ms));

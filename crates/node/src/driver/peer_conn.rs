@@ -75,6 +75,11 @@ pub async fn serve(w: Rc<Worker>, stream: Detached, from: Replica) {
                             let _ = tx.try_send(crate::pubsub::relay::receive(&w, id, relay));
                             continue;
                         }
+                        // Keys: a page of this node's key listing, not for the core.
+                        if let Some(pb::peer_request::Msg::KeyScan(scan)) = req.msg {
+                            crate::front::resp::listing::serve_peer(&w, id, scan, tx.clone());
+                            continue;
+                        }
                         match request_from_pb(req) {
                             Ok((id, msg)) => w.on_peer_request(from, msg, id, tx.clone()),
                             Err(e) => {

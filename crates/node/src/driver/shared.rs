@@ -66,6 +66,9 @@ pub struct Shared {
     pub backing: Option<super::backing::BackingHandle>,
     /// Pub/sub: the node's RESP subscribers (one registry for all workers).
     pub pubsub: Arc<crate::pubsub::Hub>,
+    // ---- keys and server ----
+    /// The node's RESP connections (one registry for all workers: `CLIENT LIST`/`KILL`).
+    pub clients: Arc<crate::clients::Clients>,
 }
 
 impl Shared {

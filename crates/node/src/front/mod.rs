@@ -47,6 +47,12 @@ async fn serve(
     protocol: Protocol,
     permit: Option<ConnectionPermit>,
 ) {
+    // ---- keys and server: CLIENT LIST shows where a RESP connection comes from ----
+    let peer = crate::clients::Peer {
+        addr: tcp.peer_addr().ok().map(|a| a.to_string()),
+        laddr: tcp.local_addr().ok().map(|a| a.to_string()),
+        fd: fd_of(&tcp),
+    };
     let acceptor = w.shared.tls.as_ref().map(|t| &t.clients);
     let limit = w.shared.config.limits.handshake_timeout();
     let stream = match tokio::time::timeout(limit, Stream::accept_maybe(acceptor, tcp)).await {
@@ -71,9 +77,23 @@ async fn serve(
             pipeline::serve(w, stream, permit, codec).await
         }
         Protocol::Resp => {
-            let codec = resp::Resp::new(&w);
+            let codec = resp::Resp::accepted(&w, peer);
             pipeline::serve(w, stream, permit, codec).await
         }
+    }
+}
+
+/// The socket's file descriptor (`CLIENT LIST`'s `fd`), where there is one.
+fn fd_of(tcp: &TcpStream) -> Option<i64> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        Some(i64::from(tcp.as_raw_fd()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tcp;
+        None
     }
 }
 

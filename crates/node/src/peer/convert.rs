@@ -166,6 +166,8 @@ pub fn incoming_from_pb(req: pb::PeerRequest) -> Result<(u64, Incoming), NodeErr
         }
         // Pub/sub: answered by the peer connection itself (`crate::pubsub::relay`).
         Req::Publish(_) => return Err(bad("a pub/sub relay outside a worker connection")),
+        // Keys: answered by the peer connection itself (`crate::front::resp::listing`).
+        Req::KeyScan(_) => return Err(bad("a key listing outside a worker connection")),
     };
     Ok((req.id, Incoming::Worker(msg)))
 }
@@ -223,6 +225,8 @@ pub fn response_from_pb(resp: pb::PeerResponse) -> (u64, PeerResult) {
         Some(Resp::Records(r)) => Ok(PeerReply::Records(decode_entries(r.entries))),
         Some(Resp::Covered(c)) => Ok(PeerReply::Covered(c.covered)),
         Some(Resp::Cluster(_)) => refused("cluster state where a worker's answer was expected"),
+        // Keys: read by the listing's caller (`crate::front::resp::listing`), not a worker.
+        Some(Resp::KeyPage(_)) => refused("a key page where a worker's answer was expected"),
     };
     (resp.id, result)
 }

@@ -2,28 +2,26 @@
 //! `RENAMENX`, `COPY`, `TOUCH`, `OBJECT`, `MEMORY USAGE`, `EXPIRETIME`/`PEXPIRETIME`;
 //! `SWAPDB` and `MOVE` are refused (one database).
 //!
-//! Listing asks every worker of this node for the keys it lists — those the node holds a
-//! replica of, each at one worker (`shard::keyspace`) — in placement-hash order: a `SCAN` cursor is a position in that
-//! order (a 64-bit hash), the same on every worker and node. Each page covers every key
-//! with a hash in `[cursor, next)` on every worker, so a key present for the whole scan is
-//! returned (at least once — exactly once unless it moves between workers mid-scan).
-//! Keys with no replica on this node are listed by the nodes holding them.
+//! Listing covers the cluster (`listing`): every worker of this node and every other live
+//! member of its tier lists the keys it holds a replica of, each at one worker
+//! (`shard::keyspace`), in placement-hash order, and the pages are merged without
+//! duplicates. A `SCAN` cursor is a position in that order (a 64-bit hash), the same on
+//! every worker and node. Each page covers every key with a hash in `[cursor, next)` on
+//! every worker of every node, so a key present for the whole scan is returned (at least
+//! once — exactly once unless it moves between workers mid-scan). `RENAME`/`COPY` are in
+//! `rename`.
 
 use std::rc::Rc;
 
-use lattice::Value;
-use tokio::sync::oneshot;
 use wire::resp::{self, Version};
 
 use super::commands::{arity_error, parse_i64, syntax_error, Cmd, Plan};
-use super::keys_reply::{members, KeyShape};
-use super::reply::{err, ready, redis_type_name, Shape};
+use super::keys_reply::KeyShape;
+use super::listing::{cluster_page, Filter};
+use super::reply::{err, ready, Shape};
 use super::sets::run_ops;
-use crate::driver::worker::{Worker, WorkerMsg};
-use crate::error::NodeError;
-use crate::glob;
-use crate::op::{Deadline, ExpireWhen, Op, OpResult};
-use crate::shard::ScanPage;
+use crate::driver::worker::Worker;
+use crate::op::{Op, OpResult};
 
 /// Most keys `KEYS` answers: beyond, it is an error naming `SCAN`.
 pub(crate) const MAX_KEYS_REPLY: usize = 1_000_000;
@@ -264,60 +262,115 @@ fn scan(cmd: &Cmd<'_>) -> Result<KeyJob, Vec<u8>> {
     })
 }
 
-/// One page from every worker of this node: the keys with a hash in `[from, next)`,
-/// sorted by hash, and `next` (`None`: the key space is exhausted).
-async fn page(
-    w: &Worker,
-    from: u64,
-    count: usize,
-    pattern: Option<Vec<u8>>,
-    ty: Option<String>,
-) -> (Vec<(u64, Vec<u8>)>, Option<u64>) {
-    let mut pages: Vec<ScanPage> = Vec::new();
-    for i in 0..w.shared.mesh.len() as u32 {
-        let (tx, rx) = oneshot::channel();
-        let (pattern, ty) = (pattern.clone(), ty.clone());
-        let ask = WorkerMsg::Run(Box::new(move |w: &Rc<Worker>| {
-            let keep = |key: &[u8], t: Option<lattice::LatticeType>| {
-                pattern.as_ref().is_none_or(|p| glob::matches_key(p, key))
-                    && ty
-                        .as_ref()
-                        .is_none_or(|want| t.is_some_and(|t| redis_type_name(t) == want))
-            };
-            let page = w.core().shard().scan_keys(from, count, &keep);
-            let _ = tx.send(page);
-        }));
-        if w.shared.mesh.send(i, ask).await.is_ok() {
-            if let Ok(p) = rx.await {
-                pages.push(p);
+/// Keys visited per worker in each page of a whole listing (`KEYS`, `DBSIZE`, `FLUSHDB`).
+const LIST_PAGE: usize = 10_000;
+
+/// A whole listing of the cluster, page by page.
+struct Listing<'a> {
+    w: &'a Rc<Worker>,
+    filter: Filter,
+    /// Where the next page starts; `None` once exhausted.
+    from: Option<u64>,
+}
+
+impl<'a> Listing<'a> {
+    fn new(w: &'a Rc<Worker>, filter: Filter) -> Self {
+        Listing {
+            w,
+            filter,
+            from: Some(0),
+        }
+    }
+
+    /// The next page's keys (`None`: done), or an error reply.
+    async fn next(&mut self) -> Result<Option<Vec<(u64, Vec<u8>)>>, Vec<u8>> {
+        let Some(from) = self.from else {
+            return Ok(None);
+        };
+        let (keys, next) = cluster_page(self.w, from, LIST_PAGE, &self.filter)
+            .await
+            .map_err(|e| err(&e))?;
+        self.from = next;
+        Ok(Some(keys))
+    }
+}
+
+/// `KEYS`: every matching key, within [`MAX_KEYS_REPLY`] keys and the node's reply limit.
+async fn keys(w: &Rc<Worker>, filter: Filter) -> Result<Vec<Vec<u8>>, Vec<u8>> {
+    let max_bytes = w.shared.config.limits.max_reply_bytes.max(1);
+    let (mut all, mut bytes) = (Vec::new(), 0usize);
+    let mut listing = Listing::new(w, filter);
+    while let Some(page) = listing.next().await? {
+        for (_, k) in page {
+            bytes += k.len() + 16;
+            all.push(k);
+            if all.len() > MAX_KEYS_REPLY {
+                return Err(err(&format!(
+                    "ERR KEYS would answer more than {MAX_KEYS_REPLY} keys: use SCAN"
+                )));
+            }
+            if bytes > max_bytes {
+                return Err(err(&format!(
+                    "ERR KEYS would answer more than the {max_bytes}-byte reply limit: use SCAN"
+                )));
             }
         }
     }
-    let next = pages.iter().filter_map(|p| p.next).min();
-    let mut keys: Vec<(u64, Vec<u8>)> = pages
-        .into_iter()
-        .flat_map(|p| p.keys)
-        .filter(|(h, _)| next.is_none_or(|n| *h < n))
-        .map(|(h, k)| (h, k.into_vec()))
-        .collect();
-    keys.sort();
-    keys.dedup();
-    (keys, next)
+    Ok(all)
+}
+
+/// `FLUSHDB`: deletes every listed key, in batches, each at its worker.
+async fn flush(w: &Rc<Worker>) -> Result<(), Vec<u8>> {
+    let mut listing = Listing::new(w, Filter::default());
+    while let Some(page) = listing.next().await? {
+        for chunk in page.chunks(FLUSH_BATCH) {
+            let ops = chunk
+                .iter()
+                .map(|(_, k)| Op::Delete { key: &k[..] })
+                .collect();
+            let results = run_ops(w, ops).await;
+            if let Some(OpResult::Error(e)) =
+                results.iter().find(|r| matches!(r, OpResult::Error(_)))
+            {
+                return Err(err(&e.resp_message()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `DBSIZE` of the cluster: the keys a whole listing finds (one node: its workers' counts).
+pub(crate) async fn dbsize(w: &Rc<Worker>) -> Vec<u8> {
+    if super::listing::same_tier_members(w).is_empty() {
+        let (keys, _) = super::info::keyspace(w).await;
+        return ready(|o| resp::integer(o, keys as i64));
+    }
+    let mut listing = Listing::new(w, Filter::default());
+    let mut count = 0i64;
+    loop {
+        match listing.next().await {
+            Ok(Some(page)) => count += page.len() as i64,
+            Ok(None) => return ready(|o| resp::integer(o, count)),
+            Err(e) => return e,
+        }
+    }
 }
 
 /// Runs a key-space job.
 pub(crate) async fn run_job(w: &Rc<Worker>, job: KeyJob, v: Version) -> Vec<u8> {
     match job {
         KeyJob::Keys(pattern) => {
-            let pattern = (pattern != b"*").then_some(pattern);
-            let (keys, _) = page(w, 0, usize::MAX, pattern, None).await;
-            if keys.len() > MAX_KEYS_REPLY {
-                return err("ERR KEYS would answer more than 1000000 keys: use SCAN");
+            let filter = Filter {
+                pattern: (pattern != b"*").then_some(pattern),
+                ty: None,
+            };
+            match keys(w, filter).await {
+                Ok(all) => ready(|o| {
+                    resp::array_header(o, all.len());
+                    all.iter().for_each(|k| resp::bulk(o, k));
+                }),
+                Err(e) => e,
             }
-            ready(|o| {
-                resp::array_header(o, keys.len());
-                keys.iter().for_each(|(_, k)| resp::bulk(o, k));
-            })
         }
         KeyJob::Scan {
             cursor,
@@ -325,7 +378,11 @@ pub(crate) async fn run_job(w: &Rc<Worker>, job: KeyJob, v: Version) -> Vec<u8> 
             count,
             ty,
         } => {
-            let (keys, next) = page(w, cursor, count, pattern, ty).await;
+            let filter = Filter { pattern, ty };
+            let (keys, next) = match cluster_page(w, cursor, count, &filter).await {
+                Ok(p) => p,
+                Err(e) => return err(&e),
+            };
             let next = next.unwrap_or(0).to_string();
             ready(|o| {
                 resp::array_header(o, 2);
@@ -335,120 +392,31 @@ pub(crate) async fn run_job(w: &Rc<Worker>, job: KeyJob, v: Version) -> Vec<u8> 
             })
         }
         KeyJob::RandomKey => {
-            let start = fastrand::u64(..);
-            let (mut keys, _) = page(w, start, 1, None, None).await;
+            let all = Filter::default();
+            let mut keys = match cluster_page(w, fastrand::u64(..), 1, &all).await {
+                Ok(p) => p.0,
+                Err(e) => return err(&e),
+            };
             if keys.is_empty() {
-                keys = page(w, 0, 1, None, None).await.0;
+                keys = match cluster_page(w, 0, 1, &all).await {
+                    Ok(p) => p.0,
+                    Err(e) => return err(&e),
+                };
             }
             ready(|o| match keys.first() {
                 Some((_, k)) => resp::bulk(o, k),
                 None => resp::null(o, v),
             })
         }
-        KeyJob::Flush => {
-            let (keys, _) = page(w, 0, usize::MAX, None, None).await;
-            for chunk in keys.chunks(FLUSH_BATCH) {
-                let ops = chunk
-                    .iter()
-                    .map(|(_, k)| Op::Delete { key: &k[..] })
-                    .collect();
-                let results = run_ops(w, ops).await;
-                if let Some(OpResult::Error(e)) =
-                    results.iter().find(|r| matches!(r, OpResult::Error(_)))
-                {
-                    return err(&e.resp_message());
-                }
-            }
-            ready(|o| resp::simple(o, "OK"))
-        }
+        KeyJob::Flush => match flush(w).await {
+            Ok(()) => ready(|o| resp::simple(o, "OK")),
+            Err(e) => e,
+        },
         KeyJob::Rename {
             src,
             dest,
             nx,
             copy,
-        } => rename(w, &src, &dest, nx, copy).await,
-    }
-}
-
-/// `RENAME`/`RENAMENX`/`COPY`: reads the source's value and deadline, writes them to the
-/// destination as a new incarnation (after a tombstone, so whatever it held is replaced),
-/// then (not for `COPY`) deletes the source.
-async fn rename(w: &Rc<Worker>, src: &[u8], dest: &[u8], nx: bool, copy: bool) -> Vec<u8> {
-    let int = |n: i64| ready(|o| resp::integer(o, n));
-    let reads = vec![
-        Op::Get { key: src },
-        Op::ExpireTime { key: src },
-        Op::Exists { key: dest },
-    ];
-    let results = run_ops(w, reads).await;
-    if let Some(OpResult::Error(e)) = results.iter().find(|r| matches!(r, OpResult::Error(_))) {
-        return err(&e.resp_message());
-    }
-    let Some(OpResult::Value(Some(value))) = results.first() else {
-        return if copy { int(0) } else { err("ERR no such key") };
-    };
-    if src == dest {
-        return if copy {
-            err("ERR source and destination objects are the same")
-        } else if nx {
-            int(0)
-        } else {
-            ready(|o| resp::simple(o, "OK"))
-        };
-    }
-    if nx && results.get(2) == Some(&OpResult::Int(1)) {
-        return int(0);
-    }
-    let deadline = match results.get(1) {
-        Some(OpResult::Int(at)) if *at >= 0 => Some(*at as u64),
-        _ => None,
-    };
-    let mut writes = vec![Op::Delete { key: dest }];
-    let set_members: Vec<&[u8]>;
-    match value {
-        Value::Lww(l) => writes.push(Op::Assign {
-            key: dest,
-            value: &l.value[..],
-            condition: crate::op::Condition::Always,
-        }),
-        Value::Counter(c) => match i64::try_from(c.value()) {
-            Ok(n) => writes.push(Op::CounterAdd {
-                key: dest,
-                delta: n,
-            }),
-            Err(_) => return err(&NodeError::Overflow.resp_message()),
-        },
-        Value::OrSet(_) => {
-            set_members = members(value).unwrap_or_default();
-            writes.push(Op::SetAdd {
-                key: dest,
-                members: set_members,
-            });
-        }
-        other => {
-            return err(&format!(
-                "ERR {} of a {} key is not supported yet",
-                if copy { "COPY" } else { "RENAME" },
-                redis_type_name(other.lattice_type())
-            ))
-        }
-    }
-    if let Some(at) = deadline {
-        writes.push(Op::Expire {
-            key: dest,
-            deadline: Deadline::At(at),
-            when: ExpireWhen::Always,
-        });
-    }
-    if !copy {
-        writes.push(Op::Delete { key: src });
-    }
-    let results = run_ops(w, writes).await;
-    if let Some(OpResult::Error(e)) = results.iter().find(|r| matches!(r, OpResult::Error(_))) {
-        return err(&e.resp_message());
-    }
-    match (copy, nx) {
-        (false, false) => ready(|o| resp::simple(o, "OK")),
-        _ => int(1),
+        } => super::rename::rename(w, &src, &dest, nx, copy).await,
     }
 }

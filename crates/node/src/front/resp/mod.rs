@@ -24,6 +24,7 @@
 //! - `keys`, `keys_reply`, `glob`, `info`: the key space (KEYS, SCAN, FLUSHDB, RENAME, …),
 //!   their reply shapes, glob patterns, INFO;
 //! - `sets`: set commands beyond SADD/SREM/SMEMBERS.
+//! - [`listing`]: the key listing across the cluster (pages from every node).
 
 mod acl;
 // ---- lists (helper B) ----
@@ -47,6 +48,8 @@ mod client;
 mod info;
 mod keys;
 mod keys_reply;
+pub(crate) mod listing;
+mod rename;
 mod sets;
 
 use std::rc::Rc;
@@ -82,6 +85,9 @@ pub struct ConnState {
     pub txn: txn::Txn,
     /// Pub/sub: the connection's subscriptions and their queue of messages.
     pub pubsub: pubsub::ConnSubscriptions,
+    // ---- keys and server ----
+    /// The connection in the node's registry (`CLIENT LIST`/`KILL`); its id is `id`.
+    pub client: crate::clients::Registration,
 }
 
 /// One RESP connection.
@@ -94,20 +100,27 @@ pub struct Resp {
 }
 
 impl Resp {
-    /// A connection on `w`.
+    /// A connection on `w`, from an unknown peer.
     pub fn new(w: &Worker) -> Resp {
+        Resp::accepted(w, crate::clients::Peer::default())
+    }
+
+    /// A connection on `w` from `peer`.
+    pub fn accepted(w: &Worker, peer: crate::clients::Peer) -> Resp {
         let limits = &w.shared.config.limits;
+        let client = w.shared.clients.register(peer);
         Resp {
             state: ConnState {
                 version: Version::Resp2,
                 name: None,
                 quit: false,
-                id: fastrand::u64(1..u64::MAX >> 1),
+                id: client.client().id,
                 user: w.shared.users.initial(),
                 users: w.shared.users.clone(),
                 admins_only: false,
                 txn: txn::Txn::default(),
                 pubsub: pubsub::ConnSubscriptions::default(),
+                client,
             },
             limits: resp::Limits {
                 max_bulk_len: limits.max_frame_size,
@@ -153,6 +166,10 @@ fn admin_gate(
 
 impl Codec for Resp {
     fn next(&mut self, w: &Rc<Worker>, buf: &mut BytesMut, replies: &mut Replies) -> Step {
+        if self.state.client.client().is_killed() {
+            // `CLIENT KILL` from another connection: nothing more runs.
+            return Step::Close;
+        }
         match self.parser.parse(buf, &self.limits, &mut self.args) {
             Ok(None) => Step::Need,
             Ok(Some(consumed)) => {
@@ -167,6 +184,7 @@ impl Codec for Resp {
                     } else {
                         commands::run(w, &mut self.state, &cmd, replies);
                     }
+                    client::ran(&self.state, &cmd);
                 }
                 buf.advance(consumed);
                 step
@@ -196,12 +214,20 @@ impl Codec for Resp {
 
     fn quit(&self) -> bool {
         // A subscriber that fell behind its output limit is disconnected.
-        self.state.quit || self.state.pubsub.killed()
+        self.state.quit || self.state.pubsub.killed() || self.state.client.client().is_killed()
     }
 
     // Pub/sub.
     fn next_push(&mut self) -> impl std::future::Future<Output = Vec<u8>> {
-        self.state.pubsub.next_push(self.state.version)
+        // `CLIENT KILL` of a waiting connection: nothing to push, and `quit` closes it.
+        let client = self.state.client.client().clone();
+        let push = self.state.pubsub.next_push(self.state.version);
+        async move {
+            tokio::select! {
+                p = push => p,
+                _ = client.wait_killed() => Vec::new(),
+            }
+        }
     }
 
     fn drain_pushes(&mut self, out: &mut Vec<u8>) {
@@ -213,6 +239,13 @@ impl Codec for Resp {
     }
 
     fn killed(&self) -> impl std::future::Future<Output = ()> {
-        self.state.pubsub.wait_killed()
+        let client = self.state.client.client().clone();
+        let pubsub = self.state.pubsub.wait_killed();
+        async move {
+            tokio::select! {
+                _ = pubsub => {}
+                _ = client.wait_killed() => {}
+            }
+        }
     }
 }

@@ -59,6 +59,11 @@ impl ConnSubscriptions {
         self.active > 0
     }
 
+    /// How many channels, patterns and shard channels are subscribed (`CLIENT LIST`).
+    pub fn count(&self) -> usize {
+        self.active
+    }
+
     /// True once the connection was disconnected for falling behind.
     pub fn killed(&self) -> bool {
         self.reg.as_ref().is_some_and(|r| r.gauge.killed())

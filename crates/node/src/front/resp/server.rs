@@ -23,7 +23,7 @@ pub(super) enum Server {
     Reply(Vec<u8>),
     /// INFO: every worker's counters, for these sections.
     Info(Vec<&'static str>),
-    /// DBSIZE: every worker's key count.
+    /// DBSIZE: the cluster's key count.
     DbSize,
     // ---- keys, server and sets ----
     /// A key-space command asking every worker, or writing after reading (`keys`).
@@ -126,11 +126,8 @@ pub(super) async fn ask_workers(w: &std::rc::Rc<Worker>, what: Server, v: Versio
             let text = super::info::info(w, &sections).await;
             ready(|o| resp::verbatim(o, text.as_bytes(), v))
         }
-        Server::DbSize => {
-            // The keys KEYS lists: every worker counts its own (`shard::keyspace`).
-            let (keys, _) = super::info::keyspace(w).await;
-            ready(|o| resp::integer(o, keys as i64))
-        }
+        // The keys KEYS lists, on every node of the cluster.
+        Server::DbSize => super::keys::dbsize(w).await,
         Server::Keys(job) => super::keys::run_job(w, job, v).await,
         Server::Sets(job) => super::sets::run_job(w, job, v).await,
         Server::Config(patterns) => config_get(w, &patterns, v),

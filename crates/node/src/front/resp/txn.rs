@@ -116,6 +116,11 @@ impl Txn {
         self.queue.is_some()
     }
 
+    /// Commands queued since `MULTI` (`None`: not in a transaction; `CLIENT LIST`'s `multi`).
+    pub fn queued(&self) -> Option<usize> {
+        self.queue.as_ref().map(Vec::len)
+    }
+
     /// `MULTI`.
     pub(super) fn begin(&mut self) -> Vec<u8> {
         if self.in_multi() {
