@@ -186,8 +186,9 @@ def test_errors_have_their_classes(cloud):
         cloud.call_dag("no-such-dag")
     cloud.register(lambda x: x, "ident")
     with pytest.raises(faas.NotImplementedYetError):
-        cloud.call("ident", 1, protocol="OPT")
+        cloud.call("ident", 1, protocol="HB")
     assert cloud.call("ident", 5, protocol="CT") == 5
+    assert cloud.call("ident", 6, protocol="OPT") == 6  # one host: OPT without remote fetches
     with pytest.raises(faas.BadRequestError):  # two sinks
         cloud.register_dag("bad", ["ident", "incr", "square"], [("ident", "incr"), ("ident", "square")])
     with pytest.raises(faas.NotFoundError):  # an unregistered function

@@ -143,11 +143,11 @@ fn registrations_are_validated_and_errors_have_codes() {
             s(&["f", "g"])
         );
 
-        let opt = CallOptions {
-            protocol: pb::Protocol::Opt,
+        let hb = CallOptions {
+            protocol: pb::Protocol::Hb,
             timeout: None,
         };
-        let e = cloud.call("f", vec![], opt).await.unwrap_err();
+        let e = cloud.call("f", vec![], hb).await.unwrap_err();
         assert_eq!(code(&e), Some(pb::ErrorCode::NotImplemented));
         let e = cloud
             .call("nope", vec![], CallOptions::default())
@@ -180,6 +180,7 @@ async fn fake_host(addr: &str, id: &str) -> TcpStream {
         msg: Some(pb::to_scheduler::Msg::HostHello(pb::HostHello {
             host_id: id.into(),
             executors: 3,
+            ..Default::default() // no causal cache: the default protocol stays CT
         })),
     };
     conn::write(&mut stream, &hello).await.unwrap();

@@ -63,7 +63,7 @@ use client::{Notification, Subscription};
 use lattice::Value;
 use tokio::sync::{mpsc, Notify};
 
-use crate::data::{BoxFuture, DataPlane};
+use crate::data::{BoxFuture, DataPlane, OptPlane};
 use crate::pb;
 
 /// The actor id under which an LWW register's timestamp appears in the clock it is read
@@ -136,16 +136,22 @@ pub struct CacheStats {
     pub evicted: u64,
     /// Keys subscribed now.
     pub subscribed: usize,
+    /// OPT: functions whose reads validated here.
+    pub opt_functions: u64,
+    /// OPT: validations that aborted (or whose remote fetches failed).
+    pub opt_aborts: u64,
+    /// OPT: fetches of pinned versions from other caches.
+    pub remote_fetches: u64,
 }
 
 /// The state every protocol step works on, under one lock.
-struct Inner {
-    cut: Cut,
-    pins: Pins,
-    writers: Vec<Executor>,
+pub(crate) struct Inner {
+    pub(crate) cut: Cut,
+    pub(crate) pins: Pins,
+    pub(crate) writers: Vec<Executor>,
     /// The keys each run pinned (its read set).
-    runs: HashMap<u64, KeySet>,
-    stats: CacheStats,
+    pub(crate) runs: HashMap<u64, KeySet>,
+    pub(crate) stats: CacheStats,
 }
 
 /// Subscription changes the refresh task has to make.
@@ -158,7 +164,7 @@ struct Pending {
 /// HydroCache for one compute host (protocol CT). See the module docs.
 pub struct CausalCache {
     store: client::Client,
-    config: CacheConfig,
+    pub(crate) config: CacheConfig,
     id: CacheId,
     inner: Mutex<Inner>,
     pending: Mutex<Pending>,
@@ -173,7 +179,7 @@ impl Drop for CausalCache {
 }
 
 /// How a staging starts.
-enum Start {
+pub(crate) enum Start {
     /// Nothing to push: stage whatever of the wanted keys is missing.
     Keys,
     /// Values pushed by the store (or written by this host).
@@ -239,7 +245,7 @@ impl CausalCache {
         self.lock().cut.check().map_err(|e| e.to_string())
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic under the lock leaves a consistent cut (every step changes it in one
         // call), so a poisoned lock is taken over.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
@@ -267,7 +273,7 @@ impl CausalCache {
     /// Stages what `start` says (or the keys of `wanted` missing from the cut), fetching
     /// from the store outside the lock, merges each closed batch, and once every key of
     /// `wanted` is cached runs `finish` in the same lock hold as the last merge.
-    async fn settle<T>(
+    pub(crate) async fn settle<T>(
         &self,
         start: Start,
         wanted: &KeySet,
@@ -325,19 +331,33 @@ impl CausalCache {
                 let wait = Duration::from_millis(5 << attempt.min(7)).min(MAX_FETCH_BACKOFF);
                 tokio::time::sleep(wait).await;
             }
-            let keys: Vec<Key> = fetches.into_iter().map(|f| f.key).collect();
-            let values = if attempt >= 3 {
-                let mut out = Vec::with_capacity(keys.len());
-                for k in &keys {
-                    out.push(self.store.get_all(k).await.map_err(|e| e.to_string())?);
+            let asked: Vec<Key> = fetches.into_iter().map(|f| f.key).collect();
+            let mut keys = Vec::new();
+            let mut values = Vec::new();
+            if attempt >= 3 {
+                for k in &asked {
+                    values.push(self.store.get_all(k).await.map_err(|e| e.to_string())?);
                 }
-                out
-            } else {
+                keys.extend(asked.iter().cloned());
+            }
+            // A key asked again: its earlier answer was older than what a newer answer of
+            // another key needs. Re-read the whole batch in one request, so that it is
+            // sampled at one instant: asking only for the lagging keys chases writers
+            // that commit faster than a round of asks (each answer needing newer versions
+            // of the others) and may never close the batch.
+            let mut batch = asked;
+            if attempt > 0 {
+                let st = staging.as_ref().ok_or("no staging")?;
+                let more: Vec<Key> = st.keys().filter(|k| !batch.contains(k)).cloned().collect();
+                batch.extend(more);
+            }
+            values.extend(
                 self.store
-                    .get_many(&keys)
+                    .get_many(&batch)
                     .await
-                    .map_err(|e| e.to_string())?
-            };
+                    .map_err(|e| e.to_string())?,
+            );
+            keys.extend(batch);
             let st = staging.as_mut().ok_or("no staging")?;
             for (k, v) in keys.into_iter().zip(values) {
                 st.accept(k, v.map(causal_of)).map_err(|e| e.to_string())?;
@@ -403,6 +423,15 @@ impl CausalCache {
                 .commit(writes, &reads, &read_versions)
                 .map_err(|e| e.to_string())?
         };
+        self.put_versions(versions).await
+    }
+
+    /// Puts a commit's versions to the store (retried with the same versions), then
+    /// merges them into the cut (read-your-writes on this host).
+    pub(crate) async fn put_versions(
+        &self,
+        versions: Vec<(Key, MultiKeyCausal)>,
+    ) -> Result<(), String> {
         let items: Vec<(Key, Value)> = versions
             .iter()
             .map(|(k, v)| (k.clone(), Value::MultiKeyCausal(v.clone())))
@@ -497,10 +526,14 @@ impl DataPlane for CausalCache {
         g.runs.remove(&run_id);
         g.pins.release(ReqId(run_id));
     }
+
+    fn opt(&self) -> Option<&dyn OptPlane> {
+        Some(self) // `faas::mtcc`
+    }
 }
 
 /// What a function sees of a key read at `value`.
-fn key_read(key: Bytes, value: &MultiKeyCausal) -> pb::KeyRead {
+pub(crate) fn key_read(key: Bytes, value: &MultiKeyCausal) -> pb::KeyRead {
     if value.is_empty() {
         return pb::KeyRead {
             key,
@@ -540,7 +573,7 @@ pub fn causal_of(value: Value) -> MultiKeyCausal {
     }
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, millis)

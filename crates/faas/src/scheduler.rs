@@ -20,6 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 use crate::conn;
+use crate::distributed::{Event, Spread, MAX_OPT_ATTEMPTS};
 use crate::error::{pb_error, FaasError};
 use crate::pb;
 use crate::placement::{HostId, Placement};
@@ -56,9 +57,12 @@ impl Default for SchedulerConfig {
     }
 }
 
-/// The protocol a call asks for, with the default resolved: CT until HB exists.
-pub fn effective_protocol(p: pb::Protocol) -> pb::Protocol {
+/// The protocol a call asks for, with the default resolved for `caches` connected compute
+/// hosts with a causal cache: OPT (the DAG spread over hosts) with two or more, CT
+/// otherwise (one host, or hosts on the bare store, which gain nothing from spreading).
+pub fn effective_protocol(p: pb::Protocol, caches: usize) -> pb::Protocol {
     match p {
+        pb::Protocol::Default if caches >= 2 => pb::Protocol::Opt,
         pb::Protocol::Default => pb::Protocol::Ct,
         other => other,
     }
@@ -76,12 +80,16 @@ struct Run {
     host: Option<HostId>,
     /// Hosts that failed while running it.
     failures: u32,
+    /// Protocol OPT: the DAG spread over hosts (`None`: CT, the whole DAG on `host`).
+    spread: Option<Spread>,
 }
 
 #[derive(Default)]
 struct State {
     placement: Placement,
     hosts: HashMap<HostId, Out>,
+    /// Each host's cache (id, fetch address), for OPT's cache-to-cache fetches.
+    caches: HashMap<HostId, pb::CachePeer>,
     runs: HashMap<u64, Run>,
     queue: VecDeque<u64>,
     next_run: u64,
@@ -104,6 +112,8 @@ struct Shared {
     config: SchedulerConfig,
     registry: Registry,
     state: Mutex<State>,
+    /// Connected compute hosts, for [`Scheduler::hosts`].
+    hosts: watch::Sender<usize>,
 }
 
 impl Shared {
@@ -124,6 +134,10 @@ impl State {
         let Some(run) = self.runs.get_mut(&id) else {
             return;
         };
+        if run.spread.is_some() && !self.hosts.is_empty() {
+            self.dispatch_spread(id, outbox);
+            return;
+        }
         match self.placement.place(&run.keys) {
             Some(host) => {
                 let Some(out) = self.hosts.get(&host) else {
@@ -154,15 +168,165 @@ impl State {
 
     /// Ends run `id` with `result`.
     fn finish(&mut self, id: u64, result: pb::client_response::Result, outbox: &mut Outbox) {
-        let Some(run) = self.runs.remove(&id) else {
+        let Some(mut run) = self.runs.remove(&id) else {
             return;
         };
         match &run.host {
             Some(h) => self.placement.finished(h),
             None => self.queue.retain(|q| *q != id),
         }
+        if let Some(spread) = run.spread.as_mut() {
+            self.end_attempt(spread, outbox);
+        }
         let (out, req) = run.reply;
         outbox.push((out, response(req, result)));
+    }
+}
+
+// MTCC across hosts (OPT): placing a DAG's functions one by one.
+impl State {
+    /// Places every ready function of spread run `id` on a host and sends it.
+    fn dispatch_spread(&mut self, id: u64, outbox: &mut Outbox) {
+        let peers: Vec<pb::CachePeer> = self.caches.values().cloned().collect();
+        let Some(run) = self.runs.get_mut(&id) else {
+            return;
+        };
+        let Some(spread) = run.spread.as_mut() else {
+            return;
+        };
+        for f in spread.ready() {
+            let keys: Vec<Bytes> = run
+                .msg
+                .args
+                .get(&f)
+                .into_iter()
+                .flat_map(|a| a.args.iter())
+                .filter_map(|a| match &a.kind {
+                    Some(pb::arg::Kind::KeyRef(k)) => Some(k.clone()),
+                    _ => None,
+                })
+                .collect();
+            let Some(host) = self.placement.place(&keys) else {
+                return;
+            };
+            let Some(out) = self.hosts.get(&host) else {
+                return;
+            };
+            let msg = spread.run_fn(&f, &run.msg, &run.keys, &peers);
+            spread.placed(&f, &host);
+            outbox.push((
+                out.clone(),
+                pb::FromScheduler {
+                    msg: Some(pb::from_scheduler::Msg::RunFn(msg)),
+                },
+            ));
+        }
+    }
+
+    /// Ends the current attempt of `spread`: its running functions stop counting as load,
+    /// and every host of it releases its pins. The spread is ready for its next attempt.
+    fn end_attempt(&mut self, spread: &mut Spread, outbox: &mut Outbox) {
+        let (attempt, hosts, running) = spread.restart();
+        for h in running.values() {
+            self.placement.finished(h);
+        }
+        for h in hosts {
+            if let Some(out) = self.hosts.get(&h) {
+                outbox.push((
+                    out.clone(),
+                    pb::FromScheduler {
+                        msg: Some(pb::from_scheduler::Msg::Release(pb::ReleaseAttempt {
+                            attempt,
+                        })),
+                    },
+                ));
+            }
+        }
+    }
+
+    /// A host's answer for one function of spread run `id`.
+    fn fn_done(&mut self, host: &str, done: pb::FnDone, outbox: &mut Outbox) {
+        let id = done.run_id;
+        let Some(mut spread) = self.runs.get_mut(&id).and_then(|r| r.spread.take()) else {
+            return;
+        };
+        let event = spread.done(host, done);
+        if !matches!(event, Event::Stale) {
+            self.placement.finished(host);
+        }
+        let restore = |st: &mut State, spread: Spread| {
+            if let Some(run) = st.runs.get_mut(&id) {
+                run.spread = Some(spread);
+            }
+        };
+        match event {
+            Event::Stale => restore(self, spread),
+            Event::Progress => {
+                restore(self, spread);
+                self.dispatch_spread(id, outbox);
+            }
+            Event::Finished(v) => {
+                restore(self, spread);
+                self.finish(id, pb::client_response::Result::Value(v), outbox);
+            }
+            Event::Failed(e) => {
+                restore(self, spread);
+                self.finish(id, pb::client_response::Result::Error(e), outbox);
+            }
+            Event::Aborted(why) => {
+                tracing::debug!(run = id, attempt = spread.attempts(), "OPT aborted: {why}");
+                self.end_attempt(&mut spread, outbox);
+                if spread.attempts() <= MAX_OPT_ATTEMPTS {
+                    restore(self, spread);
+                    self.dispatch_spread(id, outbox);
+                } else if let Some(run) = self.runs.get_mut(&id) {
+                    // Bounded retries, then CT on one host (which never aborts).
+                    tracing::info!(
+                        run = id,
+                        "OPT aborted {MAX_OPT_ATTEMPTS} times; running the call with CT"
+                    );
+                    run.msg.protocol = pb::Protocol::Ct as i32;
+                    run.spread = None;
+                    // A run already admitted: not refused for a full queue.
+                    self.dispatch(id, usize::MAX, outbox);
+                }
+            }
+        }
+    }
+
+    /// Host `host` is gone: every spread run with a function or pins there restarts
+    /// (counted as a host failure, as for CT), or fails after too many.
+    fn host_lost_spread(&mut self, host: &str, max_attempts: u32, outbox: &mut Outbox) {
+        let hit: Vec<u64> = self
+            .runs
+            .iter()
+            .filter(|(_, r)| r.spread.as_ref().is_some_and(|s| s.hosts().contains(host)))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in hit {
+            let Some(mut spread) = self.runs.get_mut(&id).and_then(|r| r.spread.take()) else {
+                continue;
+            };
+            self.end_attempt(&mut spread, outbox);
+            let Some(run) = self.runs.get_mut(&id) else {
+                continue;
+            };
+            run.spread = Some(spread);
+            run.failures += 1;
+            if run.failures >= max_attempts {
+                let failures = run.failures;
+                self.finish(
+                    id,
+                    pb::client_response::Result::Error(pb_error(
+                        pb::ErrorCode::Unavailable,
+                        format!("{failures} compute hosts failed while running the call"),
+                    )),
+                    outbox,
+                );
+            } else {
+                self.dispatch(id, usize::MAX, outbox);
+            }
+        }
     }
 }
 
@@ -205,12 +369,18 @@ impl Scheduler {
                 ..State::default()
             }),
             config,
+            hosts: watch::Sender::new(0),
         });
         Ok(Scheduler {
             listener,
             shared,
             store,
         })
+    }
+
+    /// The number of connected compute hosts, as it changes (tests and tools wait on it).
+    pub fn hosts(&self) -> watch::Receiver<usize> {
+        self.shared.hosts.subscribe()
     }
 
     /// The address it listens on.
@@ -303,6 +473,16 @@ async fn serve_host(
         }
         st.placement.add_host(&host, hello.executors);
         st.hosts.insert(host.clone(), out);
+        if hello.cache_id != 0 && !hello.cache_addr.is_empty() {
+            st.caches.insert(
+                host.clone(),
+                pb::CachePeer {
+                    cache_id: hello.cache_id,
+                    addr: hello.cache_addr.clone(),
+                },
+            );
+        }
+        shared.hosts.send_replace(st.hosts.len());
         let queued: Vec<u64> = st.queue.drain(..).collect();
         for id in queued {
             st.dispatch(id, shared.config.max_queue, &mut outbox);
@@ -343,6 +523,10 @@ async fn serve_host(
                     st.finish(done.run_id, result, &mut outbox);
                 }
             }
+            // MTCC across hosts (OPT).
+            Some(pb::to_scheduler::Msg::FnDone(done)) => {
+                shared.lock().fn_done(&host, done, &mut outbox);
+            }
             _ => {}
         }
         deliver(outbox).await;
@@ -353,6 +537,9 @@ async fn serve_host(
         let mut st = shared.lock();
         st.placement.remove_host(&host);
         st.hosts.remove(&host);
+        st.caches.remove(&host);
+        shared.hosts.send_replace(st.hosts.len());
+        st.host_lost_spread(&host, shared.config.max_attempts, &mut outbox);
         let orphans: Vec<u64> = st
             .runs
             .iter()
@@ -451,17 +638,18 @@ async fn start_run(
     timeout_ms: u32,
     reply: (Out, u64),
 ) -> Result<(), FaasError> {
-    let protocol = effective_protocol(protocol);
-    if protocol != pb::Protocol::Ct {
+    let caches = shared.lock().caches.len();
+    let protocol = effective_protocol(protocol, caches);
+    if !matches!(protocol, pb::Protocol::Ct | pb::Protocol::Opt) {
         return Err(FaasError::remote(
             pb::ErrorCode::NotImplemented,
             format!(
-                "protocol {} is not implemented yet (CT is)",
+                "protocol {} is not implemented yet (CT and OPT are)",
                 protocol.as_str_name()
             ),
         ));
     }
-    crate::dag::validate(&dag).map_err(|e| {
+    let plan = crate::dag::validate(&dag).map_err(|e| {
         FaasError::remote(
             pb::ErrorCode::BadRequest,
             format!("DAG {:?}: {e}", dag.name),
@@ -526,6 +714,7 @@ async fn start_run(
                 reply,
                 host: None,
                 failures: 0,
+                spread: (protocol == pb::Protocol::Opt).then(|| Spread::new(run_id, plan)),
             },
         );
         st.dispatch(run_id, shared.config.max_queue, &mut outbox);

@@ -116,7 +116,7 @@ class TimeoutError(FaasError):
 
 
 class NotImplementedYetError(FaasError, NotImplementedError):
-    """The protocol asked for is not implemented yet (only CT is)."""
+    """The protocol asked for is not implemented yet (CT and OPT are)."""
 
     code = "not_implemented"
 
