@@ -680,6 +680,36 @@ fn opt_across_two_hosts_shows_no_anomaly_and_the_bare_store_does() {
 }
 
 #[test]
+fn con_across_two_hosts_shows_no_anomaly() {
+    let store = store();
+    rt().block_on(async {
+        let c = cluster(&store, Mode::Cache).await;
+        let con = workload(&c, &store, Mode::Cache, pb::Protocol::Con, 6, 25, 3).await;
+        let stats: Vec<_> = c
+            .hosts
+            .iter()
+            .map(|h| h.cache.as_ref().unwrap().stats())
+            .collect();
+        eprintln!("CON on 2 hosts: {con:?}; caches {stats:?}");
+        assert_eq!(con.failed, 0, "{con:?}");
+        assert_eq!(con.anomalous, 0, "anomalies under CON: {con:?}");
+        assert!(con.related > 0, "the checker had nothing to check: {con:?}");
+        assert!(stats.iter().all(|s| s.con_functions > 0), "{stats:?}");
+        assert!(stats.iter().all(|s| s.opt_functions == 0), "{stats:?}");
+        for h in &c.hosts {
+            let cache = h.cache.as_ref().unwrap();
+            for _ in 0..200 {
+                if cache.stats().pinned_runs == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert_eq!(cache.stats().pinned_runs, 0, "pins left behind");
+        }
+    });
+}
+
+#[test]
 fn a_host_killed_mid_dag_is_retried_on_the_other_and_the_call_completes_once() {
     let store = store();
     rt().block_on(async {

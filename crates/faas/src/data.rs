@@ -66,6 +66,9 @@ pub struct OptStep {
     pub peers: BTreeMap<CacheId, String>,
     /// Pins of the attempt live at least until then (ms since the Unix epoch).
     pub deadline_ms: u64,
+    /// CON: the function's part of the scheduler's snapshot (reads and remote fetches);
+    /// `None` under OPT.
+    pub con: Option<cache::con::Part>,
 }
 
 /// What a function reads under OPT.
@@ -105,6 +108,13 @@ pub trait OptPlane: Send + Sync {
         r_new: VersionSet,
         writes: Vec<pb::Write>,
     ) -> BoxFuture<'a, Result<(), StepError>>;
+
+    /// CON, before the DAG starts: stages the step's keys and answers `S_i`, the union of
+    /// their RetrieveCuts within `R̃_DAG`, pinned for the attempt (`create_snapshot`).
+    fn con_snapshot<'a>(
+        &'a self,
+        step: &'a OptStep,
+    ) -> BoxFuture<'a, Result<VersionSet, StepError>>;
 
     /// Another cache's fetch of versions pinned here for `attempt` (`cache::Pins::fetch_refs`).
     fn fetch_pinned(&self, attempt: u64, refs: &VersionSet) -> BTreeMap<Key, MultiKeyCausal>;

@@ -13,7 +13,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
+use cache::con::Part;
+use cache::{KeySet, VersionSet};
+
 use crate::dag::Plan;
+use crate::meta::refs_to_pb;
 use crate::pb;
 use crate::placement::HostId;
 
@@ -54,7 +58,36 @@ pub struct Spread {
     done: BTreeMap<String, (Bytes, pb::EdgeMeta)>,
     /// Every host this attempt placed a function on (they hold its pins).
     hosts: BTreeSet<HostId>,
+    /// Functions sent (`RunFn`) in this attempt.
+    sent: BTreeSet<String>,
     writes: Vec<pb::Write>,
+    /// Protocol CON: the snapshot being built (`None`: OPT).
+    con: Option<Con>,
+}
+
+/// CON's state of one attempt: every function is placed first, its cache answers `S_i`,
+/// then [`cache::con::plan`] gives each function its part.
+#[derive(Clone, Debug, Default)]
+struct Con {
+    /// Each function's key references (`R̃_i`).
+    keys: BTreeMap<String, KeySet>,
+    /// The answers so far.
+    snapshots: BTreeMap<String, VersionSet>,
+    /// The plan, once every function answered.
+    parts: Option<BTreeMap<String, Part>>,
+}
+
+/// What a cache's CON snapshot means for the call.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConEvent {
+    /// Not this attempt's: ignore it.
+    Stale,
+    /// More snapshots to come.
+    Waiting,
+    /// Every function has its part: send the ready ones.
+    Planned,
+    /// The snapshot failed: the attempt aborts.
+    Aborted(String),
 }
 
 impl Spread {
@@ -67,8 +100,77 @@ impl Spread {
             running: BTreeMap::new(),
             done: BTreeMap::new(),
             hosts: BTreeSet::new(),
+            sent: BTreeSet::new(),
             writes: Vec::new(),
+            con: None,
         }
+    }
+
+    /// The first attempt of run `run_id` under CON; `keys` holds each function's key
+    /// references.
+    pub fn con(run_id: u64, plan: Plan, keys: BTreeMap<String, KeySet>) -> Spread {
+        let mut s = Spread::new(run_id, plan);
+        s.con = Some(Con {
+            keys,
+            ..Con::default()
+        });
+        s
+    }
+
+    /// True under CON while no function has been placed in this attempt: place them all
+    /// and send each its `ConPrepare`.
+    pub fn needs_prepare(&self) -> bool {
+        self.con.is_some() && self.running.is_empty() && self.sent.is_empty()
+    }
+
+    /// Every function of the DAG, in topological order.
+    pub fn functions(&self) -> &[String] {
+        &self.plan.order
+    }
+
+    /// CON: `function` is placed on `host` (before the DAG runs), to answer `ConPrepare`.
+    pub fn prepared(&mut self, function: &str, host: &str) {
+        self.running.insert(function.to_string(), host.to_string());
+        self.hosts.insert(host.to_string());
+    }
+
+    /// CON: the host a function was placed on.
+    pub fn host_of(&self, function: &str) -> Option<&str> {
+        self.running.get(function).map(String::as_str)
+    }
+
+    /// A cache's CON snapshot for one function.
+    pub fn con_snapshot(&mut self, from: &str, msg: pb::ConSnapshot) -> ConEvent {
+        if msg.attempt != self.attempt()
+            || self.running.get(&msg.function).map(String::as_str) != Some(from)
+        {
+            return ConEvent::Stale;
+        }
+        let Some(con) = self.con.as_mut() else {
+            return ConEvent::Stale;
+        };
+        if !msg.error.is_empty() {
+            return ConEvent::Aborted(msg.error);
+        }
+        let s = match crate::meta::refs_from_pb(&msg.s) {
+            Ok(s) => s,
+            Err(e) => return ConEvent::Aborted(e.to_string()),
+        };
+        con.snapshots.insert(msg.function, s);
+        if con.snapshots.len() < self.plan.order.len() {
+            return ConEvent::Waiting;
+        }
+        let order = &self.plan.order;
+        let inputs: Vec<(VersionSet, KeySet)> = order
+            .iter()
+            .map(|f| {
+                let keys = con.keys.get(f).cloned().unwrap_or_default();
+                (con.snapshots.get(f).cloned().unwrap_or_default(), keys)
+            })
+            .collect();
+        let planned = cache::con::plan(&inputs);
+        con.parts = Some(order.iter().cloned().zip(planned.parts).collect());
+        ConEvent::Planned
     }
 
     /// The current attempt's pin id.
@@ -81,12 +183,16 @@ impl Spread {
         self.attempt_no + 1
     }
 
-    /// Functions ready to be placed: not started, every upstream done.
+    /// Functions ready to be sent: not sent, every upstream done (under CON, once the plan
+    /// is made).
     pub fn ready(&self) -> Vec<String> {
+        if self.con.as_ref().is_some_and(|c| c.parts.is_none()) {
+            return Vec::new();
+        }
         self.plan
             .order
             .iter()
-            .filter(|f| !self.running.contains_key(*f) && !self.done.contains_key(*f))
+            .filter(|f| !self.sent.contains(*f) && !self.done.contains_key(*f))
             .filter(|f| {
                 self.plan.upstream[*f]
                     .iter()
@@ -96,10 +202,11 @@ impl Spread {
             .collect()
     }
 
-    /// `function` was placed on `host`.
+    /// `function` was sent to `host`.
     pub fn placed(&mut self, function: &str, host: &str) {
         self.running.insert(function.to_string(), host.to_string());
         self.hosts.insert(host.to_string());
+        self.sent.insert(function.to_string());
     }
 
     /// Functions running now, and their hosts.
@@ -123,7 +230,15 @@ impl Spread {
     ) -> pb::RunFn {
         let ups = &self.plan.upstream[function];
         let sink = function == self.plan.sink;
+        let part = self
+            .con
+            .as_ref()
+            .and_then(|c| c.parts.as_ref())
+            .and_then(|p| p.get(function));
         pb::RunFn {
+            con: part.is_some(),
+            con_reads: part.map(|p| refs_to_pb(&p.reads)).unwrap_or_default(),
+            con_remote: part.map(|p| refs_to_pb(&p.remote)).unwrap_or_default(),
             run_id: self.run_id,
             attempt: self.attempt(),
             function: function.to_string(),
@@ -177,6 +292,11 @@ impl Spread {
         self.attempt_no += 1;
         self.done.clear();
         self.writes.clear();
+        self.sent.clear();
+        if let Some(con) = self.con.as_mut() {
+            con.snapshots.clear();
+            con.parts = None;
+        }
         (
             ended,
             std::mem::take(&mut self.hosts),
@@ -263,5 +383,49 @@ mod tests {
         assert_eq!(s.ready(), vec!["a", "b"]);
         // CT pins under run ids; attempts never collide with them or each other.
         assert!(attempt_id(7, 0) > u64::from(u32::MAX) && attempt_id(7, 0) != attempt_id(7, 1));
+    }
+
+    #[test]
+    fn con_places_every_function_first_and_runs_them_once_every_snapshot_is_in() {
+        let keys: BTreeMap<String, KeySet> = ["a", "b", "c"]
+            .iter()
+            .map(|f| {
+                (
+                    f.to_string(),
+                    KeySet::from([cache::Key::from(f.as_bytes())]),
+                )
+            })
+            .collect();
+        let mut s = Spread::con(3, vee(), keys);
+        assert!(s.needs_prepare());
+        assert!(s.ready().is_empty());
+        for (f, h) in [("a", "h1"), ("b", "h2"), ("c", "h1")] {
+            s.prepared(f, h);
+        }
+        assert!(!s.needs_prepare());
+        let snap = |s: &Spread, f: &str| pb::ConSnapshot {
+            run_id: 3,
+            attempt: s.attempt(),
+            function: f.into(),
+            ..Default::default()
+        };
+        assert_eq!(s.con_snapshot("h2", snap(&s, "a")), ConEvent::Stale);
+        assert_eq!(s.con_snapshot("h1", snap(&s, "a")), ConEvent::Waiting);
+        assert_eq!(s.con_snapshot("h2", snap(&s, "b")), ConEvent::Waiting);
+        assert!(s.ready().is_empty());
+        assert_eq!(s.con_snapshot("h1", snap(&s, "c")), ConEvent::Planned);
+        assert_eq!(s.ready(), vec!["a", "b"]);
+        assert_eq!(s.host_of("b"), Some("h2"));
+        assert!(s.run_fn("a", &pb::RunDag::default(), &[], &[]).con);
+        let mut failed = snap(&s, "a");
+        failed.error = "staging failed".into();
+        s.restart();
+        assert!(s.needs_prepare());
+        s.prepared("a", "h1");
+        failed.attempt = s.attempt();
+        assert_eq!(
+            s.con_snapshot("h1", failed),
+            ConEvent::Aborted("staging failed".into())
+        );
     }
 }

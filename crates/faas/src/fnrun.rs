@@ -19,7 +19,7 @@ use cache::{CacheId, Key, KeySet};
 
 use crate::data::{DataPlane, OptStep, StepError};
 use crate::error::{pb_error, FaasError};
-use crate::meta::{edge_from_pb, edge_to_pb};
+use crate::meta::{edge_from_pb, edge_to_pb, refs_from_pb, refs_to_pb};
 use crate::pb;
 
 /// Pins of an attempt outlive the call's timeout by this much (a backstop: the scheduler
@@ -74,6 +74,40 @@ where
     done
 }
 
+/// When pins of an attempt of a call with this timeout may expire.
+fn deadline_ms(timeout_ms: u32) -> u64 {
+    let pin_for = Duration::from_millis(u64::from(timeout_ms)) + PIN_SLACK;
+    now_ms().saturating_add(u64::try_from(pin_for.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// CON's preparation of one function at its host: `S_i`, pinned for the attempt (a host
+/// without a causal cache answers an empty snapshot: it reads from the store anyway).
+pub(crate) async fn con_prepare(data: &Arc<dyn DataPlane>, msg: pb::ConPrepare) -> pb::ConSnapshot {
+    let mut out = pb::ConSnapshot {
+        run_id: msg.run_id,
+        attempt: msg.attempt,
+        function: msg.function.clone(),
+        ..Default::default()
+    };
+    let Some(o) = data.opt() else {
+        return out;
+    };
+    let step = OptStep {
+        attempt: msg.attempt,
+        keys: msg.keys,
+        rdag: msg.rdag.iter().map(|k| Key::from(&k[..])).collect(),
+        upstream: Vec::new(),
+        peers: BTreeMap::new(),
+        deadline_ms: deadline_ms(msg.timeout_ms),
+        con: None,
+    };
+    match o.con_snapshot(&step).await {
+        Ok(s) => out.s = refs_to_pb(&s),
+        Err(e) => out.error = e.to_string(),
+    }
+    out
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -105,7 +139,16 @@ where
         .map(edge_from_pb)
         .collect::<Result<_, _>>()
         .map_err(|e| failed(pb::ErrorCode::BadRequest, e.to_string()))?;
-    let pin_for = Duration::from_millis(u64::from(step.timeout_ms)) + PIN_SLACK;
+    let con = if step.con {
+        Some(cache::con::Part {
+            reads: refs_from_pb(&step.con_reads)
+                .map_err(|e| failed(pb::ErrorCode::BadRequest, e.to_string()))?,
+            remote: refs_from_pb(&step.con_remote)
+                .map_err(|e| failed(pb::ErrorCode::BadRequest, e.to_string()))?,
+        })
+    } else {
+        None
+    };
     let opt_step = OptStep {
         attempt: step.attempt,
         keys: keys.clone(),
@@ -120,7 +163,8 @@ where
             .iter()
             .map(|p| (CacheId(p.cache_id), p.addr.clone()))
             .collect(),
-        deadline_ms: now_ms().saturating_add(u64::try_from(pin_for.as_millis()).unwrap_or(0)),
+        deadline_ms: deadline_ms(step.timeout_ms),
+        con,
     };
     let step_failure = |what: &str, e: StepError| match e {
         StepError::Abort(why) => Failure::Abort(why),

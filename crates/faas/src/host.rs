@@ -441,6 +441,14 @@ async fn serve_scheduler(stream: TcpStream, shared: Arc<Shared>) {
                 Ok(Some(pb::FromScheduler { msg: Some(pb::from_scheduler::Msg::Release(r)) })) => {
                     shared.data.release(r.attempt);
                 }
+                Ok(Some(pb::FromScheduler { msg: Some(pb::from_scheduler::Msg::ConPrepare(p)) })) => {
+                    let (out, shared) = (out.clone(), shared.clone());
+                    runs.spawn(async move {
+                        let snap = crate::fnrun::con_prepare(&shared.data, p).await;
+                        let msg = pb::ToScheduler { msg: Some(pb::to_scheduler::Msg::ConSnapshot(snap)) };
+                        let _ = out.send(msg).await;
+                    });
+                }
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => break,
             },

@@ -140,8 +140,10 @@ pub struct CacheStats {
     pub opt_functions: u64,
     /// OPT: validations that aborted (or whose remote fetches failed).
     pub opt_aborts: u64,
-    /// OPT: fetches of pinned versions from other caches.
+    /// OPT and CON: fetches of pinned versions from other caches.
     pub remote_fetches: u64,
+    /// CON: functions whose reads were bound here.
+    pub con_functions: u64,
 }
 
 /// The state every protocol step works on, under one lock.

@@ -22,6 +22,7 @@
 use std::collections::BTreeMap;
 
 use cache::opt::{self, Upstream, Validated};
+use cache::snapshot::create_snapshot;
 use cache::{CacheId, Error, Here, Key, KeySet, MultiKeyCausal, ReqId, VersionSet};
 use lattice::Lattice;
 
@@ -37,7 +38,10 @@ impl OptPlane for CausalCache {
 
     fn reads<'a>(&'a self, step: &'a OptStep) -> BoxFuture<'a, Result<OptReads, StepError>> {
         Box::pin(async move {
-            let out = opt_reads(self, step).await;
+            let out = match &step.con {
+                Some(part) => con_bind(self, step, part).await,
+                None => opt_reads(self, step).await,
+            };
             if matches!(out, Err(StepError::Abort(_))) {
                 self.lock().stats.opt_aborts += 1;
             }
@@ -52,6 +56,23 @@ impl OptPlane for CausalCache {
         writes: Vec<pb::Write>,
     ) -> BoxFuture<'a, Result<(), StepError>> {
         Box::pin(opt_commit(self, step, r_new, writes))
+    }
+
+    fn con_snapshot<'a>(
+        &'a self,
+        step: &'a OptStep,
+    ) -> BoxFuture<'a, Result<VersionSet, StepError>> {
+        Box::pin(async move {
+            let here = here(self, step);
+            let ri: KeySet = step.keys.iter().map(|k| Key::from(&k[..])).collect();
+            self.settle(Start::Keys, &ri, |g| {
+                g.pins.expire(now_ms());
+                create_snapshot(&mut g.cut, &mut g.pins, here, &ri, &step.rdag)
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(StepError::Failed)
+        })
     }
 
     fn fetch_pinned(&self, attempt: u64, refs: &VersionSet) -> BTreeMap<Key, MultiKeyCausal> {
@@ -124,6 +145,47 @@ async fn opt_reads(cache: &CausalCache, step: &OptStep) -> Result<OptReads, Step
     Ok(OptReads {
         reads,
         down: finished.downstream(),
+    })
+}
+
+/// CON (Alg. 5 l.13–14, cache side): fetches the function's remote reads and binds its part
+/// of the scheduler's snapshot; no validation (CON does not abort on data, only when a
+/// pinned version is gone). `R_new` on the outgoing edges is the union of the upstream
+/// ones and this function's reads.
+async fn con_bind(
+    cache: &CausalCache,
+    step: &OptStep,
+    part: &cache::con::Part,
+) -> Result<OptReads, StepError> {
+    let here = here(cache, step);
+    let mut fetched: Vec<(Key, MultiKeyCausal)> = Vec::new();
+    for (source, refs) in cache::versionset::fetches_by_source(&part.remote, cache.id()) {
+        fetched.extend(fetch_from(cache, step, source, &refs).await?);
+    }
+    let r_d = {
+        let mut g = cache.lock();
+        g.stats.con_functions += 1;
+        cache::con::bind(&mut g.pins, here, part, fetched).map_err(step_error)?
+    };
+    let mut r = part.reads.clone();
+    for u in &step.upstream {
+        cache::versionset::union_into(&mut r, &u.r);
+    }
+    let reads = step
+        .keys
+        .iter()
+        .map(|k| {
+            let v = r_d.get(&k[..]).cloned().unwrap_or_default();
+            key_read(k.clone(), &v)
+        })
+        .collect();
+    Ok(OptReads {
+        reads,
+        down: Upstream {
+            abort: false,
+            s: r.clone(),
+            r,
+        },
     })
 }
 

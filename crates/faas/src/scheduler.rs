@@ -20,7 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 use crate::conn;
-use crate::distributed::{Event, Spread, MAX_OPT_ATTEMPTS};
+use crate::distributed::{ConEvent, Event, Spread, MAX_OPT_ATTEMPTS};
 use crate::error::{pb_error, FaasError};
 use crate::pb;
 use crate::placement::{HostId, Placement};
@@ -194,19 +194,42 @@ impl State {
         let Some(spread) = run.spread.as_mut() else {
             return;
         };
+        if spread.needs_prepare() {
+            // CON: every function placed first; its cache answers a snapshot of its keys.
+            for f in spread.functions().to_vec() {
+                let keys = fn_keys(&run.msg, &f);
+                let Some(host) = self.placement.place(&keys) else {
+                    return;
+                };
+                let Some(out) = self.hosts.get(&host) else {
+                    return;
+                };
+                spread.prepared(&f, &host);
+                let msg = pb::ConPrepare {
+                    run_id: id,
+                    attempt: spread.attempt(),
+                    function: f.clone(),
+                    keys,
+                    rdag: run.keys.clone(),
+                    timeout_ms: run.msg.timeout_ms,
+                };
+                outbox.push((
+                    out.clone(),
+                    pb::FromScheduler {
+                        msg: Some(pb::from_scheduler::Msg::ConPrepare(msg)),
+                    },
+                ));
+            }
+            return;
+        }
         for f in spread.ready() {
-            let keys: Vec<Bytes> = run
-                .msg
-                .args
-                .get(&f)
-                .into_iter()
-                .flat_map(|a| a.args.iter())
-                .filter_map(|a| match &a.kind {
-                    Some(pb::arg::Kind::KeyRef(k)) => Some(k.clone()),
-                    _ => None,
-                })
-                .collect();
-            let Some(host) = self.placement.place(&keys) else {
+            let keys = fn_keys(&run.msg, &f);
+            // CON: where it was prepared (its cache pinned its snapshot).
+            let host = match spread.host_of(&f) {
+                Some(h) => Some(h.to_string()),
+                None => self.placement.place(&keys),
+            };
+            let Some(host) = host else {
                 return;
             };
             let Some(out) = self.hosts.get(&host) else {
@@ -273,24 +296,53 @@ impl State {
                 restore(self, spread);
                 self.finish(id, pb::client_response::Result::Error(e), outbox);
             }
-            Event::Aborted(why) => {
-                tracing::debug!(run = id, attempt = spread.attempts(), "OPT aborted: {why}");
-                self.end_attempt(&mut spread, outbox);
-                if spread.attempts() <= MAX_OPT_ATTEMPTS {
-                    restore(self, spread);
+            Event::Aborted(why) => self.abort_attempt(id, spread, &why, outbox),
+        }
+    }
+
+    /// A cache's CON snapshot for one function of spread run `id`.
+    fn con_snapshot(&mut self, host: &str, snap: pb::ConSnapshot, outbox: &mut Outbox) {
+        let id = snap.run_id;
+        let Some(mut spread) = self.runs.get_mut(&id).and_then(|r| r.spread.take()) else {
+            return;
+        };
+        match spread.con_snapshot(host, snap) {
+            ConEvent::Aborted(why) => self.abort_attempt(id, spread, &why, outbox),
+            event => {
+                if let Some(run) = self.runs.get_mut(&id) {
+                    run.spread = Some(spread);
+                }
+                if event == ConEvent::Planned {
                     self.dispatch_spread(id, outbox);
-                } else if let Some(run) = self.runs.get_mut(&id) {
-                    // Bounded retries, then CT on one host (which never aborts).
-                    tracing::info!(
-                        run = id,
-                        "OPT aborted {MAX_OPT_ATTEMPTS} times; running the call with CT"
-                    );
-                    run.msg.protocol = pb::Protocol::Ct as i32;
-                    run.spread = None;
-                    // A run already admitted: not refused for a full queue.
-                    self.dispatch(id, usize::MAX, outbox);
                 }
             }
+        }
+    }
+
+    /// The current attempt of spread run `id` aborted: release it everywhere, then run the
+    /// DAG again, or after [`MAX_OPT_ATTEMPTS`] under CT.
+    fn abort_attempt(&mut self, id: u64, mut spread: Spread, why: &str, outbox: &mut Outbox) {
+        tracing::debug!(
+            run = id,
+            attempt = spread.attempts(),
+            "attempt aborted: {why}"
+        );
+        self.end_attempt(&mut spread, outbox);
+        if spread.attempts() <= MAX_OPT_ATTEMPTS {
+            if let Some(run) = self.runs.get_mut(&id) {
+                run.spread = Some(spread);
+            }
+            self.dispatch_spread(id, outbox);
+        } else if let Some(run) = self.runs.get_mut(&id) {
+            // Bounded retries, then CT on one host (which never aborts).
+            tracing::info!(
+                run = id,
+                "{MAX_OPT_ATTEMPTS} attempts aborted; running the call with CT"
+            );
+            run.msg.protocol = pb::Protocol::Ct as i32;
+            run.spread = None;
+            // A run already admitted: not refused for a full queue.
+            self.dispatch(id, usize::MAX, outbox);
         }
     }
 
@@ -527,6 +579,9 @@ async fn serve_host(
             Some(pb::to_scheduler::Msg::FnDone(done)) => {
                 shared.lock().fn_done(&host, done, &mut outbox);
             }
+            Some(pb::to_scheduler::Msg::ConSnapshot(snap)) => {
+                shared.lock().con_snapshot(&host, snap, &mut outbox);
+            }
             _ => {}
         }
         deliver(outbox).await;
@@ -640,11 +695,14 @@ async fn start_run(
 ) -> Result<(), FaasError> {
     let caches = shared.lock().caches.len();
     let protocol = effective_protocol(protocol, caches);
-    if !matches!(protocol, pb::Protocol::Ct | pb::Protocol::Opt) {
+    if !matches!(
+        protocol,
+        pb::Protocol::Ct | pb::Protocol::Opt | pb::Protocol::Con
+    ) {
         return Err(FaasError::remote(
             pb::ErrorCode::NotImplemented,
             format!(
-                "protocol {} is not implemented yet (CT and OPT are)",
+                "protocol {} is not implemented yet (CT, OPT and CON are)",
                 protocol.as_str_name()
             ),
         ));
@@ -699,6 +757,14 @@ async fn start_run(
         }
         st.next_run += 1;
         let run_id = st.next_run;
+        let spread = match protocol {
+            pb::Protocol::Opt => Some(Spread::new(run_id, plan)),
+            pb::Protocol::Con => {
+                let keys = dag_msg_keys(&args, &plan);
+                Some(Spread::con(run_id, plan, keys))
+            }
+            _ => None,
+        };
         st.runs.insert(
             run_id,
             Run {
@@ -714,7 +780,7 @@ async fn start_run(
                 reply,
                 host: None,
                 failures: 0,
-                spread: (protocol == pb::Protocol::Opt).then(|| Spread::new(run_id, plan)),
+                spread,
             },
         );
         st.dispatch(run_id, shared.config.max_queue, &mut outbox);
@@ -745,4 +811,39 @@ async fn start_run(
         deliver(outbox).await;
     });
     Ok(())
+}
+
+/// Function `f`'s key references in a call.
+fn fn_keys(run: &pb::RunDag, f: &str) -> Vec<Bytes> {
+    run.args
+        .get(f)
+        .into_iter()
+        .flat_map(|a| a.args.iter())
+        .filter_map(|a| match &a.kind {
+            Some(pb::arg::Kind::KeyRef(k)) => Some(k.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Each function's key references as keysets (CON's `R̃_i`).
+fn dag_msg_keys(
+    args: &std::collections::BTreeMap<String, pb::Args>,
+    plan: &crate::dag::Plan,
+) -> std::collections::BTreeMap<String, cache::KeySet> {
+    plan.order
+        .iter()
+        .map(|f| {
+            let keys = args
+                .get(f)
+                .into_iter()
+                .flat_map(|a| a.args.iter())
+                .filter_map(|a| match &a.kind {
+                    Some(pb::arg::Kind::KeyRef(k)) => Some(cache::Key::from(&k[..])),
+                    _ => None,
+                })
+                .collect();
+            (f.clone(), keys)
+        })
+        .collect()
 }
