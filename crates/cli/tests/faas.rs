@@ -143,12 +143,13 @@ fn registrations_are_validated_and_errors_have_codes() {
             s(&["f", "g"])
         );
 
+        // Every protocol is accepted: an HB call waits for hosts like any other.
         let hb = CallOptions {
             protocol: pb::Protocol::Hb,
-            timeout: None,
+            timeout: Some(Duration::from_millis(300)),
         };
         let e = cloud.call("f", vec![], hb).await.unwrap_err();
-        assert_eq!(code(&e), Some(pb::ErrorCode::NotImplemented));
+        assert_eq!(code(&e), Some(pb::ErrorCode::NoExecutors), "{e}");
         let e = cloud
             .call("nope", vec![], CallOptions::default())
             .await

@@ -608,6 +608,22 @@ async fn workload(
     outcome
 }
 
+/// Every attempt's pins are released at both caches (the scheduler's `ReleaseAttempt`
+/// after the last answer may still be on its way: up to 2 s).
+async fn assert_pins_released(c: &Cluster) {
+    for h in &c.hosts {
+        let cache = h.cache.as_ref().unwrap();
+        for _ in 0..200 {
+            if cache.stats().pinned_runs == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let stats = cache.stats();
+        assert_eq!(stats.pinned_runs, 0, "pins left behind: {stats:?}");
+    }
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -644,17 +660,9 @@ fn opt_across_two_hosts_shows_no_anomaly_and_the_bare_store_does() {
             stats.iter().map(|s| s.remote_fetches).sum::<u64>() > 0,
             "no cache fetched a pinned version from the other: {stats:?}"
         );
-        // Every attempt's pins were released (the last answers may still be in flight).
+        assert_pins_released(&c).await;
         for h in &c.hosts {
-            let cache = h.cache.as_ref().unwrap();
-            for _ in 0..200 {
-                if cache.stats().pinned_runs == 0 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            assert_eq!(cache.stats().pinned_runs, 0, "pins left behind");
-            cache.check().unwrap();
+            h.cache.as_ref().unwrap().check().unwrap();
         }
     });
     let direct = rt().block_on(async {
@@ -696,16 +704,32 @@ fn con_across_two_hosts_shows_no_anomaly() {
         assert!(con.related > 0, "the checker had nothing to check: {con:?}");
         assert!(stats.iter().all(|s| s.con_functions > 0), "{stats:?}");
         assert!(stats.iter().all(|s| s.opt_functions == 0), "{stats:?}");
-        for h in &c.hosts {
-            let cache = h.cache.as_ref().unwrap();
-            for _ in 0..200 {
-                if cache.stats().pinned_runs == 0 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            assert_eq!(cache.stats().pinned_runs, 0, "pins left behind");
-        }
+        assert_pins_released(&c).await;
+    });
+}
+
+#[test]
+fn hb_the_default_across_two_hosts_shows_no_anomaly() {
+    let store = store();
+    rt().block_on(async {
+        let c = cluster(&store, Mode::Cache).await;
+        // No protocol asked: with two caching hosts the scheduler picks HB.
+        let hb = workload(&c, &store, Mode::Cache, pb::Protocol::Default, 6, 25, 4).await;
+        let stats: Vec<_> = c
+            .hosts
+            .iter()
+            .map(|h| h.cache.as_ref().unwrap().stats())
+            .collect();
+        eprintln!("HB (default) on 2 hosts: {hb:?}; caches {stats:?}");
+        assert_eq!(hb.failed, 0, "{hb:?}");
+        assert_eq!(hb.anomalous, 0, "anomalies under HB: {hb:?}");
+        assert!(hb.related > 0, "the checker had nothing to check: {hb:?}");
+        // Spread over both hosts, as OPT (simulation passed) or CON (early abort).
+        assert!(
+            stats.iter().all(|s| s.opt_functions + s.con_functions > 0),
+            "{stats:?}"
+        );
+        assert_pins_released(&c).await;
     });
 }
 

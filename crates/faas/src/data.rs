@@ -116,6 +116,10 @@ pub trait OptPlane: Send + Sync {
         step: &'a OptStep,
     ) -> BoxFuture<'a, Result<VersionSet, StepError>>;
 
+    /// HB: what Algorithm 1 would read here for a function reading `keys` (`hb::view`;
+    /// pins nothing, stages nothing).
+    fn hb_view(&self, keys: &KeySet, rdag: &KeySet) -> cache::hb::MetaView;
+
     /// Another cache's fetch of versions pinned here for `attempt` (`cache::Pins::fetch_refs`).
     fn fetch_pinned(&self, attempt: u64, refs: &VersionSet) -> BTreeMap<Key, MultiKeyCausal>;
 }

@@ -14,7 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 
 use cache::con::Part;
-use cache::{KeySet, VersionSet};
+use cache::hb::{MetaView, Simulation};
+use cache::{FnSpec, KeySet, VersionSet};
 
 use crate::dag::Plan;
 use crate::meta::refs_to_pb;
@@ -63,14 +64,37 @@ pub struct Spread {
     writes: Vec<pb::Write>,
     /// Protocol CON: the snapshot being built (`None`: OPT).
     con: Option<Con>,
+    /// Protocol HB: the views being collected (`None` once OPT or CON runs).
+    hb: Option<Hb>,
+    /// Each function's key references (`R̃_i`), for CON and HB.
+    keys: BTreeMap<String, KeySet>,
+    /// HB: this call falls back to CON, not to another OPT attempt, when OPT aborts.
+    hb_call: bool,
+}
+
+/// HB's query phase of one attempt.
+#[derive(Clone, Debug, Default)]
+struct Hb {
+    views: BTreeMap<String, MetaView>,
+}
+
+/// What a cache's HB view means for the call.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HbEvent {
+    /// Not this attempt's: ignore it.
+    Stale,
+    /// More views to come.
+    Waiting,
+    /// The simulation passed: OPT runs on the hosts the views came from.
+    Opt,
+    /// The simulation aborted (early abort): run CON.
+    EarlyAbort(String),
 }
 
 /// CON's state of one attempt: every function is placed first, its cache answers `S_i`,
 /// then [`cache::con::plan`] gives each function its part.
 #[derive(Clone, Debug, Default)]
 struct Con {
-    /// Each function's key references (`R̃_i`).
-    keys: BTreeMap<String, KeySet>,
     /// The answers so far.
     snapshots: BTreeMap<String, VersionSet>,
     /// The plan, once every function answered.
@@ -103,6 +127,93 @@ impl Spread {
             sent: BTreeSet::new(),
             writes: Vec::new(),
             con: None,
+            hb: None,
+            keys: BTreeMap::new(),
+            hb_call: false,
+        }
+    }
+
+    /// The first attempt of run `run_id` under HB: every function placed first, its cache
+    /// queried, OPT simulated; `keys` holds each function's key references.
+    pub fn hb(run_id: u64, plan: Plan, keys: BTreeMap<String, KeySet>) -> Spread {
+        let mut s = Spread::new(run_id, plan);
+        s.keys = keys;
+        s.hb = Some(Hb::default());
+        s.hb_call = true;
+        s
+    }
+
+    /// True for an HB call (whose OPT aborts go to CON).
+    pub fn is_hb(&self) -> bool {
+        self.hb_call
+    }
+
+    /// True under HB while no function has been placed in this attempt: place them all
+    /// and query each one's cache.
+    pub fn needs_query(&self) -> bool {
+        self.hb.is_some() && self.running.is_empty()
+    }
+
+    /// Runs the next attempts under CON (HB's fallback). Call after [`Spread::restart`].
+    pub fn to_con(&mut self) {
+        self.hb = None;
+        self.con = Some(Con::default());
+    }
+
+    /// A cache's HB view for one function.
+    pub fn hb_view(&mut self, from: &str, msg: pb::HbView) -> HbEvent {
+        if msg.attempt != self.attempt()
+            || self.running.get(&msg.function).map(String::as_str) != Some(from)
+        {
+            return HbEvent::Stale;
+        }
+        let Some(hb) = self.hb.as_mut() else {
+            return HbEvent::Stale;
+        };
+        let view = match crate::meta::view_from_pb(msg.cache_id, &msg.keys) {
+            Ok(v) => v,
+            Err(e) => return HbEvent::EarlyAbort(e.to_string()),
+        };
+        hb.views.insert(msg.function, view);
+        if hb.views.len() < self.plan.order.len() {
+            return HbEvent::Waiting;
+        }
+        let index: BTreeMap<&str, usize> = self
+            .plan
+            .order
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.as_str(), i))
+            .collect();
+        let fns: Vec<FnSpec> = self
+            .plan
+            .order
+            .iter()
+            .map(|f| FnSpec {
+                reads: self.keys.get(f).cloned().unwrap_or_default(),
+                parents: self.plan.upstream[f]
+                    .iter()
+                    .map(|u| index[u.as_str()])
+                    .collect(),
+            })
+            .collect();
+        let views: Vec<MetaView> = self
+            .plan
+            .order
+            .iter()
+            .filter_map(|f| hb.views.get(f).cloned())
+            .collect();
+        let outcome = match cache::Dag::new(fns) {
+            Ok(dag) => cache::hb::simulate(&dag, &views),
+            Err(e) => return HbEvent::EarlyAbort(e.to_string()),
+        };
+        self.hb = None;
+        match outcome {
+            Simulation::Ok { .. } => HbEvent::Opt,
+            Simulation::Abort { at, reason } => HbEvent::EarlyAbort(format!(
+                "simulated abort at {}: {reason}",
+                self.plan.order[at]
+            )),
         }
     }
 
@@ -110,10 +221,8 @@ impl Spread {
     /// references.
     pub fn con(run_id: u64, plan: Plan, keys: BTreeMap<String, KeySet>) -> Spread {
         let mut s = Spread::new(run_id, plan);
-        s.con = Some(Con {
-            keys,
-            ..Con::default()
-        });
+        s.keys = keys;
+        s.con = Some(Con::default());
         s
     }
 
@@ -164,7 +273,7 @@ impl Spread {
         let inputs: Vec<(VersionSet, KeySet)> = order
             .iter()
             .map(|f| {
-                let keys = con.keys.get(f).cloned().unwrap_or_default();
+                let keys = self.keys.get(f).cloned().unwrap_or_default();
                 (con.snapshots.get(f).cloned().unwrap_or_default(), keys)
             })
             .collect();
@@ -186,7 +295,7 @@ impl Spread {
     /// Functions ready to be sent: not sent, every upstream done (under CON, once the plan
     /// is made).
     pub fn ready(&self) -> Vec<String> {
-        if self.con.as_ref().is_some_and(|c| c.parts.is_none()) {
+        if self.con.as_ref().is_some_and(|c| c.parts.is_none()) || self.hb.is_some() {
             return Vec::new();
         }
         self.plan
@@ -296,6 +405,9 @@ impl Spread {
         if let Some(con) = self.con.as_mut() {
             con.snapshots.clear();
             con.parts = None;
+        }
+        if let Some(hb) = self.hb.as_mut() {
+            hb.views.clear();
         }
         (
             ended,
@@ -427,5 +539,42 @@ mod tests {
             s.con_snapshot("h1", failed),
             ConEvent::Aborted("staging failed".into())
         );
+    }
+
+    #[test]
+    fn hb_queries_every_function_then_runs_opt_or_falls_back_to_con() {
+        let keys: BTreeMap<String, KeySet> = ["a", "b", "c"]
+            .iter()
+            .map(|f| {
+                (
+                    f.to_string(),
+                    KeySet::from([cache::Key::from(f.as_bytes())]),
+                )
+            })
+            .collect();
+        let mut s = Spread::hb(5, vee(), keys);
+        assert!(s.is_hb() && s.needs_query() && !s.needs_prepare());
+        assert!(s.ready().is_empty());
+        for (f, h) in [("a", "h1"), ("b", "h2"), ("c", "h1")] {
+            s.prepared(f, h);
+        }
+        let view = |s: &Spread, f: &str| pb::HbView {
+            run_id: 5,
+            attempt: s.attempt(),
+            function: f.into(),
+            cache_id: 1,
+            keys: Vec::new(), // nothing cached: simulated as bottoms, OPT passes
+        };
+        assert_eq!(s.hb_view("h1", view(&s, "a")), HbEvent::Waiting);
+        assert_eq!(s.hb_view("h1", view(&s, "b")), HbEvent::Stale); // b is on h2
+        assert_eq!(s.hb_view("h2", view(&s, "b")), HbEvent::Waiting);
+        assert_eq!(s.hb_view("h1", view(&s, "c")), HbEvent::Opt);
+        assert_eq!(s.ready(), vec!["a", "b"]);
+        assert_eq!(s.host_of("b"), Some("h2")); // OPT runs where the views came from
+        assert!(!s.run_fn("a", &pb::RunDag::default(), &[], &[]).con);
+        // OPT aborted: the next attempt is CON.
+        s.restart();
+        s.to_con();
+        assert!(s.needs_prepare() && !s.needs_query());
     }
 }

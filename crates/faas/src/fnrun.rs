@@ -108,6 +108,25 @@ pub(crate) async fn con_prepare(data: &Arc<dyn DataPlane>, msg: pb::ConPrepare) 
     out
 }
 
+/// HB's query of one function at its host: the cache's metadata view of the function's
+/// keys (empty without a causal cache: every key simulated as not cached).
+pub(crate) fn hb_query(data: &Arc<dyn DataPlane>, q: pb::HbQuery) -> pb::HbView {
+    let mut out = pb::HbView {
+        run_id: q.run_id,
+        attempt: q.attempt,
+        function: q.function,
+        ..Default::default()
+    };
+    if let Some(o) = data.opt() {
+        let keys: KeySet = q.keys.iter().map(|k| Key::from(&k[..])).collect();
+        let rdag: KeySet = q.rdag.iter().map(|k| Key::from(&k[..])).collect();
+        let view = o.hb_view(&keys, &rdag);
+        out.cache_id = view.cache.0;
+        out.keys = crate::meta::view_to_pb(&view);
+    }
+    out
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -441,6 +441,11 @@ async fn serve_scheduler(stream: TcpStream, shared: Arc<Shared>) {
                 Ok(Some(pb::FromScheduler { msg: Some(pb::from_scheduler::Msg::Release(r)) })) => {
                     shared.data.release(r.attempt);
                 }
+                Ok(Some(pb::FromScheduler { msg: Some(pb::from_scheduler::Msg::HbQuery(q)) })) => {
+                    let view = crate::fnrun::hb_query(&shared.data, q);
+                    let msg = pb::ToScheduler { msg: Some(pb::to_scheduler::Msg::HbView(view)) };
+                    let _ = out.send(msg).await;
+                }
                 Ok(Some(pb::FromScheduler { msg: Some(pb::from_scheduler::Msg::ConPrepare(p)) })) => {
                     let (out, shared) = (out.clone(), shared.clone());
                     runs.spawn(async move {

@@ -4,6 +4,7 @@
 //! arrives from the network is checked and refused with an [`MetaError`].
 
 use bytes::Bytes;
+use cache::hb::{KeyMeta, MetaView};
 use cache::opt::Upstream;
 use cache::{CacheId, Key, MultiKeyCausal, VectorClock, VersionRef, VersionSet};
 use lattice::Value;
@@ -100,6 +101,43 @@ pub fn pinned_from_pb(p: &pb::PinnedValue) -> Result<(Key, MultiKeyCausal), Meta
         Value::MultiKeyCausal(c) => Ok((Key::from(&p.key[..]), c)),
         _ => Err(MetaError::NotCausal(show(&p.key))),
     }
+}
+
+/// An HB view as a message.
+pub fn view_to_pb(v: &MetaView) -> Vec<pb::KeyMeta> {
+    v.keys
+        .iter()
+        .map(|(k, m)| pb::KeyMeta {
+            key: Bytes::copy_from_slice(k),
+            clock: m
+                .clock
+                .iter()
+                .map(|(actor, counter)| pb::ClockEntry { actor, counter })
+                .collect(),
+            cut: refs_to_pb(&m.cut),
+        })
+        .collect()
+}
+
+/// A message as an HB view of cache `cache`.
+///
+/// # Errors
+/// As [`refs_from_pb`].
+pub fn view_from_pb(cache: u64, keys: &[pb::KeyMeta]) -> Result<MetaView, MetaError> {
+    let mut out = MetaView {
+        cache: CacheId(cache),
+        keys: Default::default(),
+    };
+    for m in keys {
+        let meta = KeyMeta {
+            clock: m.clock.iter().map(|e| (e.actor, e.counter)).collect(),
+            cut: refs_from_pb(&m.cut)?,
+        };
+        if out.keys.insert(Key::from(&m.key[..]), meta).is_some() {
+            return Err(MetaError::Duplicate(show(&m.key)));
+        }
+    }
+    Ok(out)
 }
 
 fn show(key: &[u8]) -> String {

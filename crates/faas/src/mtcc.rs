@@ -75,6 +75,11 @@ impl OptPlane for CausalCache {
         })
     }
 
+    fn hb_view(&self, keys: &KeySet, rdag: &KeySet) -> cache::hb::MetaView {
+        let g = self.lock();
+        cache::hb::view(&g.cut, self.id(), keys, rdag)
+    }
+
     fn fetch_pinned(&self, attempt: u64, refs: &VersionSet) -> BTreeMap<Key, MultiKeyCausal> {
         self.lock().pins.fetch_refs(ReqId(attempt), refs)
     }

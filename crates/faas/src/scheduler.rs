@@ -20,7 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 use crate::conn;
-use crate::distributed::{ConEvent, Event, Spread, MAX_OPT_ATTEMPTS};
+use crate::distributed::{ConEvent, Event, HbEvent, Spread, MAX_OPT_ATTEMPTS};
 use crate::error::{pb_error, FaasError};
 use crate::pb;
 use crate::placement::{HostId, Placement};
@@ -58,11 +58,11 @@ impl Default for SchedulerConfig {
 }
 
 /// The protocol a call asks for, with the default resolved for `caches` connected compute
-/// hosts with a causal cache: OPT (the DAG spread over hosts) with two or more, CT
+/// hosts with a causal cache: HB (the DAG spread over hosts) with two or more, CT
 /// otherwise (one host, or hosts on the bare store, which gain nothing from spreading).
 pub fn effective_protocol(p: pb::Protocol, caches: usize) -> pb::Protocol {
     match p {
-        pb::Protocol::Default if caches >= 2 => pb::Protocol::Opt,
+        pb::Protocol::Default if caches >= 2 => pb::Protocol::Hb,
         pb::Protocol::Default => pb::Protocol::Ct,
         other => other,
     }
@@ -194,6 +194,33 @@ impl State {
         let Some(spread) = run.spread.as_mut() else {
             return;
         };
+        if spread.needs_query() {
+            // HB: every function placed first; its cache answers what OPT would read.
+            for f in spread.functions().to_vec() {
+                let keys = fn_keys(&run.msg, &f);
+                let Some(host) = self.placement.place(&keys) else {
+                    return;
+                };
+                let Some(out) = self.hosts.get(&host) else {
+                    return;
+                };
+                spread.prepared(&f, &host);
+                let msg = pb::HbQuery {
+                    run_id: id,
+                    attempt: spread.attempt(),
+                    function: f.clone(),
+                    keys,
+                    rdag: run.keys.clone(),
+                };
+                outbox.push((
+                    out.clone(),
+                    pb::FromScheduler {
+                        msg: Some(pb::from_scheduler::Msg::HbQuery(msg)),
+                    },
+                ));
+            }
+            return;
+        }
         if spread.needs_prepare() {
             // CON: every function placed first; its cache answers a snapshot of its keys.
             for f in spread.functions().to_vec() {
@@ -319,8 +346,29 @@ impl State {
         }
     }
 
+    /// A cache's HB view for one function of spread run `id`.
+    fn hb_view(&mut self, host: &str, view: pb::HbView, outbox: &mut Outbox) {
+        let id = view.run_id;
+        let Some(mut spread) = self.runs.get_mut(&id).and_then(|r| r.spread.take()) else {
+            return;
+        };
+        let event = spread.hb_view(host, view);
+        if let HbEvent::EarlyAbort(why) = &event {
+            // Nothing ran and nothing is pinned: straight to CON (the abort path does it).
+            self.abort_attempt(id, spread, why, outbox);
+            return;
+        }
+        if let Some(run) = self.runs.get_mut(&id) {
+            run.spread = Some(spread);
+        }
+        if event == HbEvent::Opt {
+            self.dispatch_spread(id, outbox);
+        }
+    }
+
     /// The current attempt of spread run `id` aborted: release it everywhere, then run the
-    /// DAG again, or after [`MAX_OPT_ATTEMPTS`] under CT.
+    /// DAG again (an HB call: under CON, decision 5 of docs/serverless.md), or after
+    /// [`MAX_OPT_ATTEMPTS`] under CT.
     fn abort_attempt(&mut self, id: u64, mut spread: Spread, why: &str, outbox: &mut Outbox) {
         tracing::debug!(
             run = id,
@@ -328,6 +376,9 @@ impl State {
             "attempt aborted: {why}"
         );
         self.end_attempt(&mut spread, outbox);
+        if spread.is_hb() {
+            spread.to_con();
+        }
         if spread.attempts() <= MAX_OPT_ATTEMPTS {
             if let Some(run) = self.runs.get_mut(&id) {
                 run.spread = Some(spread);
@@ -582,6 +633,9 @@ async fn serve_host(
             Some(pb::to_scheduler::Msg::ConSnapshot(snap)) => {
                 shared.lock().con_snapshot(&host, snap, &mut outbox);
             }
+            Some(pb::to_scheduler::Msg::HbView(view)) => {
+                shared.lock().hb_view(&host, view, &mut outbox);
+            }
             _ => {}
         }
         deliver(outbox).await;
@@ -695,18 +749,6 @@ async fn start_run(
 ) -> Result<(), FaasError> {
     let caches = shared.lock().caches.len();
     let protocol = effective_protocol(protocol, caches);
-    if !matches!(
-        protocol,
-        pb::Protocol::Ct | pb::Protocol::Opt | pb::Protocol::Con
-    ) {
-        return Err(FaasError::remote(
-            pb::ErrorCode::NotImplemented,
-            format!(
-                "protocol {} is not implemented yet (CT, OPT and CON are)",
-                protocol.as_str_name()
-            ),
-        ));
-    }
     let plan = crate::dag::validate(&dag).map_err(|e| {
         FaasError::remote(
             pb::ErrorCode::BadRequest,
@@ -762,6 +804,10 @@ async fn start_run(
             pb::Protocol::Con => {
                 let keys = dag_msg_keys(&args, &plan);
                 Some(Spread::con(run_id, plan, keys))
+            }
+            pb::Protocol::Hb => {
+                let keys = dag_msg_keys(&args, &plan);
+                Some(Spread::hb(run_id, plan, keys))
             }
             _ => None,
         };
