@@ -116,7 +116,7 @@ class TimeoutError(FaasError):
 
 
 class NotImplementedYetError(FaasError, NotImplementedError):
-    """The protocol asked for is not implemented yet (CT and OPT are)."""
+    """The protocol asked for is not implemented by the scheduler (older schedulers: every protocol is now)."""
 
     code = "not_implemented"
 
