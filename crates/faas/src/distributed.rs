@@ -417,6 +417,41 @@ impl Spread {
     }
 }
 
+/// Function `f`'s key references in a call.
+pub fn fn_keys(run: &pb::RunDag, f: &str) -> Vec<Bytes> {
+    run.args
+        .get(f)
+        .into_iter()
+        .flat_map(|a| a.args.iter())
+        .filter_map(|a| match &a.kind {
+            Some(pb::arg::Kind::KeyRef(k)) => Some(k.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Each function's key references in a call, as keysets (`R̃_i` of CON and HB).
+pub fn dag_msg_keys(
+    args: &std::collections::BTreeMap<String, pb::Args>,
+    plan: &crate::dag::Plan,
+) -> std::collections::BTreeMap<String, cache::KeySet> {
+    plan.order
+        .iter()
+        .map(|f| {
+            let keys = args
+                .get(f)
+                .into_iter()
+                .flat_map(|a| a.args.iter())
+                .filter_map(|a| match &a.kind {
+                    Some(pb::arg::Kind::KeyRef(k)) => Some(cache::Key::from(&k[..])),
+                    _ => None,
+                })
+                .collect();
+            (f.clone(), keys)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
