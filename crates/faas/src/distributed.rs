@@ -15,10 +15,11 @@ use bytes::Bytes;
 
 use cache::con::Part;
 use cache::hb::{MetaView, Simulation};
+use cache::versionset::{restrict, union_into};
 use cache::{FnSpec, KeySet, VersionSet};
 
 use crate::dag::Plan;
-use crate::meta::refs_to_pb;
+use crate::meta::{refs_from_pb, refs_to_pb};
 use crate::pb;
 use crate::placement::HostId;
 
@@ -70,6 +71,11 @@ pub struct Spread {
     keys: BTreeMap<String, KeySet>,
     /// HB: this call falls back to CON, not to another OPT attempt, when OPT aborts.
     hb_call: bool,
+    /// HB: what the OPT attempt's functions returned (result, edge metadata, writes), for
+    /// reuse under CON ([`Spread::reuse`]).
+    opt_results: BTreeMap<String, (Bytes, pb::EdgeMeta, Vec<pb::Write>)>,
+    /// Functions whose OPT result this attempt reused.
+    reused: BTreeSet<String>,
 }
 
 /// HB's query phase of one attempt.
@@ -130,6 +136,8 @@ impl Spread {
             hb: None,
             keys: BTreeMap::new(),
             hb_call: false,
+            opt_results: BTreeMap::new(),
+            reused: BTreeSet::new(),
         }
     }
 
@@ -380,9 +388,13 @@ impl Spread {
                 if msg.function == self.plan.sink {
                     return Event::Finished(v);
                 }
+                let meta = msg.meta.unwrap_or_default();
+                if self.hb_call && self.con.is_none() {
+                    let kept = (v.clone(), meta.clone(), msg.writes.clone());
+                    self.opt_results.insert(msg.function.clone(), kept);
+                }
                 self.writes.extend(msg.writes);
-                self.done
-                    .insert(msg.function, (v, msg.meta.unwrap_or_default()));
+                self.done.insert(msg.function, (v, meta));
                 Event::Progress
             }
             Some(pb::fn_done::Result::Abort(why)) => Event::Aborted(why),
@@ -394,6 +406,48 @@ impl Spread {
         }
     }
 
+    /// HB's function-result reuse (P:396): under CON after an OPT abort, a ready function
+    /// other than the sink whose upstream functions were all reused (or which has none),
+    /// and whose OPT run read exactly the versions CON binds for it (`hb::reuse`), takes its
+    /// OPT result, writes and outgoing metadata instead of running again (functions are
+    /// taken to be deterministic in their inputs, as in the paper). Returns the host it was
+    /// placed on (its load ends there), `None` if it must run.
+    pub fn reuse(&mut self, f: &str) -> Option<HostId> {
+        if !self.hb_call || f == self.plan.sink {
+            return None;
+        }
+        let part = self.con.as_ref()?.parts.as_ref()?.get(f)?.clone();
+        let ups = &self.plan.upstream[f];
+        if !ups.iter().all(|u| self.reused.contains(u)) {
+            return None;
+        }
+        let (value, meta, writes) = self.opt_results.get(f)?.clone();
+        let opt_reads = restrict(&refs_from_pb(&meta.r).ok()?, self.keys.get(f)?);
+        if !cache::hb::reuse(&opt_reads, &part.reads) {
+            return None;
+        }
+        // The edge CON itself would send: the upstream reads and this function's.
+        let mut r = part.reads;
+        for u in ups {
+            union_into(&mut r, &refs_from_pb(&self.done.get(u)?.1.r).ok()?);
+        }
+        let meta = pb::EdgeMeta {
+            s: refs_to_pb(&r),
+            r: refs_to_pb(&r),
+        };
+        self.writes.extend(writes);
+        self.done.insert(f.to_string(), (value, meta));
+        self.reused.insert(f.to_string());
+        self.sent.insert(f.to_string());
+        // Under CON every function was placed before the DAG started.
+        Some(self.running.remove(f).unwrap_or_default())
+    }
+
+    /// Functions whose OPT result this attempt reused.
+    pub fn reused(&self) -> usize {
+        self.reused.len()
+    }
+
     /// Starts the next attempt from scratch; returns the hosts whose pins of the ended
     /// attempt must be released, and the functions that were still running there.
     pub fn restart(&mut self) -> (u64, BTreeSet<HostId>, BTreeMap<String, HostId>) {
@@ -402,6 +456,7 @@ impl Spread {
         self.done.clear();
         self.writes.clear();
         self.sent.clear();
+        self.reused.clear();
         if let Some(con) = self.con.as_mut() {
             con.snapshots.clear();
             con.parts = None;
@@ -611,5 +666,83 @@ mod tests {
         s.restart();
         s.to_con();
         assert!(s.needs_prepare() && !s.needs_query());
+    }
+
+    #[test]
+    fn hb_reuses_an_opt_result_when_con_binds_the_same_versions() {
+        use cache::{CacheId, VectorClock, VersionRef};
+        let key = |f: &str| cache::Key::from(f.as_bytes());
+        let keys: BTreeMap<String, KeySet> = ["a", "b", "c"]
+            .iter()
+            .map(|f| (f.to_string(), KeySet::from([key(f)])))
+            .collect();
+        let at = |n: u64, c: u64| VersionRef::new(VectorClock::from_iter([(9, n)]), CacheId(c));
+        let mut s = Spread::hb(5, vee(), keys);
+        for (f, h) in [("a", "h1"), ("b", "h2"), ("c", "h1")] {
+            s.prepared(f, h);
+        }
+        for (f, h) in [("a", "h1"), ("b", "h2"), ("c", "h1")] {
+            let view = pb::HbView {
+                run_id: 5,
+                attempt: s.attempt(),
+                function: f.into(),
+                cache_id: 1,
+                keys: Vec::new(),
+            };
+            s.hb_view(h, view);
+        }
+        // OPT: a read a@1, b read b@1; then c aborts.
+        let opt_done = |s: &Spread, f: &str, n: u64| pb::FnDone {
+            run_id: 5,
+            attempt: s.attempt(),
+            function: f.into(),
+            result: Some(pb::fn_done::Result::Value(Bytes::from(format!("r{f}")))),
+            meta: Some(pb::EdgeMeta {
+                s: Vec::new(),
+                r: refs_to_pb(&VersionSet::from([(key(f), at(n, 1))])),
+            }),
+            writes: vec![pb::Write {
+                key: Bytes::from(format!("w{f}")),
+                value: Bytes::new(),
+            }],
+        };
+        s.placed("a", "h1");
+        s.placed("b", "h2");
+        assert_eq!(s.done("h1", opt_done(&s, "a", 1)), Event::Progress);
+        assert_eq!(s.done("h2", opt_done(&s, "b", 1)), Event::Progress);
+        s.restart();
+        s.to_con();
+        for (f, h) in [("a", "h1"), ("b", "h2"), ("c", "h1")] {
+            s.prepared(f, h);
+        }
+        // CON binds a at the version OPT read, b at a newer one.
+        for (f, h, n) in [("a", "h1", 1), ("b", "h2", 2), ("c", "h1", 1)] {
+            let snap = pb::ConSnapshot {
+                run_id: 5,
+                attempt: s.attempt(),
+                function: f.into(),
+                s: refs_to_pb(&VersionSet::from([(key(f), at(n, 2))])),
+                error: String::new(),
+            };
+            s.con_snapshot(h, snap);
+        }
+        assert_eq!(s.ready(), vec!["a", "b"]);
+        assert_eq!(s.reuse("a").as_deref(), Some("h1"));
+        assert_eq!(s.reuse("b"), None); // read another version
+        assert_eq!(s.reuse("c"), None); // the sink always runs
+        assert_eq!(s.reused(), 1);
+        assert_eq!(s.ready(), vec!["b"]);
+        // a's edge carries CON's binding (sources as CON planned them) and its writes.
+        s.placed("b", "h2");
+        let con_b = pb::FnDone {
+            meta: Some(pb::EdgeMeta::default()),
+            ..opt_done(&s, "b", 2)
+        };
+        assert_eq!(s.done("h2", con_b), Event::Progress);
+        let m = s.run_fn("c", &pb::RunDag::default(), &[], &[]);
+        assert_eq!(m.upstream, vec![Bytes::from("ra"), Bytes::from("rb")]);
+        let a_edge = refs_from_pb(&m.upstream_meta[0].r).unwrap();
+        assert_eq!(a_edge[&key("a")].sources, BTreeSet::from([CacheId(2)]));
+        assert_eq!(m.writes.len(), 2);
     }
 }

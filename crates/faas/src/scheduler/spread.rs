@@ -73,7 +73,24 @@ impl State {
             }
             return;
         }
-        for f in spread.ready() {
+        // HB after an OPT abort: functions whose OPT result stands are not run again, which
+        // may make their downstream functions ready at once.
+        let mut ready = spread.ready();
+        loop {
+            let mut reused = false;
+            for f in &ready {
+                if let Some(host) = spread.reuse(f) {
+                    tracing::debug!(run = id, function = %f, "OPT result reused under CON");
+                    self.placement.finished(&host);
+                    reused = true;
+                }
+            }
+            if !reused {
+                break;
+            }
+            ready = spread.ready();
+        }
+        for f in ready {
             let keys = fn_keys(&run.msg, &f);
             // CON: where it was prepared (its cache pinned its snapshot).
             let host = match spread.host_of(&f) {
