@@ -127,6 +127,8 @@ struct Ran {
     tasks: AtomicU64,
     /// A `slow` function started here.
     slow: AtomicBool,
+    /// Notified when it does.
+    slow_started: tokio::sync::Notify,
 }
 
 /// An executor played by the test: returns its upstreams' views plus `(key, meta)` of its
@@ -149,6 +151,7 @@ async fn executor(addr: SocketAddr, id: u32, mode: Mode, ran: Arc<Ran>) {
         ran.tasks.fetch_add(1, Ordering::Relaxed);
         if t.function.starts_with("slow") {
             ran.slow.store(true, Ordering::SeqCst);
+            ran.slow_started.notify_one();
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
         let mut out = Vec::new();
@@ -736,9 +739,17 @@ fn hb_the_default_across_two_hosts_shows_no_anomaly() {
 #[test]
 fn a_host_killed_mid_dag_is_retried_on_the_other_and_the_call_completes_once() {
     let store = store();
-    rt().block_on(async {
-        let mut c = cluster(&store, Mode::Cache).await;
-        let key = Key::from(&b"killed-k"[..]);
+    rt().block_on(kill_mid_dag(&store, pb::Protocol::Opt, b"killed-opt"));
+    // HB (the default): functions placed first, OPT after the simulation.
+    rt().block_on(kill_mid_dag(&store, pb::Protocol::Default, b"killed-hb"));
+}
+
+/// Calls a 2-function DAG whose first function is slow, kills the host running it while
+/// it runs it, and checks the call completes once on the other host without anomaly.
+async fn kill_mid_dag(store: &NodeProc, protocol: pb::Protocol, key: &[u8]) {
+    {
+        let mut c = cluster(store, Mode::Cache).await;
+        let key = Key::from(key);
         let mut args: BTreeMap<String, Vec<Arg>> = BTreeMap::new();
         args.insert("slow1".into(), refs(std::slice::from_ref(&key)));
         args.insert(
@@ -749,7 +760,7 @@ fn a_host_killed_mid_dag_is_retried_on_the_other_and_the_call_completes_once() {
             ],
         );
         let options = CallOptions {
-            protocol: pb::Protocol::Opt,
+            protocol,
             timeout: Some(Duration::from_secs(30)),
         };
         let call = {
@@ -757,15 +768,9 @@ fn a_host_killed_mid_dag_is_retried_on_the_other_and_the_call_completes_once() {
             tokio::spawn(async move { faas.call_dag("slow", args, options).await })
         };
         // Kill the host that runs the slow first function, while it runs it.
-        let victim = loop {
-            if let Some(i) = c
-                .hosts
-                .iter()
-                .position(|h| h.ran.slow.load(Ordering::SeqCst))
-            {
-                break i;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        let victim = tokio::select! {
+            () = c.hosts[0].ran.slow_started.notified() => 0,
+            () = c.hosts[1].ran.slow_started.notified() => 1,
         };
         let survivor = 1 - victim;
         c.hosts[victim].kill();
@@ -792,5 +797,5 @@ fn a_host_killed_mid_dag_is_retried_on_the_other_and_the_call_completes_once() {
             panic!("{stored:?}")
         };
         assert_eq!(v.values().count(), 1, "{v:?}");
-    });
+    }
 }
