@@ -116,6 +116,10 @@ pub trait OptPlane: Send + Sync {
         step: &'a OptStep,
     ) -> BoxFuture<'a, Result<VersionSet, StepError>>;
 
+    /// HB's prefetch notice: stage `keys` into the cut now (best effort: errors are only
+    /// logged; the function's own reads stage whatever is still missing).
+    fn prefetch<'a>(&'a self, keys: KeySet) -> BoxFuture<'a, ()>;
+
     /// HB: what Algorithm 1 would read here for a function reading `keys` (`hb::view`;
     /// pins nothing, stages nothing).
     fn hb_view(&self, keys: &KeySet, rdag: &KeySet) -> cache::hb::MetaView;

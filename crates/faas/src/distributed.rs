@@ -91,8 +91,9 @@ pub enum HbEvent {
     Stale,
     /// More views to come.
     Waiting,
-    /// The simulation passed: OPT runs on the hosts the views came from.
-    Opt,
+    /// The simulation passed: OPT runs on the hosts the views came from; the caches of
+    /// these functions may stage these keys from the store now (prefetch notices).
+    Opt(Vec<(String, KeySet)>),
     /// The simulation aborted (early abort): run CON.
     EarlyAbort(String),
 }
@@ -217,7 +218,15 @@ impl Spread {
         };
         self.hb = None;
         match outcome {
-            Simulation::Ok { .. } => HbEvent::Opt,
+            Simulation::Ok { prefetch, .. } => HbEvent::Opt(
+                self.plan
+                    .order
+                    .iter()
+                    .zip(prefetch)
+                    .filter(|(f, p)| !p.from_store.is_empty() && !self.plan.upstream[*f].is_empty())
+                    .map(|(f, p)| (f.clone(), p.from_store))
+                    .collect(),
+            ),
             Simulation::Abort { at, reason } => HbEvent::EarlyAbort(format!(
                 "simulated abort at {}: {reason}",
                 self.plan.order[at]
@@ -658,7 +667,14 @@ mod tests {
         assert_eq!(s.hb_view("h1", view(&s, "a")), HbEvent::Waiting);
         assert_eq!(s.hb_view("h1", view(&s, "b")), HbEvent::Stale); // b is on h2
         assert_eq!(s.hb_view("h2", view(&s, "b")), HbEvent::Waiting);
-        assert_eq!(s.hb_view("h1", view(&s, "c")), HbEvent::Opt);
+        // Nothing cached: c's key is to be staged from the store (the sources run now).
+        assert_eq!(
+            s.hb_view("h1", view(&s, "c")),
+            HbEvent::Opt(vec![(
+                "c".into(),
+                KeySet::from([cache::Key::from(&b"c"[..])])
+            )])
+        );
         assert_eq!(s.ready(), vec!["a", "b"]);
         assert_eq!(s.host_of("b"), Some("h2")); // OPT runs where the views came from
         assert!(!s.run_fn("a", &pb::RunDag::default(), &[], &[]).con);

@@ -441,6 +441,14 @@ async fn serve_scheduler(stream: TcpStream, shared: Arc<Shared>) {
                 Ok(Some(pb::FromScheduler { msg: Some(pb::from_scheduler::Msg::Release(r)) })) => {
                     shared.data.release(r.attempt);
                 }
+                Ok(Some(pb::FromScheduler { msg: Some(pb::from_scheduler::Msg::Prefetch(p)) })) => {
+                    let shared = shared.clone();
+                    runs.spawn(async move {
+                        if let Some(o) = shared.data.opt() {
+                            o.prefetch(p.keys.iter().map(|k| cache::Key::from(&k[..])).collect()).await;
+                        }
+                    });
+                }
                 Ok(Some(pb::FromScheduler { msg: Some(pb::from_scheduler::Msg::HbQuery(q)) })) => {
                     let view = crate::fnrun::hb_query(&shared.data, q);
                     let msg = pb::ToScheduler { msg: Some(pb::to_scheduler::Msg::HbView(view)) };

@@ -144,6 +144,8 @@ pub struct CacheStats {
     pub remote_fetches: u64,
     /// CON: functions whose reads were bound here.
     pub con_functions: u64,
+    /// HB: keys staged on a prefetch notice.
+    pub prefetched: u64,
 }
 
 /// The state every protocol step works on, under one lock.

@@ -75,6 +75,15 @@ impl OptPlane for CausalCache {
         })
     }
 
+    fn prefetch<'a>(&'a self, keys: KeySet) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            match self.settle(Start::Keys, &keys, |_| Ok(())).await {
+                Ok(()) => self.lock().stats.prefetched += keys.len() as u64,
+                Err(e) => tracing::debug!("prefetch: {e}"),
+            }
+        })
+    }
+
     fn hb_view(&self, keys: &KeySet, rdag: &KeySet) -> cache::hb::MetaView {
         let g = self.lock();
         cache::hb::view(&g.cut, self.id(), keys, rdag)

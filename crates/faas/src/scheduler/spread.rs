@@ -202,8 +202,34 @@ impl State {
         if let Some(run) = self.runs.get_mut(&id) {
             run.spread = Some(spread);
         }
-        if event == HbEvent::Opt {
+        if let HbEvent::Opt(prefetch) = event {
+            self.prefetch(id, prefetch, outbox);
             self.dispatch_spread(id, outbox);
+        }
+    }
+
+    /// HB's prefetch notices: each function's cache stages the keys it will read from
+    /// the store while its upstream functions run.
+    fn prefetch(&mut self, id: u64, notices: Vec<(String, cache::KeySet)>, outbox: &mut Outbox) {
+        let Some(spread) = self.runs.get(&id).and_then(|r| r.spread.as_ref()) else {
+            return;
+        };
+        for (f, keys) in notices {
+            let Some(out) = spread.host_of(&f).and_then(|h| self.hosts.get(h)) else {
+                continue;
+            };
+            let msg = pb::Prefetch {
+                keys: keys
+                    .iter()
+                    .map(|k| bytes::Bytes::copy_from_slice(k))
+                    .collect(),
+            };
+            outbox.push((
+                out.clone(),
+                pb::FromScheduler {
+                    msg: Some(pb::from_scheduler::Msg::Prefetch(msg)),
+                },
+            ));
         }
     }
 
