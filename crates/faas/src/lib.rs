@@ -44,6 +44,7 @@ pub mod peer;
 pub mod placement;
 pub mod registry;
 pub mod scheduler;
+mod values;
 
 pub use error::FaasError;
 pub use wire::faas as pb;

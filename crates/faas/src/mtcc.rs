@@ -27,9 +27,10 @@ use cache::{CacheId, Error, Here, Key, KeySet, MultiKeyCausal, ReqId, VersionSet
 use lattice::Lattice;
 
 use crate::data::{BoxFuture, OptPlane, OptReads, OptStep, StepError};
-use crate::hydro::{key_read, now_ms, CausalCache, Start};
+use crate::hydro::{now_ms, CausalCache, Start};
 use crate::pb;
 use crate::peer;
+use crate::values::key_read;
 
 impl OptPlane for CausalCache {
     fn cache_id(&self) -> CacheId {
