@@ -143,12 +143,13 @@ fn registrations_are_validated_and_errors_have_codes() {
             s(&["f", "g"])
         );
 
-        let opt = CallOptions {
-            protocol: pb::Protocol::Opt,
-            timeout: None,
+        // Every protocol is accepted: an HB call waits for hosts like any other.
+        let hb = CallOptions {
+            protocol: pb::Protocol::Hb,
+            timeout: Some(Duration::from_millis(300)),
         };
-        let e = cloud.call("f", vec![], opt).await.unwrap_err();
-        assert_eq!(code(&e), Some(pb::ErrorCode::NotImplemented));
+        let e = cloud.call("f", vec![], hb).await.unwrap_err();
+        assert_eq!(code(&e), Some(pb::ErrorCode::NoExecutors), "{e}");
         let e = cloud
             .call("nope", vec![], CallOptions::default())
             .await
@@ -180,6 +181,7 @@ async fn fake_host(addr: &str, id: &str) -> TcpStream {
         msg: Some(pb::to_scheduler::Msg::HostHello(pb::HostHello {
             host_id: id.into(),
             executors: 3,
+            ..Default::default() // no causal cache: the default protocol stays CT
         })),
     };
     conn::write(&mut stream, &hello).await.unwrap();

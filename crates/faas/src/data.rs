@@ -7,10 +7,13 @@
 //! [`DirectStore`], the "no cache" baseline, reads each key from the store and writes LWW
 //! values one by one.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
 use bytes::Bytes;
+use cache::opt::Upstream;
+use cache::{CacheId, Key, KeySet, MultiKeyCausal, VersionSet};
 use lattice::Value;
 
 use crate::pb;
@@ -39,6 +42,90 @@ pub trait DataPlane: Send + Sync {
     /// called [`DataPlane::snapshot`] or [`DataPlane::commit`], and also for runs that
     /// called neither; must be cheap and must not block on I/O.
     fn release(&self, _run_id: u64) {}
+
+    /// The plane's side of MTCC across hosts ([`OptPlane`]): `None` for a plane without a
+    /// causal cache, whose functions then read straight from it ([`DataPlane::snapshot`]
+    /// per function, no metadata) and whose sink writes with [`DataPlane::commit`].
+    fn opt(&self) -> Option<&dyn OptPlane> {
+        None
+    }
+}
+
+/// One function of a DAG spread over hosts (protocol OPT), as its host's cache sees it.
+#[derive(Clone, Debug)]
+pub struct OptStep {
+    /// The request attempt: pins are held per attempt.
+    pub attempt: u64,
+    /// The function's key references (`R̃_d`), in argument order, without duplicates.
+    pub keys: Vec<Bytes>,
+    /// Every key reference of the DAG (`R̃_DAG`).
+    pub rdag: KeySet,
+    /// The metadata of each upstream edge (none for a source function).
+    pub upstream: Vec<Upstream>,
+    /// Where the other caches answer fetches of pinned versions.
+    pub peers: BTreeMap<CacheId, String>,
+    /// Pins of the attempt live at least until then (ms since the Unix epoch).
+    pub deadline_ms: u64,
+    /// CON: the function's part of the scheduler's snapshot (reads and remote fetches);
+    /// `None` under OPT.
+    pub con: Option<cache::con::Part>,
+}
+
+/// What a function reads under OPT.
+#[derive(Clone, Debug)]
+pub struct OptReads {
+    /// Its key references, resolved (in [`OptStep::keys`] order).
+    pub reads: Vec<pb::KeyRead>,
+    /// The metadata for its downstream edges (`S_new`, `R_new`).
+    pub down: Upstream,
+}
+
+/// Why an OPT step did not go through.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    /// Validation failed, or a pinned version could not be fetched: retry the attempt.
+    #[error("abort: {0}")]
+    Abort(String),
+    /// The cache or the store failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A causal cache's part in protocol OPT (spec §4.2), driven by the compute host.
+pub trait OptPlane: Send + Sync {
+    /// This cache's id in version refs.
+    fn cache_id(&self) -> CacheId;
+
+    /// Validates a function's reads against its upstream edges (`cache::opt`), fetching
+    /// pinned versions from other caches as needed; pins what it read for the attempt.
+    fn reads<'a>(&'a self, step: &'a OptStep) -> BoxFuture<'a, Result<OptReads, StepError>>;
+
+    /// The sink's commit: `writes` depend on everything the DAG read (`r_new`); the full
+    /// versions of written keys that were read are fetched from their caches (I2).
+    fn commit<'a>(
+        &'a self,
+        step: &'a OptStep,
+        r_new: VersionSet,
+        writes: Vec<pb::Write>,
+    ) -> BoxFuture<'a, Result<(), StepError>>;
+
+    /// CON, before the DAG starts: stages the step's keys and answers `S_i`, the union of
+    /// their RetrieveCuts within `R̃_DAG`, pinned for the attempt (`create_snapshot`).
+    fn con_snapshot<'a>(
+        &'a self,
+        step: &'a OptStep,
+    ) -> BoxFuture<'a, Result<VersionSet, StepError>>;
+
+    /// HB's prefetch notice: stage `keys` into the cut now (best effort: errors are only
+    /// logged; the function's own reads stage whatever is still missing).
+    fn prefetch<'a>(&'a self, keys: KeySet) -> BoxFuture<'a, ()>;
+
+    /// HB: what Algorithm 1 would read here for a function reading `keys` (`hb::view`;
+    /// pins nothing, stages nothing).
+    fn hb_view(&self, keys: &KeySet, rdag: &KeySet) -> cache::hb::MetaView;
+
+    /// Another cache's fetch of versions pinned here for `attempt` (`cache::Pins::fetch_refs`).
+    fn fetch_pinned(&self, attempt: u64, refs: &VersionSet) -> BTreeMap<Key, MultiKeyCausal>;
 }
 
 /// Reads through the store's client, writes LWW values.

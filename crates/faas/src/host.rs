@@ -44,6 +44,9 @@ pub struct HostConfig {
     pub load_period: Duration,
     /// Runs of one function before a DAG fails because its executors keep dying.
     pub task_attempts: u32,
+    /// Where the host's causal cache answers other caches' fetches of pinned versions
+    /// (protocol OPT; loopback, port 0: any free port). Unused without a cache.
+    pub cache_listen: SocketAddr,
 }
 
 impl HostConfig {
@@ -57,6 +60,7 @@ impl HostConfig {
             executor_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             load_period: Duration::from_millis(500),
             task_attempts: 3,
+            cache_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         }
     }
 }
@@ -118,6 +122,8 @@ struct Shared {
     data: Arc<dyn DataPlane>,
     running: AtomicU32,
     next_task: AtomicU64,
+    /// The cache's fetch port, announced in the hello (`None`: no causal cache).
+    cache_addr: Option<SocketAddr>,
 }
 
 /// Runs a host until `shutdown` becomes true: executors, the executor listener and the
@@ -132,14 +138,26 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let listener = TcpListener::bind(config.executor_listen).await?;
     let executor_addr = listener.local_addr()?;
+    let mut tasks = JoinSet::new();
+    let cache_addr = match data.opt() {
+        Some(_) => {
+            crate::check_loopback(&config.cache_listen)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+            let peers = TcpListener::bind(config.cache_listen).await?;
+            let addr = peers.local_addr()?;
+            tasks.spawn(crate::peer::serve(peers, data.clone()));
+            Some(addr)
+        }
+        None => None,
+    };
     let shared = Arc::new(Shared {
         config,
         pool: Pool::default(),
         data,
         running: AtomicU32::new(0),
         next_task: AtomicU64::new(1),
+        cache_addr,
     });
-    let mut tasks = JoinSet::new();
     tasks.spawn(accept_executors(listener, shared.clone()));
     for id in 0..shared.config.executors {
         tasks.spawn(supervise(
@@ -152,8 +170,9 @@ pub async fn run(
     tasks.spawn(scheduler_link(shared.clone(), shutdown.clone()));
     let _ = shutdown.wait_for(|s| *s).await;
     // The supervisors kill their processes on shutdown; give them a moment.
+    let endless = 1 + usize::from(shared.cache_addr.is_some()); // acceptors never end
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
-        while tasks.len() > 1 {
+        while tasks.len() > endless {
             tasks.join_next().await;
         }
     })
@@ -347,6 +366,8 @@ async fn serve_scheduler(stream: TcpStream, shared: Arc<Shared>) {
         msg: Some(pb::to_scheduler::Msg::HostHello(pb::HostHello {
             host_id: shared.config.host_id.clone(),
             executors: shared.config.executors,
+            cache_addr: shared.cache_addr.map(|a| a.to_string()).unwrap_or_default(),
+            cache_id: shared.data.opt().map_or(0, |o| o.cache_id().0),
         })),
     };
     if out.send(hello).await.is_err() {
@@ -402,6 +423,45 @@ async fn serve_scheduler(stream: TcpStream, shared: Arc<Shared>) {
                         let _ = out.send(done).await;
                     });
                 }
+                // MTCC across hosts (OPT).
+                Ok(Some(pb::FromScheduler { msg: Some(pb::from_scheduler::Msg::RunFn(step)) })) => {
+                    let (out, shared) = (out.clone(), shared.clone());
+                    runs.spawn(async move {
+                        shared.running.fetch_add(1, Ordering::Relaxed);
+                        let done = crate::fnrun::run_fn(&shared.data, step, |mut task| {
+                            task.id = shared.next_task.fetch_add(1, Ordering::Relaxed);
+                            run_task(&shared, task)
+                        })
+                        .await;
+                        shared.running.fetch_sub(1, Ordering::Relaxed);
+                        let done = pb::ToScheduler { msg: Some(pb::to_scheduler::Msg::FnDone(done)) };
+                        let _ = out.send(done).await;
+                    });
+                }
+                Ok(Some(pb::FromScheduler { msg: Some(pb::from_scheduler::Msg::Release(r)) })) => {
+                    shared.data.release(r.attempt);
+                }
+                Ok(Some(pb::FromScheduler { msg: Some(pb::from_scheduler::Msg::Prefetch(p)) })) => {
+                    let shared = shared.clone();
+                    runs.spawn(async move {
+                        if let Some(o) = shared.data.opt() {
+                            o.prefetch(p.keys.iter().map(|k| cache::Key::from(&k[..])).collect()).await;
+                        }
+                    });
+                }
+                Ok(Some(pb::FromScheduler { msg: Some(pb::from_scheduler::Msg::HbQuery(q)) })) => {
+                    let view = crate::fnrun::hb_query(&shared.data, q);
+                    let msg = pb::ToScheduler { msg: Some(pb::to_scheduler::Msg::HbView(view)) };
+                    let _ = out.send(msg).await;
+                }
+                Ok(Some(pb::FromScheduler { msg: Some(pb::from_scheduler::Msg::ConPrepare(p)) })) => {
+                    let (out, shared) = (out.clone(), shared.clone());
+                    runs.spawn(async move {
+                        let snap = crate::fnrun::con_prepare(&shared.data, p).await;
+                        let msg = pb::ToScheduler { msg: Some(pb::to_scheduler::Msg::ConSnapshot(snap)) };
+                        let _ = out.send(msg).await;
+                    });
+                }
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => break,
             },
@@ -434,10 +494,10 @@ async fn run_dag(shared: &Arc<Shared>, run: pb::RunDag) -> Result<Bytes, FaasErr
             format!("DAG {:?}: {e}", dag.name),
         )
     })?;
-    if crate::scheduler::effective_protocol(run.protocol()) != pb::Protocol::Ct {
+    if !matches!(run.protocol(), pb::Protocol::Default | pb::Protocol::Ct) {
         return Err(error(
             pb::ErrorCode::NotImplemented,
-            "this host runs protocol CT only",
+            "a whole DAG on one host runs protocol CT only (OPT comes as RunFn)",
         ));
     }
     // The read set, read once for the whole DAG (CT: one snapshot).

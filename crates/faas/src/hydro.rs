@@ -52,23 +52,20 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use cache::checker::{embed, ReadMeta};
 use cache::snapshot::ct_snapshot;
 use cache::versionset::refs_of;
 use cache::{
-    CacheId, CausalVersion, Cut, Executor, Fetch, Here, Key, KeySet, Merged, MultiKeyCausal,
-    PinLimits, Pins, ReqId, Staging, Step, VectorClock,
+    CacheId, Cut, Executor, Fetch, Here, Key, KeySet, Merged, MultiKeyCausal, PinLimits, Pins,
+    ReqId, Staging, Step,
 };
 use client::{Notification, Subscription};
 use lattice::Value;
 use tokio::sync::{mpsc, Notify};
 
-use crate::data::{BoxFuture, DataPlane};
+use crate::data::{BoxFuture, DataPlane, OptPlane};
 use crate::pb;
-
-/// The actor id under which an LWW register's timestamp appears in the clock it is read
-/// at (see the module docs).
-pub const LWW_ACTOR: u64 = u64::MAX;
+use crate::values::key_read;
+pub use crate::values::{causal_of, LWW_ACTOR};
 
 /// Pushed values waiting for the refresh task (bounded: a full queue makes the
 /// subscriptions' own bounded buffers keep only the latest value per key).
@@ -136,16 +133,26 @@ pub struct CacheStats {
     pub evicted: u64,
     /// Keys subscribed now.
     pub subscribed: usize,
+    /// OPT: functions whose reads validated here.
+    pub opt_functions: u64,
+    /// OPT: validations that aborted (or whose remote fetches failed).
+    pub opt_aborts: u64,
+    /// OPT and CON: fetches of pinned versions from other caches.
+    pub remote_fetches: u64,
+    /// CON: functions whose reads were bound here.
+    pub con_functions: u64,
+    /// HB: keys staged on a prefetch notice.
+    pub prefetched: u64,
 }
 
 /// The state every protocol step works on, under one lock.
-struct Inner {
-    cut: Cut,
-    pins: Pins,
-    writers: Vec<Executor>,
+pub(crate) struct Inner {
+    pub(crate) cut: Cut,
+    pub(crate) pins: Pins,
+    pub(crate) writers: Vec<Executor>,
     /// The keys each run pinned (its read set).
-    runs: HashMap<u64, KeySet>,
-    stats: CacheStats,
+    pub(crate) runs: HashMap<u64, KeySet>,
+    pub(crate) stats: CacheStats,
 }
 
 /// Subscription changes the refresh task has to make.
@@ -158,7 +165,7 @@ struct Pending {
 /// HydroCache for one compute host (protocol CT). See the module docs.
 pub struct CausalCache {
     store: client::Client,
-    config: CacheConfig,
+    pub(crate) config: CacheConfig,
     id: CacheId,
     inner: Mutex<Inner>,
     pending: Mutex<Pending>,
@@ -173,7 +180,7 @@ impl Drop for CausalCache {
 }
 
 /// How a staging starts.
-enum Start {
+pub(crate) enum Start {
     /// Nothing to push: stage whatever of the wanted keys is missing.
     Keys,
     /// Values pushed by the store (or written by this host).
@@ -239,7 +246,7 @@ impl CausalCache {
         self.lock().cut.check().map_err(|e| e.to_string())
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic under the lock leaves a consistent cut (every step changes it in one
         // call), so a poisoned lock is taken over.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
@@ -267,7 +274,7 @@ impl CausalCache {
     /// Stages what `start` says (or the keys of `wanted` missing from the cut), fetching
     /// from the store outside the lock, merges each closed batch, and once every key of
     /// `wanted` is cached runs `finish` in the same lock hold as the last merge.
-    async fn settle<T>(
+    pub(crate) async fn settle<T>(
         &self,
         start: Start,
         wanted: &KeySet,
@@ -325,19 +332,33 @@ impl CausalCache {
                 let wait = Duration::from_millis(5 << attempt.min(7)).min(MAX_FETCH_BACKOFF);
                 tokio::time::sleep(wait).await;
             }
-            let keys: Vec<Key> = fetches.into_iter().map(|f| f.key).collect();
-            let values = if attempt >= 3 {
-                let mut out = Vec::with_capacity(keys.len());
-                for k in &keys {
-                    out.push(self.store.get_all(k).await.map_err(|e| e.to_string())?);
+            let asked: Vec<Key> = fetches.into_iter().map(|f| f.key).collect();
+            let mut keys = Vec::new();
+            let mut values = Vec::new();
+            if attempt >= 3 {
+                for k in &asked {
+                    values.push(self.store.get_all(k).await.map_err(|e| e.to_string())?);
                 }
-                out
-            } else {
+                keys.extend(asked.iter().cloned());
+            }
+            // A key asked again: its earlier answer was older than what a newer answer of
+            // another key needs. Re-read the whole batch in one request, so that it is
+            // sampled at one instant: asking only for the lagging keys chases writers
+            // that commit faster than a round of asks (each answer needing newer versions
+            // of the others) and may never close the batch.
+            let mut batch = asked;
+            if attempt > 0 {
+                let st = staging.as_ref().ok_or("no staging")?;
+                let more: Vec<Key> = st.keys().filter(|k| !batch.contains(k)).cloned().collect();
+                batch.extend(more);
+            }
+            values.extend(
                 self.store
-                    .get_many(&keys)
+                    .get_many(&batch)
                     .await
-                    .map_err(|e| e.to_string())?
-            };
+                    .map_err(|e| e.to_string())?,
+            );
+            keys.extend(batch);
             let st = staging.as_mut().ok_or("no staging")?;
             for (k, v) in keys.into_iter().zip(values) {
                 st.accept(k, v.map(causal_of)).map_err(|e| e.to_string())?;
@@ -403,6 +424,15 @@ impl CausalCache {
                 .commit(writes, &reads, &read_versions)
                 .map_err(|e| e.to_string())?
         };
+        self.put_versions(versions).await
+    }
+
+    /// Puts a commit's versions to the store (retried with the same versions), then
+    /// merges them into the cut (read-your-writes on this host).
+    pub(crate) async fn put_versions(
+        &self,
+        versions: Vec<(Key, MultiKeyCausal)>,
+    ) -> Result<(), String> {
         let items: Vec<(Key, Value)> = versions
             .iter()
             .map(|(k, v)| (k.clone(), Value::MultiKeyCausal(v.clone())))
@@ -497,50 +527,13 @@ impl DataPlane for CausalCache {
         g.runs.remove(&run_id);
         g.pins.release(ReqId(run_id));
     }
-}
 
-/// What a function sees of a key read at `value`.
-fn key_read(key: Bytes, value: &MultiKeyCausal) -> pb::KeyRead {
-    if value.is_empty() {
-        return pb::KeyRead {
-            key,
-            ..Default::default()
-        };
-    }
-    pb::KeyRead {
-        key,
-        found: true,
-        values: value.values().map(|b| Bytes::copy_from_slice(b)).collect(),
-        meta: Bytes::from(embed(&ReadMeta::of(value), &[])),
+    fn opt(&self) -> Option<&dyn OptPlane> {
+        Some(self) // `faas::mtcc`
     }
 }
 
-/// A store value as the cache holds it (see "Other lattice types" in the module docs).
-pub fn causal_of(value: Value) -> MultiKeyCausal {
-    let plain = |clock: VectorClock, value: lattice::Blob| CausalVersion {
-        clock,
-        deps: BTreeMap::new(),
-        value,
-    };
-    match value {
-        Value::MultiKeyCausal(c) => c,
-        Value::Lww(l) => MultiKeyCausal::new(plain(
-            VectorClock::from_iter([(LWW_ACTOR, l.ts.time)]),
-            l.value,
-        )),
-        Value::SingleKeyCausal(c) => MultiKeyCausal::from_versions(
-            c.versions()
-                .iter()
-                .map(|(clock, v)| plain(clock.clone(), v.clone())),
-        ),
-        other => MultiKeyCausal::new(plain(
-            VectorClock::new(),
-            format!("{other:?}").into_bytes().into(),
-        )),
-    }
-}
-
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, millis)
@@ -657,56 +650,5 @@ async fn refresh(cache: Weak<CausalCache>, changed: Arc<Notify>) {
     }
     for h in subs.values() {
         h.task.abort();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use lattice::{Lattice, Lww, Timestamp};
-
-    fn lww(time: u64, v: &[u8]) -> Value {
-        Value::Lww(Lww {
-            ts: Timestamp::new(time, 1),
-            value: v.into(),
-        })
-    }
-
-    #[test]
-    fn an_lww_value_reads_at_its_timestamp_and_a_newer_one_supersedes_it() {
-        let old = causal_of(lww(5, b"a"));
-        assert_eq!(old.clock(), VectorClock::from_iter([(LWW_ACTOR, 5)]));
-        assert!(old.deps().is_empty());
-        let mut merged = old.clone();
-        merged.merge(causal_of(lww(9, b"b")));
-        assert_eq!(
-            merged.values().collect::<Vec<_>>(),
-            vec![&Box::from(&b"b"[..])]
-        );
-    }
-
-    #[test]
-    fn a_causal_value_is_kept_and_other_types_render() {
-        let v = MultiKeyCausal::new(CausalVersion {
-            clock: VectorClock::from_iter([(1, 2)]),
-            deps: [(Key::from(&b"d"[..]), VectorClock::from_iter([(3, 4)]))].into(),
-            value: Box::from(&b"x"[..]),
-        });
-        assert_eq!(causal_of(Value::MultiKeyCausal(v.clone())), v);
-        let counter = causal_of(Value::Counter(Default::default()));
-        assert!(counter.clock().is_empty() && counter.values().count() == 1);
-    }
-
-    #[test]
-    fn a_key_read_carries_the_metadata_of_the_version() {
-        let v = causal_of(lww(7, b"a"));
-        let r = key_read(Bytes::from_static(b"k"), &v);
-        assert!(r.found);
-        assert_eq!(r.values, vec![Bytes::from_static(b"a")]);
-        let (meta, rest) = cache::checker::extract(&r.meta).unwrap();
-        assert_eq!(meta, ReadMeta::of(&v));
-        assert!(rest.is_empty());
-        let absent = key_read(Bytes::from_static(b"k"), &MultiKeyCausal::default());
-        assert!(!absent.found && absent.meta.is_empty() && absent.values.is_empty());
     }
 }

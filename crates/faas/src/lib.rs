@@ -14,6 +14,10 @@
 //!   HydroCache crate plugs in; [`data::DirectStore`] is the "no cache" baseline.
 //! - [`hydro`]: [`hydro::CausalCache`], HydroCache in the host (protocol CT): the causal
 //!   cut, pinned snapshots, causal commits at the sink, refresh by subscription.
+//! - `mtcc`: protocol OPT in the host's cache (`data::OptPlane` for `hydro::CausalCache`);
+//!   `fnrun`: one function of a DAG spread over hosts, on its host; [`peer`]: the caches'
+//!   fetches of each other's pinned versions; [`meta`]: OPT's metadata on the wire;
+//!   [`distributed`]: the scheduler's side of a DAG spread over hosts. Pure.
 //! - [`scheduler`]: the scheduler server (clients and hosts on one port).
 //! - [`host`]: a compute host: executor processes, DAG execution.
 //! - [`client`]: the Rust client of a scheduler (used by the Python SDK and the CLI).
@@ -29,12 +33,18 @@ pub mod client;
 pub mod conn;
 pub mod dag;
 pub mod data;
+pub mod distributed;
 pub mod error;
+mod fnrun;
 pub mod host;
 pub mod hydro;
+pub mod meta;
+mod mtcc;
+pub mod peer;
 pub mod placement;
 pub mod registry;
 pub mod scheduler;
+mod values;
 
 pub use error::FaasError;
 pub use wire::faas as pb;

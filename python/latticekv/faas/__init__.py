@@ -116,7 +116,7 @@ class TimeoutError(FaasError):
 
 
 class NotImplementedYetError(FaasError, NotImplementedError):
-    """The protocol asked for is not implemented yet (only CT is)."""
+    """The protocol asked for is not implemented by the scheduler (older schedulers: every protocol is now)."""
 
     code = "not_implemented"
 

@@ -10,6 +10,8 @@
 //! The scheduler publishes its address in the store's OR-set [`crate::SCHEDULERS_KEY`]
 //! while it runs, so the SDK can find it from the store's address.
 
+mod spread;
+
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -20,6 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 use crate::conn;
+use crate::distributed::Spread;
 use crate::error::{pb_error, FaasError};
 use crate::pb;
 use crate::placement::{HostId, Placement};
@@ -56,9 +59,12 @@ impl Default for SchedulerConfig {
     }
 }
 
-/// The protocol a call asks for, with the default resolved: CT until HB exists.
-pub fn effective_protocol(p: pb::Protocol) -> pb::Protocol {
+/// The protocol a call asks for, with the default resolved for `caches` connected compute
+/// hosts with a causal cache: HB (the DAG spread over hosts) with two or more, CT
+/// otherwise (one host, or hosts on the bare store, which gain nothing from spreading).
+pub fn effective_protocol(p: pb::Protocol, caches: usize) -> pb::Protocol {
     match p {
+        pb::Protocol::Default if caches >= 2 => pb::Protocol::Hb,
         pb::Protocol::Default => pb::Protocol::Ct,
         other => other,
     }
@@ -76,12 +82,16 @@ struct Run {
     host: Option<HostId>,
     /// Hosts that failed while running it.
     failures: u32,
+    /// Protocol OPT: the DAG spread over hosts (`None`: CT, the whole DAG on `host`).
+    spread: Option<Spread>,
 }
 
 #[derive(Default)]
 struct State {
     placement: Placement,
     hosts: HashMap<HostId, Out>,
+    /// Each host's cache (id, fetch address), for OPT's cache-to-cache fetches.
+    caches: HashMap<HostId, pb::CachePeer>,
     runs: HashMap<u64, Run>,
     queue: VecDeque<u64>,
     next_run: u64,
@@ -104,6 +114,8 @@ struct Shared {
     config: SchedulerConfig,
     registry: Registry,
     state: Mutex<State>,
+    /// Connected compute hosts, for [`Scheduler::hosts`].
+    hosts: watch::Sender<usize>,
 }
 
 impl Shared {
@@ -124,6 +136,10 @@ impl State {
         let Some(run) = self.runs.get_mut(&id) else {
             return;
         };
+        if run.spread.is_some() && !self.hosts.is_empty() {
+            self.dispatch_spread(id, outbox);
+            return;
+        }
         match self.placement.place(&run.keys) {
             Some(host) => {
                 let Some(out) = self.hosts.get(&host) else {
@@ -154,12 +170,15 @@ impl State {
 
     /// Ends run `id` with `result`.
     fn finish(&mut self, id: u64, result: pb::client_response::Result, outbox: &mut Outbox) {
-        let Some(run) = self.runs.remove(&id) else {
+        let Some(mut run) = self.runs.remove(&id) else {
             return;
         };
         match &run.host {
             Some(h) => self.placement.finished(h),
             None => self.queue.retain(|q| *q != id),
+        }
+        if let Some(spread) = run.spread.as_mut() {
+            self.end_attempt(spread, outbox);
         }
         let (out, req) = run.reply;
         outbox.push((out, response(req, result)));
@@ -205,12 +224,18 @@ impl Scheduler {
                 ..State::default()
             }),
             config,
+            hosts: watch::Sender::new(0),
         });
         Ok(Scheduler {
             listener,
             shared,
             store,
         })
+    }
+
+    /// The number of connected compute hosts, as it changes (tests and tools wait on it).
+    pub fn hosts(&self) -> watch::Receiver<usize> {
+        self.shared.hosts.subscribe()
     }
 
     /// The address it listens on.
@@ -303,6 +328,16 @@ async fn serve_host(
         }
         st.placement.add_host(&host, hello.executors);
         st.hosts.insert(host.clone(), out);
+        if hello.cache_id != 0 && !hello.cache_addr.is_empty() {
+            st.caches.insert(
+                host.clone(),
+                pb::CachePeer {
+                    cache_id: hello.cache_id,
+                    addr: hello.cache_addr.clone(),
+                },
+            );
+        }
+        shared.hosts.send_replace(st.hosts.len());
         let queued: Vec<u64> = st.queue.drain(..).collect();
         for id in queued {
             st.dispatch(id, shared.config.max_queue, &mut outbox);
@@ -343,6 +378,16 @@ async fn serve_host(
                     st.finish(done.run_id, result, &mut outbox);
                 }
             }
+            // MTCC across hosts (OPT).
+            Some(pb::to_scheduler::Msg::FnDone(done)) => {
+                shared.lock().fn_done(&host, done, &mut outbox);
+            }
+            Some(pb::to_scheduler::Msg::ConSnapshot(snap)) => {
+                shared.lock().con_snapshot(&host, snap, &mut outbox);
+            }
+            Some(pb::to_scheduler::Msg::HbView(view)) => {
+                shared.lock().hb_view(&host, view, &mut outbox);
+            }
             _ => {}
         }
         deliver(outbox).await;
@@ -353,6 +398,9 @@ async fn serve_host(
         let mut st = shared.lock();
         st.placement.remove_host(&host);
         st.hosts.remove(&host);
+        st.caches.remove(&host);
+        shared.hosts.send_replace(st.hosts.len());
+        st.host_lost_spread(&host, shared.config.max_attempts, &mut outbox);
         let orphans: Vec<u64> = st
             .runs
             .iter()
@@ -451,17 +499,9 @@ async fn start_run(
     timeout_ms: u32,
     reply: (Out, u64),
 ) -> Result<(), FaasError> {
-    let protocol = effective_protocol(protocol);
-    if protocol != pb::Protocol::Ct {
-        return Err(FaasError::remote(
-            pb::ErrorCode::NotImplemented,
-            format!(
-                "protocol {} is not implemented yet (CT is)",
-                protocol.as_str_name()
-            ),
-        ));
-    }
-    crate::dag::validate(&dag).map_err(|e| {
+    let caches = shared.lock().caches.len();
+    let protocol = effective_protocol(protocol, caches);
+    let plan = crate::dag::validate(&dag).map_err(|e| {
         FaasError::remote(
             pb::ErrorCode::BadRequest,
             format!("DAG {:?}: {e}", dag.name),
@@ -511,6 +551,18 @@ async fn start_run(
         }
         st.next_run += 1;
         let run_id = st.next_run;
+        let spread = match protocol {
+            pb::Protocol::Opt => Some(Spread::new(run_id, plan)),
+            pb::Protocol::Con => {
+                let keys = crate::distributed::dag_msg_keys(&args, &plan);
+                Some(Spread::con(run_id, plan, keys))
+            }
+            pb::Protocol::Hb => {
+                let keys = crate::distributed::dag_msg_keys(&args, &plan);
+                Some(Spread::hb(run_id, plan, keys))
+            }
+            _ => None,
+        };
         st.runs.insert(
             run_id,
             Run {
@@ -526,6 +578,7 @@ async fn start_run(
                 reply,
                 host: None,
                 failures: 0,
+                spread,
             },
         );
         st.dispatch(run_id, shared.config.max_queue, &mut outbox);
