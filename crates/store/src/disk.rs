@@ -372,9 +372,29 @@ impl DiskStore {
         }
         Ok(MergeOutcome {
             changed,
+            was_present,
             was_live,
             is_live: now_live,
         })
+    }
+
+    /// Stores `record` as the record of `key` without reading the stored one: for a caller
+    /// that keeps a copy of the key's record which is at least the stored one (it was read
+    /// from this store, or the key had none, and every change since was written through),
+    /// so merging into the stored record would give `record` again. `before` says what the
+    /// key held before the change (from merging into the caller's copy), for the counts.
+    pub fn put_merged(
+        &mut self,
+        key: &[u8],
+        record: &Record,
+        before: MergeOutcome,
+    ) -> Result<(), StoreError> {
+        self.ks.insert(stored_key(key), encode(record))?;
+        if !before.was_present {
+            self.len += 1;
+        }
+        self.adjust_live(before.was_live, is_live(record));
+        Ok(())
     }
 
     /// Applies `f` to the record of `key` (which must exist) and writes it back; `f` must
@@ -396,6 +416,7 @@ impl DiskStore {
             result,
             MergeOutcome {
                 changed: true,
+                was_present: true,
                 was_live,
                 is_live: now_live,
             },

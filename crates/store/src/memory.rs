@@ -72,6 +72,8 @@ const TS_BYTES: usize = 16;
 pub struct MergeOutcome {
     /// The stored record changed (the write was not already known).
     pub changed: bool,
+    /// The key had a record (tombstones included) before the write.
+    pub was_present: bool,
     /// The key held a live value (see [`is_live`]) before the write.
     pub was_live: bool,
     /// The key holds a live value after the write.
@@ -554,6 +556,7 @@ impl MemStore {
                 }
                 return MergeOutcome {
                     changed,
+                    was_present: true,
                     was_live: true,
                     is_live: true,
                 };
@@ -571,6 +574,7 @@ impl MemStore {
             self.adjust_live(true, now_live);
             return MergeOutcome {
                 changed,
+                was_present: true,
                 was_live: true,
                 is_live: now_live,
             };
@@ -601,6 +605,7 @@ impl MemStore {
             }
             return MergeOutcome {
                 changed,
+                was_present: true,
                 was_live,
                 is_live: now_live,
             };
@@ -610,6 +615,7 @@ impl MemStore {
         self.adjust_live(false, now_live);
         MergeOutcome {
             changed: true,
+            was_present: false,
             was_live: false,
             is_live: now_live,
         }
@@ -659,6 +665,7 @@ impl MemStore {
             result,
             MergeOutcome {
                 changed: true,
+                was_present: true,
                 was_live,
                 is_live: now_live,
             },

@@ -110,15 +110,22 @@ impl Shard {
         }
     }
 
-    /// Writes the cached record of `key` through to disk (after a change).
-    pub(super) fn write_through(&mut self, key: &[u8]) -> Result<(), NodeError> {
+    /// Writes the cached record of `key` through to disk (after a change whose effect on
+    /// the cache was `outcome`). The cache holds the disk's record of every key it has (an
+    /// operation faults the key in first, and every change is written through), so the
+    /// cached record is stored as it is, without reading the disk's back to merge it.
+    pub(super) fn write_through(
+        &mut self,
+        key: &[u8],
+        outcome: store::MergeOutcome,
+    ) -> Result<(), NodeError> {
         let Some(disk) = self.disk.as_mut() else {
             return Ok(());
         };
         let Some(record) = self.store.get(key).map(|r| r.to_record()) else {
             return Ok(());
         };
-        if let Err(e) = disk.store.merge(key, record) {
+        if let Err(e) = disk.store.put_merged(key, &record, outcome) {
             // The cache must not show what the disk does not hold.
             self.store.remove(key);
             return Err(Self::failed(disk, e));

@@ -87,7 +87,7 @@ impl Shard {
             return Err(NodeError::Unavailable("the list moved; retry".into()));
         };
         self.track_liveness(key, outcome);
-        self.write_through(key)?;
+        self.write_through(key, outcome)?;
         self.note_backing_change(key);
         let mut merged: Option<List> = None;
         for d in deltas {

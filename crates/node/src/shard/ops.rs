@@ -436,7 +436,7 @@ impl Shard {
             return Ok(None);
         };
         self.track_liveness(key, outcome);
-        self.write_through(key)?;
+        self.write_through(key, outcome)?;
         self.note_backing_change(key);
         let Some(delta) = delta else {
             return Ok(None);
@@ -524,7 +524,7 @@ impl Shard {
         });
         if let Some((Some((epoch, added)), outcome)) = in_place {
             self.track_liveness(key, outcome);
-            self.write_through(key)?;
+            self.write_through(key, outcome)?;
             self.note_backing_change(key);
             let (new_value, counter_delta) = added.ok_or(NodeError::Overflow)?;
             let replicated = self.replicated(key);
@@ -583,7 +583,7 @@ impl Shard {
         let outcome = self.store.merge(key, record);
         self.track_liveness(key, outcome);
         if outcome.changed {
-            self.write_through(key)?;
+            self.write_through(key, outcome)?;
             self.note_backing_change(key);
         }
         Ok(outcome.changed)

@@ -306,6 +306,7 @@ impl Shard {
                 key,
                 store::MergeOutcome {
                     changed: true,
+                    was_present: true,
                     was_live: true,
                     is_live: false,
                 },

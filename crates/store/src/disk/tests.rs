@@ -172,3 +172,40 @@ fn io_errors_are_classified_by_cause() {
         StoreError::Poisoned
     ));
 }
+
+/// `put_merged` stores a caller's merged copy as it is and keeps the counts `merge` would
+/// have: the disk shard's write-through path, which no longer reads the record back.
+#[test]
+fn put_merged_stores_the_copy_and_keeps_the_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = DiskDb::open(dir.path(), &DiskOptions::default()).unwrap();
+    let mut s = db.shard(0).unwrap();
+    // The caller's copy, kept in step with what it wrote through.
+    let mut cache = crate::MemStore::default();
+    let writes = [
+        ("a", lww(10, "one")),
+        ("a", lww(20, "two")),
+        ("b", lww(5, "bee")),
+        ("gone", lww(5, "x")),
+        ("gone", Record::new(ts(30), None)),
+        ("gone", lww(40, "back")),
+        ("c", Record::new(ts(7), None)),
+    ];
+    for (k, r) in writes {
+        let out = cache.merge(k.as_bytes(), r);
+        let copy = cache.get(k.as_bytes()).unwrap().to_record();
+        s.put_merged(k.as_bytes(), &copy, out).unwrap();
+    }
+    assert_eq!((s.len(), s.live_keys()), (4, 3));
+    assert_eq!(text(&s.get_owned(b"a").unwrap().unwrap()), "two");
+    assert_eq!(text(&s.get_owned(b"gone").unwrap().unwrap()), "back");
+    assert!(!s.get(b"c").unwrap().unwrap().is_live());
+    db.persist(true).unwrap();
+    drop(s);
+    let s = db.shard(0).unwrap();
+    assert_eq!(
+        (s.len(), s.live_keys()),
+        (4, 3),
+        "the counts a reopen rebuilds"
+    );
+}
