@@ -55,7 +55,7 @@ python-test: build python-package
 ## and the Redis comparison for a fraction of a second per case. Performance is reported
 ## in docs/benchmarks.md from full runs, never asserted here.
 bench-smoke: build
-	LKV_BENCH_KEYS=10000 LKV_BENCH_UPDATES=2000 $(CARGO) test --benches -p lattice -p node -p store
+	LKV_BENCH_KEYS=10000 LKV_BENCH_UPDATES=2000 $(CARGO) test --benches -p latticekv-lattice -p latticekv-node -p latticekv-store
 	bench/compare-redis --smoke --bin $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/cluster --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/redis-families --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null

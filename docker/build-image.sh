@@ -34,7 +34,7 @@ esac
 # With --target, RUSTFLAGS applies to the binary only, not to build scripts and proc macros.
 echo "build-image: building the static binary ($PROFILE, $TARGET)"
 RUSTFLAGS="-C target-feature=+crt-static -C strip=debuginfo" \
-  "$CARGO" build --target "$TARGET" "${profile_flag[@]}" -p cli --bin latticekv
+  "$CARGO" build --target "$TARGET" "${profile_flag[@]}" -p latticekv --bin latticekv
 BIN="$TARGET_DIR/$TARGET/$PROFILE/latticekv"
 [ -x "$BIN" ] || die "no binary at $BIN"
 

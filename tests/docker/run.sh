@@ -43,5 +43,5 @@ start=$(date +%s)
 IMAGE_LABEL="$LABEL" docker/build-image.sh "$IMAGE"
 echo "docker-test: image ready after $(( $(date +%s) - start )) s"
 LATTICEKV_DOCKER_IMAGE="$IMAGE" LATTICEKV_DOCKER_RUN="$RUN" \
-  "$CARGO" test -p cli --test docker -- --ignored --nocapture --test-threads=1
+  "$CARGO" test -p latticekv --test docker -- --ignored --nocapture --test-threads=1
 echo "docker-test: passed in $(( $(date +%s) - start )) s"
