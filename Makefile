@@ -14,8 +14,8 @@ test: deps lint build unit python-test bench-smoke docker-test
 
 ## Tools the tests drive: redis-cli (and redis-server for benchmarks), PostgreSQL's server
 ## binaries (the backing-store tests start throwaway clusters of their own with them; the
-## package's own cluster is never used), the redis and pytest Python packages. Installed only
-## when missing.
+## package's own cluster is never used), the redis and pytest Python packages (and PyYAML, for
+## the deploy files' test). Installed only when missing.
 deps:
 	@(command -v redis-cli && command -v redis-server && command -v redis-benchmark) >/dev/null 2>&1 || { \
 	  echo "installing redis-tools"; \
@@ -25,8 +25,8 @@ deps:
 	  echo "installing postgresql"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) \
 	    || { echo "cannot install postgresql (need root and apt)"; exit 1; }; }
-	@$(PYTHON) -c "import redis, pytest, trustme, cloudpickle" 2>/dev/null || \
-	  $(PYTHON) -m pip install --quiet --disable-pip-version-check redis pytest trustme cloudpickle
+	@$(PYTHON) -c "import redis, pytest, trustme, cloudpickle, yaml" 2>/dev/null || \
+	  $(PYTHON) -m pip install --quiet --disable-pip-version-check redis pytest trustme cloudpickle pyyaml
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -66,7 +66,9 @@ bench-smoke: build
 	bench/elasticity --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/writeback --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 
-## A FROM-scratch image of the statically linked binary, tagged latticekv:dev (no registry).
+## The image to ship: a FROM-scratch image of the statically linked release binary, non-root,
+## state in the /data volume, tagged latticekv:dev (no registry; docs/operations.md).
+## PROFILE=debug builds it faster for trying things out.
 docker-image:
 	CARGO=$(CARGO) docker/build-image.sh latticekv:dev
 
