@@ -74,6 +74,7 @@ docker-image:
 
 ## Three nodes in containers on a private network; one is cut off for 30 s while both sides
 ## take writes, then reconnected: every replica must converge, no acknowledged write lost.
+## Then the Compose cluster of deploy/compose, up, checked and down.
 ## Builds the static binary and the image itself; fails loudly if Docker is not usable;
 ## removes its containers, networks and image even on failure (docs/cluster-testing.md).
 docker-test:
