@@ -14,8 +14,8 @@ test: deps lint build unit python-test bench-smoke docker-test
 
 ## Tools the tests drive: redis-cli (and redis-server for benchmarks), PostgreSQL's server
 ## binaries (the backing-store tests start throwaway clusters of their own with them; the
-## package's own cluster is never used), the redis and pytest Python packages, Chromium
-## (the status page's test). Installed only when missing.
+## package's own cluster is never used), the redis and pytest Python packages (and PyYAML, for
+## the deploy files' test), Chromium (the status page's test). Installed only when missing.
 deps:
 	@(command -v redis-cli && command -v redis-server && command -v redis-benchmark) >/dev/null 2>&1 || { \
 	  echo "installing redis-tools"; \
@@ -25,8 +25,8 @@ deps:
 	  echo "installing postgresql"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) \
 	    || { echo "cannot install postgresql (need root and apt)"; exit 1; }; }
-	@$(PYTHON) -c "import redis, pytest, trustme, cloudpickle" 2>/dev/null || \
-	  $(PYTHON) -m pip install --quiet --disable-pip-version-check redis pytest trustme cloudpickle
+	@$(PYTHON) -c "import redis, pytest, trustme, cloudpickle, yaml" 2>/dev/null || \
+	  $(PYTHON) -m pip install --quiet --disable-pip-version-check redis pytest trustme cloudpickle pyyaml
 # Status page: crates/cli/tests/status_page.rs loads it in headless Chromium.
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "installing chromium"; \
@@ -61,7 +61,7 @@ python-test: build python-package
 ## and the Redis comparison for a fraction of a second per case. Performance is reported
 ## in docs/benchmarks.md from full runs, never asserted here.
 bench-smoke: build
-	LKV_BENCH_KEYS=10000 LKV_BENCH_UPDATES=2000 $(CARGO) test --benches -p lattice -p node -p store
+	LKV_BENCH_KEYS=10000 LKV_BENCH_UPDATES=2000 $(CARGO) test --benches -p latticekv-lattice -p latticekv-node -p latticekv-store
 	bench/compare-redis --smoke --bin $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/cluster --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/redis-families --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
@@ -72,12 +72,15 @@ bench-smoke: build
 	bench/elasticity --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/writeback --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 
-## A FROM-scratch image of the statically linked binary, tagged latticekv:dev (no registry).
+## The image to ship: a FROM-scratch image of the statically linked release binary, non-root,
+## state in the /data volume, tagged latticekv:dev (no registry; docs/operations.md).
+## PROFILE=debug builds it faster for trying things out.
 docker-image:
 	CARGO=$(CARGO) docker/build-image.sh latticekv:dev
 
 ## Three nodes in containers on a private network; one is cut off for 30 s while both sides
 ## take writes, then reconnected: every replica must converge, no acknowledged write lost.
+## Then the Compose cluster of deploy/compose, up, checked and down.
 ## Builds the static binary and the image itself; fails loudly if Docker is not usable;
 ## removes its containers, networks and image even on failure (docs/cluster-testing.md).
 docker-test:

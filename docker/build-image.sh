@@ -6,16 +6,18 @@
 #   docker/build-image.sh [TAG]             (default tag: latticekv:dev)
 #
 # Environment:
-#   PROFILE=debug|release   cargo profile (default debug: enough for tests, and much faster
-#                           to build on a small machine)
+#   PROFILE=release|debug   cargo profile (default release: the image to ship; the tests
+#                           pass PROFILE=debug, much faster to build on a small machine)
+#   TARGET                  Rust target triple (default x86_64-unknown-linux-gnu; for arm64
+#                           hosts: aarch64-unknown-linux-gnu, see docs/operations.md)
 #   CARGO, CARGO_TARGET_DIR as for cargo; IMAGE_LABEL=key=value adds a label to the image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TAG=${1:-latticekv:dev}
-PROFILE=${PROFILE:-debug}
+PROFILE=${PROFILE:-release}
 CARGO=${CARGO:-cargo}
-TARGET=x86_64-unknown-linux-gnu
+TARGET=${TARGET:-x86_64-unknown-linux-gnu}
 TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
 
 die() { echo "build-image: $*" >&2; exit 1; }
@@ -34,7 +36,7 @@ esac
 # With --target, RUSTFLAGS applies to the binary only, not to build scripts and proc macros.
 echo "build-image: building the static binary ($PROFILE, $TARGET)"
 RUSTFLAGS="-C target-feature=+crt-static -C strip=debuginfo" \
-  "$CARGO" build --target "$TARGET" "${profile_flag[@]}" -p cli --bin latticekv
+  "$CARGO" build --target "$TARGET" "${profile_flag[@]}" -p latticekv --bin latticekv
 BIN="$TARGET_DIR/$TARGET/$PROFILE/latticekv"
 [ -x "$BIN" ] || die "no binary at $BIN"
 
@@ -61,9 +63,14 @@ CONTEXT=$(mktemp -d)
 trap 'rm -rf "$CONTEXT"' EXIT
 cp docker/Dockerfile "$CONTEXT/Dockerfile"
 cp "$BIN" "$CONTEXT/latticekv"
+# The data volume's mount point, copied in with its owner (uid 65532) by the Dockerfile.
+mkdir "$CONTEXT/data"
 label_args=()
 [ -n "${IMAGE_LABEL:-}" ] && label_args=(--label "$IMAGE_LABEL")
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+revision=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 echo "build-image: building image $TAG (FROM scratch, context: the binary only)"
 # The legacy builder warns that it is deprecated when buildx is missing; it still works.
-docker build --quiet "${label_args[@]}" --tag "$TAG" "$CONTEXT" 2> >(grep -v -e DEPRECATED -e buildx -e 'docs.docker.com' -e '^ *$' >&2)
+docker build --quiet "${label_args[@]}" --build-arg "VERSION=$version" \
+  --build-arg "REVISION=$revision" --tag "$TAG" "$CONTEXT" 2> >(grep -v -e DEPRECATED -e buildx -e 'docs.docker.com' -e '^ *$' >&2)
 echo "build-image: $TAG ($(docker image inspect --format '{{.Size}}' "$TAG") bytes)"

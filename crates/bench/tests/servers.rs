@@ -1,7 +1,7 @@
 //! The load generator against real servers: the `latticekv` binary (both protocols) and
 //! `redis-server` (RESP).
 //!
-//! The `latticekv` binary is built by the `cli` crate (`cargo build -p cli`); it is found at
+//! The `latticekv` binary is built by the `cli` crate (`cargo build -p latticekv`); it is found at
 //! `$LATTICEKV_BIN`, else next to this test's target directory (`target/<profile>/latticekv`),
 //! else under `$CARGO_TARGET_DIR` or the workspace's `target/debug`. A missing binary or a
 //! missing `redis-server` fails the tests: they are never skipped.
@@ -21,7 +21,7 @@ fn latticekv_bin() -> PathBuf {
         let p = PathBuf::from(p);
         assert!(
             p.is_file(),
-            "LATTICEKV_BIN={} does not exist (build it with `cargo build -p cli`)",
+            "LATTICEKV_BIN={} does not exist (build it with `cargo build -p latticekv`)",
             p.display()
         );
         return p;
@@ -44,7 +44,7 @@ fn latticekv_bin() -> PathBuf {
     }
     panic!(
         "the latticekv binary was not found (tried {tried:?}); build it first with \
-         `cargo build -p cli` (same CARGO_TARGET_DIR and profile) or set LATTICEKV_BIN"
+         `cargo build -p latticekv` (same CARGO_TARGET_DIR and profile) or set LATTICEKV_BIN"
     );
 }
 

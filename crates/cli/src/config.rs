@@ -2,7 +2,7 @@
 //! the foreground process, signals. The local cluster supervisor (`local --nodes N`) is in
 //! `local_cluster`.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -427,16 +427,9 @@ pub fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     Ok(config)
 }
 
+/// Starts logging to stderr: [`crate::logging::init`].
 pub(crate) fn init_logging() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LATTICEKV_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        // Colour codes only on a terminal: not in files, pipes or `docker logs`.
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    crate::logging::init();
 }
 
 /// Prints a running node's addresses in the format the tests and scripts parse: the
@@ -444,6 +437,15 @@ pub(crate) fn init_logging() {
 fn print_node(config: &NodeConfig, node: &Node) {
     let a = node.published();
     let workers = &a.workers;
+    // The same, as one event for log collectors (--log-format json).
+    tracing::info!(
+        node = %config.node_id,
+        native = %a.front,
+        resp = %a.resp,
+        peer = %a.peer,
+        workers = a.workers.len(),
+        "node started"
+    );
     say!(
         "latticekv {} running: node \"{}\", {} worker(s)",
         env!("CARGO_PKG_VERSION"),
@@ -529,19 +531,19 @@ fn serve_node(config: NodeConfig, node: Node, leave_on_signal: bool) -> Result<(
             node.join().context("stopping the node")?;
         }
         Ending::Signal if leave_on_signal && node.has_peers() => {
-            esay!(
+            crate::logging::note(
                 "leaving the cluster (handing every key to its new replicas); a second \
-                 signal stops at once, losing keys not yet handed off"
+                 signal stops at once, losing keys not yet handed off",
             );
             node.leave_and_stop(second_signal()?)
                 .context("leaving the cluster")?;
         }
         Ending::Signal => {
-            esay!("stopping…");
+            crate::logging::note("stopping…");
             node.stop().context("stopping the node")?;
         }
     }
-    esay!("stopped");
+    crate::logging::note("stopped");
     Ok(())
 }
 
@@ -650,7 +652,7 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
         }
     })?;
     if matches!(ending, Ending::Signal) {
-        esay!("stopping…");
+        crate::logging::note("stopping…");
     }
     if let Some(f) = faas {
         f.stop();
@@ -659,7 +661,7 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
         node.stop().context("stopping a disk node")?;
     }
     memory.stop().context("stopping the memory node")?;
-    esay!("stopped");
+    crate::logging::note("stopped");
     Ok(())
 }
 
@@ -706,6 +708,6 @@ pub fn run_routing(args: RoutingArgs) -> Result<()> {
         }
     })?;
     routing.stop();
-    esay!("stopped");
+    crate::logging::note("stopped");
     Ok(())
 }

@@ -9,8 +9,10 @@
 mod output;
 mod commands;
 mod config;
+mod errors;
 mod faas_cmd;
 mod local_cluster;
+mod logging;
 mod monitoring;
 mod status;
 
@@ -29,6 +31,16 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines of running nodes: `text`, or `json` (one object per line, for log
+    /// collectors). Which events: LATTICEKV_LOG (else RUST_LOG), e.g. `debug,lsm_tree=info`.
+    #[arg(
+        long,
+        global = true,
+        env = "LATTICEKV_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: logging::LogFormat,
 }
 
 #[derive(Subcommand, Debug)]
@@ -68,13 +80,14 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
+    logging::set_format(cli.log_format);
     let result: Result<i32> = match cli.command {
         Command::Local(args) if args.nodes > 1 => local_cluster::run(args).map(|()| 0),
         Command::Local(args) => config::run_local(args).map(|()| 0),
         Command::Server(args) => config::run_server(args).map(|()| 0),
         Command::Routing(args) => config::run_routing(args).map(|()| 0),
         Command::Faas(args) => {
-            config::init_logging();
+            logging::init();
             faas_cmd::run(args).map(|()| 0)
         }
         Command::Leave(args) => commands::block_on(commands::leave(args)),
@@ -94,7 +107,7 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", errors::report(&e));
             std::process::exit(2);
         }
     }

@@ -357,6 +357,12 @@ pub fn to_json(s: &pb::Status) -> Value {
     })
 }
 
+/// Bytes, for people: `0 B`, `512 B`, `1.5 KiB`, `2.0 GiB` (binary units; `--json` keeps
+/// the raw counts).
+pub(crate) fn size(bytes: u64) -> String {
+    bytesize::ByteSize::b(bytes).display().iec().to_string()
+}
+
 /// Microseconds, for people.
 fn us(ns: u64) -> String {
     format!("{:.1}", ns as f64 / 1000.0)
@@ -376,9 +382,9 @@ async fn print_tables(
         println!("native    {}", s.front_address);
         println!("resp      {}", s.resp_address);
         println!(
-            "memory    {} of {} bytes budget",
-            s.workers.iter().map(|w| w.memory_bytes).sum::<u64>(),
-            s.memory_budget_bytes
+            "memory    {} of {} budget",
+            size(s.workers.iter().map(|w| w.memory_bytes).sum::<u64>()),
+            size(s.memory_budget_bytes)
         );
     }
     let share = |id: &str| {
@@ -429,7 +435,7 @@ async fn print_tables(
             w.worker,
             w.address,
             w.keys,
-            w.memory_bytes,
+            size(w.memory_bytes),
             w.requests,
             w.connections,
             w.storage_errors,
@@ -447,7 +453,7 @@ async fn print_tables(
             mode_name(b.mode),
             b.mode_ms as f64 / 1000.0,
             b.dirty_keys,
-            b.dirty_bytes,
+            size(b.dirty_bytes),
             b.failed_keys,
             b.applied_per_sec,
             b.applied_keys,

@@ -18,7 +18,7 @@
 //! The state and the delta are cloned outside the timed section (`iter_batched`) and the
 //! merged state is dropped outside it too.
 //!
-//! Run: `cargo bench -p lattice --bench merge` (add a filter such as `merge/orset` to run a
+//! Run: `cargo bench -p latticekv-lattice --bench merge` (add a filter such as `merge/orset` to run a
 //! subset).
 
 use std::collections::BTreeMap;

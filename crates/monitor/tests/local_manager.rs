@@ -2,7 +2,7 @@
 //! cluster, a node removed hands its keys off before it stops, a node killed is replaced
 //! under its own id, and a node that cannot start is reported and not kept.
 //!
-//! Needs the binary: `cargo build -p cli --bin latticekv` first (see `common`).
+//! Needs the binary: `cargo build -p latticekv --bin latticekv` first (see `common`).
 
 // `testkit::serial()` is held across awaits on purpose: each test runs its own runtime on
 // its own thread, and the lock only keeps two clusters from starting at once.

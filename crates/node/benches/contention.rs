@@ -32,7 +32,7 @@
 //! `LKV_BENCH_UPDATES` (updates per thread,
 //! default 200,000).
 //!
-//! Run: `cargo bench -p node --bench contention`.
+//! Run: `cargo bench -p latticekv-node --bench contention`.
 
 /// The same allocator as the `latticekv` binary, so the numbers match the server's.
 #[global_allocator]

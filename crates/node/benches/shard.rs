@@ -20,7 +20,7 @@
 //! walks in order. One worker, no replication: no changeset, no gossip. The clock is the
 //! system clock, as in the node.
 //!
-//! Run: `cargo bench -p node --bench shard`.
+//! Run: `cargo bench -p latticekv-node --bench shard`.
 
 /// The same allocator as the `latticekv` binary, so the numbers match the server's.
 #[global_allocator]

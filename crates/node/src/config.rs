@@ -378,8 +378,8 @@ impl NodeConfig {
 
 impl NodeConfig {
     /// Checks what a storage node checks before it binds a port: the worker count, the
-    /// default local replication, the users (returned, loaded), that a disk-tier node has a
-    /// data directory, and the write-ahead log's options (also when no log is kept: a
+    /// default local replication, the users (returned, loaded), that a disk-tier node and a
+    /// node acknowledging `durable` have a data directory, and the write-ahead log's options (also when no log is kept: a
     /// mistake in the file is reported, not ignored).
     pub fn validate(&self) -> Result<crate::auth::Users, ConfigError> {
         let workers = self.worker_count();
@@ -397,6 +397,15 @@ impl NodeConfig {
         if self.tier == NodeTier::Disk && self.data_dir.is_none() {
             return Err(ConfigError(
                 "a disk-tier node needs a data directory (data_dir / --data-dir)".into(),
+            ));
+        }
+        // Without a data directory nothing is ever on disk: every write would be refused
+        // with STORAGE after the node had started. Refuse to start instead.
+        if self.ack == crate::ack::AckLevel::Durable && self.data_dir.is_none() {
+            return Err(ConfigError(
+                "ack = durable needs a data directory (--data-dir / data_dir / \
+                 LATTICEKV_DATA_DIR): without one no write can ever be durable"
+                    .into(),
             ));
         }
         self.wal

@@ -8,7 +8,7 @@
 //! - `wal/<policy>/pipelined`: one task appends without waiting and awaits durability of the
 //!   last record of each 1,000 (a worker acknowledging at the local level, or a pipeline).
 //!
-//! Run: `cargo bench -p store --bench wal_append`.
+//! Run: `cargo bench -p latticekv-store --bench wal_append`.
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use wire::pb;
 
-/// The `latticekv` binary built by the `cli` crate (`cargo build -p cli --bin latticekv`):
+/// The `latticekv` binary built by the `cli` crate (`cargo build -p latticekv --bin latticekv`):
 /// `$LATTICEKV_BIN`, else next to this test's target directory, else under
 /// `$CARGO_TARGET_DIR` or the workspace's `target/debug`. A missing binary fails the test.
 pub fn latticekv_bin() -> PathBuf {
@@ -40,7 +40,7 @@ pub fn latticekv_bin() -> PathBuf {
     }
     panic!(
         "the latticekv binary was not found (tried {tried:?}); build it first with \
-         `cargo build -p cli --bin latticekv` or set LATTICEKV_BIN"
+         `cargo build -p latticekv --bin latticekv` or set LATTICEKV_BIN"
     );
 }
 

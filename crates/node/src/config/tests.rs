@@ -57,6 +57,17 @@ fn validate_refuses_what_a_node_cannot_run_with() {
         ..NodeConfig::default()
     })
     .contains("data directory"));
+    let durable = NodeConfig {
+        ack: crate::ack::AckLevel::Durable,
+        ..NodeConfig::default()
+    };
+    assert!(refused(durable.clone()).contains("--data-dir"));
+    assert!(NodeConfig {
+        data_dir: Some("/nonexistent/latticekv".into()),
+        ..durable
+    }
+    .validate()
+    .is_ok());
 }
 
 #[test]

@@ -361,7 +361,7 @@ impl fmt::Display for Failure {
         writeln!(f, "  {}", self.params)?;
         writeln!(
             f,
-            "  replay: LATTICEKV_SIM_SEED={} cargo test -p node --test simulation -- --nocapture \
+            "  replay: LATTICEKV_SIM_SEED={} cargo test -p latticekv-node --test simulation -- --nocapture \
              (LATTICEKV_SIM_TRACE=1 prints every event)",
             self.params.seed
         )?;
