@@ -1,7 +1,7 @@
 //! Cache-to-cache fetches of pinned versions (protocol OPT): each compute host's cache
 //! listens on a loopback port (announced to the scheduler in its `HostHello`, passed to the
 //! other hosts in every `RunFn`) and answers [`pb::FetchPinned`] with the versions it
-//! pinned for the attempt ([`OptPlane::fetch_pinned`]).
+//! pinned for the attempt (`OptPlane::fetch_pinned`).
 //!
 //! One frame in, one frame out, any number per connection. A request that does not decode
 //! ends its own connection; a bad versionset is answered with an error; neither affects

@@ -24,7 +24,7 @@
 //! - `keys`, `keys_reply`, `glob`, `info`: the key space (KEYS, SCAN, FLUSHDB, RENAME, …),
 //!   their reply shapes, glob patterns, INFO;
 //! - `sets`: set commands beyond SADD/SREM/SMEMBERS.
-//! - [`listing`]: the key listing across the cluster (pages from every node).
+//! - `listing`: the key listing across the cluster (pages from every node).
 
 mod acl;
 // ---- lists (helper B) ----
