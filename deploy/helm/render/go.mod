@@ -1,0 +1,3 @@
+module latticekv/deploy/helm/render
+
+go 1.19
