@@ -15,7 +15,8 @@ test: deps lint build unit python-test bench-smoke docker-test
 ## Tools the tests drive: redis-cli (and redis-server for benchmarks), PostgreSQL's server
 ## binaries (the backing-store tests start throwaway clusters of their own with them; the
 ## package's own cluster is never used), the redis and pytest Python packages (and PyYAML, for
-## the deploy files' test), Chromium (the status page's test). Installed only when missing.
+## the deploy files' test, with kubernetes-validate), Chromium (the status page's test), Go
+## (the deploy test renders the Helm chart with deploy/helm/render). Installed only when missing.
 deps:
 	@(command -v redis-cli && command -v redis-server && command -v redis-benchmark) >/dev/null 2>&1 || { \
 	  echo "installing redis-tools"; \
@@ -25,13 +26,19 @@ deps:
 	  echo "installing postgresql"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) \
 	    || { echo "cannot install postgresql (need root and apt)"; exit 1; }; }
-	@$(PYTHON) -c "import redis, pytest, trustme, cloudpickle, yaml" 2>/dev/null || \
-	  $(PYTHON) -m pip install --quiet --disable-pip-version-check redis pytest trustme cloudpickle pyyaml
+	@$(PYTHON) -c "import redis, pytest, trustme, cloudpickle, yaml, kubernetes_validate" 2>/dev/null || \
+	  $(PYTHON) -m pip install --quiet --disable-pip-version-check redis pytest trustme cloudpickle pyyaml \
+	    kubernetes-validate
 # Status page: crates/cli/tests/status_page.rs loads it in headless Chromium.
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "installing chromium"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
 	    || { echo "cannot install chromium (need root and apt)"; exit 1; }; }
+# Helm chart check: tests/python/test_deploy.py builds deploy/helm/render (Go, stdlib only).
+	@command -v go >/dev/null 2>&1 || { \
+	  echo "installing golang-go"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go) \
+	    || { echo "cannot install golang-go (need root and apt)"; exit 1; }; }
 
 lint:
 	$(CARGO) fmt --all -- --check

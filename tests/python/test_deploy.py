@@ -1,17 +1,21 @@
 """The deploy files (deploy/, docs/operations.md#deploying-a-cluster) are valid and fit
 together: Compose accepts the compose file (and refuses it without the secrets), every
 Kubernetes manifest parses and its objects reference each other consistently, and the Helm
-chart's templates use only values its values.yaml defines.
+chart's templates use only values its values.yaml defines. The chart is rendered (with its
+defaults and with other values) and every object, rendered or plain, is validated against the
+Kubernetes schemas.
 
-Needs PyYAML (`make deps` installs it) and a Compose tool: `docker compose` (v2) or
-`docker-compose` (v1.29, Debian's). `config` only reads the file: no Docker daemon, no image.
+Needs PyYAML, kubernetes-validate and Go (`make deps` installs them) and a Compose tool:
+`docker compose` (v2) or `docker-compose` (v1.29, Debian's). `config` only reads the file: no Docker daemon, no image.
 """
+import json
 import os
 import pathlib
 import re
 import shutil
 import subprocess
 
+import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -118,10 +122,16 @@ def by_kind(objects, kind) -> dict:
 
 def test_kubernetes_manifests_fit_together():
     objects = kubernetes_objects()
+    assert "latticekv" in by_kind(objects, "Namespace")
+    check_fit_together(objects)
+
+
+def check_fit_together(objects: list):
+    """The objects (the plain manifests, or the chart rendered into namespace latticekv)
+    reference each other consistently."""
     for o in objects:
         if o["kind"] != "Namespace":
             assert o["metadata"]["namespace"] == "latticekv", o["metadata"]
-    assert "latticekv" in by_kind(objects, "Namespace")
     secrets = by_kind(objects, "Secret")
     assert set(secrets["latticekv"]["stringData"]) == {"cluster-secret", "password"}
     services = by_kind(objects, "Service")
@@ -236,3 +246,172 @@ def test_helm_monitor_role_matches_the_manifest():
     chart_rules = yaml.safe_load(block)
     role = by_kind(kubernetes_objects(), "Role")["latticekv-monitor"]
     assert chart_rules == role["rules"]
+
+
+# --- Rendering the chart and validating every object against the Kubernetes schemas ---
+#
+# No `helm` binary can be installed from the package registries, so deploy/helm/render (Go,
+# standard library only: text/template is Helm's template engine) renders the chart; Go
+# comes from Debian's golang-go (`make deps`). kubernetes-validate (PyPI, `make deps`)
+# bundles the JSON schemas generated from the Kubernetes OpenAPI documents.
+
+KUBERNETES_VERSION = "1.30"
+RENDERER = DEPLOY / "helm" / "render"
+AUTH = ["auth.clusterSecret=s3cret-peers", "auth.password=s3cret-clients"]
+
+
+def validate_object(obj: dict):
+    """Raises kubernetes_validate.ValidationError unless `obj` is valid for
+    KUBERNETES_VERSION; strict: unknown fields are errors too."""
+    import kubernetes_validate
+
+    kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.fixture(scope="module")
+def renderer(tmp_path_factory) -> pathlib.Path:
+    go = shutil.which("go")
+    assert go, "no `go` to build deploy/helm/render: install Debian's golang-go (`make deps`)"
+    tmp = tmp_path_factory.mktemp("render")
+    # Standard library only: no module downloads (GOPROXY=off), a throwaway build cache.
+    env = dict(os.environ, GOCACHE=str(tmp / "cache"), GO111MODULE="on", GOPROXY="off", GOFLAGS="")
+    out = subprocess.run(
+        [go, "build", "-o", str(tmp / "render"), "."],
+        cwd=RENDERER,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    for name in ("Chart", "values"):
+        doc = yaml.safe_load((CHART / f"{name}.yaml").read_text())
+        (tmp / f"{name}.json").write_text(json.dumps(doc))
+    return tmp
+
+
+def render(renderer: pathlib.Path, sets: list, values: dict = None) -> subprocess.CompletedProcess:
+    """`helm template latticekv deploy/helm/latticekv -n latticekv` with the chart's
+    values.yaml, then `values` (a values file's contents), then `--set`s."""
+    args = [
+        str(renderer / "render"),
+        "--chart", str(CHART),
+        "--chart-json", str(renderer / "Chart.json"),
+        "--values", str(renderer / "values.json"),
+        "--release", "latticekv",
+        "--namespace", "latticekv",
+    ]
+    if values is not None:
+        extra = renderer / f"extra-{len(list(renderer.glob('extra-*')))}.json"
+        extra.write_text(json.dumps(values))
+        args += ["--values", str(extra)]
+    for s in sets:
+        args += ["--set", s]
+    return subprocess.run(args, capture_output=True, text=True, timeout=60)
+
+
+def rendered_objects(renderer: pathlib.Path, sets: list, values: dict = None) -> list:
+    out = render(renderer, sets, values)
+    assert out.returncode == 0, out.stderr
+    objects = [d for d in yaml.safe_load_all(out.stdout) if d is not None]
+    for o in objects:
+        validate_object(o)
+    return objects
+
+
+def test_kubernetes_manifests_are_valid_against_the_schemas():
+    objects = kubernetes_objects()
+    assert len(objects) >= 10
+    for o in objects:
+        validate_object(o)
+
+
+def test_the_schema_check_can_fail():
+    import kubernetes_validate
+
+    sts = by_kind(kubernetes_objects(), "StatefulSet")["latticekv-memory"]
+    unknown = json.loads(json.dumps(sts))
+    unknown["spec"]["replicaz"] = 3
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_object(unknown)
+    wrong_type = json.loads(json.dumps(sts))
+    wrong_type["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "seventy"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_object(wrong_type)
+    no_selector = json.loads(json.dumps(sts))
+    del no_selector["spec"]["selector"]
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_object(no_selector)
+
+
+def test_helm_chart_defaults_render_the_manifests_objects(renderer):
+    objects = rendered_objects(renderer, AUTH)
+    names = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    plain = {
+        (o["kind"], o["metadata"]["name"])
+        for o in kubernetes_objects()
+        if o["kind"] != "Namespace"
+    }
+    # A StatefulSet, headless Service and PDB per tier, the client Service, the Secret,
+    # the monitor's Deployment and its RBAC.
+    assert names == plain
+    assert len(objects) == len(names)
+    check_fit_together(objects)
+    secret = by_kind(objects, "Secret")["latticekv"]
+    assert secret["stringData"] == {"cluster-secret": "s3cret-peers", "password": "s3cret-clients"}
+    for o in objects:
+        assert o["metadata"]["labels"]["app.kubernetes.io/instance"] == "latticekv", o["metadata"]
+
+
+def test_helm_chart_other_values_render_valid_objects(renderer):
+    values = {
+        "auth": {"existingSecret": "from-vault"},
+        "image": {"repository": "registry.example/latticekv", "tag": 1.2},
+        "tiers": {
+            "memory": {
+                "replicas": 5,
+                "storageClassName": "fast",
+                "resources": {
+                    "requests": {"cpu": "2", "memory": "8Gi"},
+                    "limits": {"memory": "8Gi"},
+                },
+            },
+            "disk": {"enabled": False},
+        },
+        "service": {"type": "LoadBalancer"},
+        "monitor": {"manager": "none", "rbac": False},
+    }
+    objects = rendered_objects(renderer, ["podDisruptionBudget.maxUnavailable=2"], values)
+    assert not by_kind(objects, "Secret")
+    assert not by_kind(objects, "ServiceAccount") and not by_kind(objects, "Role")
+    statefulsets = by_kind(objects, "StatefulSet")
+    assert set(statefulsets) == {"latticekv-memory"}
+    assert set(by_kind(objects, "PodDisruptionBudget")) == {"latticekv-memory"}
+    pdb = by_kind(objects, "PodDisruptionBudget")["latticekv-memory"]["spec"]
+    assert pdb["maxUnavailable"] == 2
+    sts = statefulsets["latticekv-memory"]["spec"]
+    assert sts["replicas"] == 5
+    assert sts["volumeClaimTemplates"][0]["spec"]["storageClassName"] == "fast"
+    (container,) = sts["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example/latticekv:1.2"
+    assert container["resources"]["requests"] == {"cpu": "2", "memory": "8Gi"}
+    refs = {
+        e["valueFrom"]["secretKeyRef"]["name"]
+        for e in container["env"]
+        if "secretKeyRef" in e.get("valueFrom", {})
+    }
+    assert refs == {"from-vault"}
+    assert by_kind(objects, "Service")["latticekv"]["spec"]["type"] == "LoadBalancer"
+    monitor = by_kind(objects, "Deployment")["latticekv-monitor"]["spec"]["template"]["spec"]
+    assert "serviceAccountName" not in monitor
+    args = monitor["containers"][0]["args"]
+    assert args[args.index("--manager") + 1] == "none" and "--namespace" not in args
+
+
+def test_helm_chart_refuses_to_render_without_the_secrets(renderer):
+    out = render(renderer, [])
+    assert out.returncode != 0, out.stdout
+    assert "set auth.clusterSecret (or auth.existingSecret)" in out.stderr, out.stderr
+    out = render(renderer, ["auth.clusterSecret=s3cret-peers"])
+    assert out.returncode != 0, out.stdout
+    assert "set auth.password (or auth.existingSecret)" in out.stderr, out.stderr
