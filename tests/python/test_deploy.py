@@ -6,7 +6,8 @@ defaults and with other values) and every object, rendered or plain, is validate
 Kubernetes schemas.
 
 Needs PyYAML, kubernetes-validate and Go (`make deps` installs them) and a Compose tool:
-`docker compose` (v2) or `docker-compose` (v1.29, Debian's). `config` only reads the file: no Docker daemon, no image.
+`docker compose` (v2) or `docker-compose` (v1.29, Debian's). `config` only reads the file: no
+Docker daemon, no image.
 """
 import json
 import os
@@ -255,17 +256,21 @@ def test_helm_monitor_role_matches_the_manifest():
 # comes from Debian's golang-go (`make deps`). kubernetes-validate (PyPI, `make deps`)
 # bundles the JSON schemas generated from the Kubernetes OpenAPI documents.
 
-KUBERNETES_VERSION = "1.30"
+# A version a cluster still runs, and the newest kubernetes-validate knows.
+KUBERNETES_VERSIONS = ["1.30", "latest"]
 RENDERER = DEPLOY / "helm" / "render"
 AUTH = ["auth.clusterSecret=s3cret-peers", "auth.password=s3cret-clients"]
 
 
 def validate_object(obj: dict):
-    """Raises kubernetes_validate.ValidationError unless `obj` is valid for
-    KUBERNETES_VERSION; strict: unknown fields are errors too."""
+    """Raises kubernetes_validate.ValidationError unless `obj` is valid for each of
+    KUBERNETES_VERSIONS; strict: unknown fields are errors too."""
     import kubernetes_validate
 
-    kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    for version in KUBERNETES_VERSIONS:
+        if version == "latest":
+            version = kubernetes_validate.latest_version()
+        kubernetes_validate.validate(obj, version, strict=True)
 
 
 @pytest.fixture(scope="module")
@@ -357,10 +362,39 @@ def test_helm_chart_defaults_render_the_manifests_objects(renderer):
     assert names == plain
     assert len(objects) == len(names)
     check_fit_together(objects)
+    # Object for object the plain manifests, but for Helm's own labels, the Service type
+    # the chart spells out (ClusterIP, Kubernetes' default) and the Secret's values.
+    manifests = {
+        (o["kind"], o["metadata"]["name"]): without_helm_labels(o) for o in kubernetes_objects()
+    }
+    for o in objects:
+        o = without_helm_labels(o)
+        key = (o["kind"], o["metadata"]["name"])
+        if o["kind"] == "Service" and o["spec"].get("type") == "ClusterIP":
+            del o["spec"]["type"]
+        if o["kind"] == "Secret":
+            o["stringData"] = {k: "?" for k in o["stringData"]}
+            manifests[key]["stringData"] = {k: "?" for k in manifests[key]["stringData"]}
+        assert o == manifests[key], key
     secret = by_kind(objects, "Secret")["latticekv"]
     assert secret["stringData"] == {"cluster-secret": "s3cret-peers", "password": "s3cret-clients"}
     for o in objects:
         assert o["metadata"]["labels"]["app.kubernetes.io/instance"] == "latticekv", o["metadata"]
+
+
+HELM_LABELS = {"app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "helm.sh/chart"}
+
+
+def without_helm_labels(node):
+    """A copy of `node` without the labels (and selector terms) only the chart sets."""
+    if isinstance(node, dict):
+        out = {k: without_helm_labels(v) for k, v in node.items() if k not in HELM_LABELS}
+        if out.get("labels") == {}:
+            del out["labels"]
+        return out
+    if isinstance(node, list):
+        return [without_helm_labels(v) for v in node]
+    return node
 
 
 def test_helm_chart_other_values_render_valid_objects(renderer):
