@@ -449,3 +449,52 @@ def test_helm_chart_refuses_to_render_without_the_secrets(renderer):
     out = render(renderer, ["auth.clusterSecret=s3cret-peers"])
     assert out.returncode != 0, out.stdout
     assert "set auth.password (or auth.existingSecret)" in out.stderr, out.stderr
+
+
+def test_renderer_to_yaml_and_quote_round_trip(renderer, tmp_path):
+    """The renderer's toYaml and quote give back, through a YAML parser, exactly the values
+    they were given: strings that look like other types stay strings."""
+    tricky = [
+        "", "true", "no", "NULL", "y", "1.0", "0x10", "2026-11-27", "a: b", "- x", "#c", "&a",
+        "*b", "{x}", "[y]", "quote\"d", "back\\slash", "two\nlines", " padded ", "ünï", "<&>",
+        "plain/path.name_1", "~",
+    ]
+    values = {
+        "v": {
+            "strings": tricky,
+            "numbers": [0, 3, -2, 1.5],
+            "flags": [True, False, None],
+            "empty": {"map": {}, "list": []},
+            "nested": [{"a": [1, {"b": "c"}], "weird key: x": "y"}, [["deep"]]],
+        },
+        "s": tricky,
+    }
+    chart = tmp_path / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "templates" / "out.yaml").write_text(
+        "v:\n  {{- toYaml .Values.v | nindent 2 }}\n"
+        "s:\n{{- range .Values.s }}\n  - {{ . | quote }}\n{{- end }}\n"
+    )
+    (tmp_path / "chart.json").write_text(json.dumps({"name": "t", "version": "0.0.1"}))
+    (tmp_path / "values.json").write_text(json.dumps(values))
+    out = subprocess.run(
+        [str(renderer / "render"), "--chart", str(chart), "--chart-json",
+         str(tmp_path / "chart.json"), "--values", str(tmp_path / "values.json")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert yaml.safe_load(out.stdout) == values, out.stdout
+
+
+def test_renderer_refuses_functions_it_does_not_implement(renderer, tmp_path):
+    chart = tmp_path / "chart"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "templates" / "out.yaml").write_text("x: {{ sha256sum .Values.x }}\n")
+    (tmp_path / "chart.json").write_text(json.dumps({"name": "t", "version": "0.0.1"}))
+    out = subprocess.run(
+        [str(renderer / "render"), "--chart", str(chart), "--chart-json",
+         str(tmp_path / "chart.json"), "--set", "x=1"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode != 0, out.stdout
+    assert 'function "sha256sum" not defined' in out.stderr, out.stderr
