@@ -53,16 +53,23 @@ build:
 unit:
 	$(CARGO) test --workspace
 
-## The Python package `latticekv` (python/, PyO3 + maturin), built in release mode and
-## installed into $(PYTHON)'s environment; maturin is installed when missing.
+## The Python package `latticekv` (python/, PyO3 + maturin): an abi3 wheel built in release
+## mode into $(TARGET_DIR)/wheels (the only wheel there: older ones are removed first), then
+## that wheel installed into $(PYTHON)'s environment, so what the tests import is what ships
+## (tests/python/test_wheel.py installs it again into a fresh venv without Rust). maturin is
+## installed when missing.
 python-package:
 	@$(PYTHON) -c "import maturin" 2>/dev/null || \
 	  $(PYTHON) -m pip install --quiet --disable-pip-version-check maturin
-	CARGO_TARGET_DIR=$(TARGET_DIR) $(PYTHON) -m pip install --quiet --disable-pip-version-check \
-	  --no-build-isolation --force-reinstall --no-deps ./python
+	rm -f $(TARGET_DIR)/wheels/latticekv-*.whl
+	CARGO_TARGET_DIR=$(TARGET_DIR) $(PYTHON) -m maturin build --release --quiet \
+	  --manifest-path python/Cargo.toml --interpreter $(PYTHON) --out $(TARGET_DIR)/wheels
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps \
+	  $(TARGET_DIR)/wheels/latticekv-*.whl
 
 python-test: build python-package
-	LATTICEKV_BIN=$(TARGET_DIR)/debug/latticekv $(PYTHON) -m pytest -q tests/python
+	LATTICEKV_BIN=$(TARGET_DIR)/debug/latticekv LATTICEKV_WHEEL_DIR=$(TARGET_DIR)/wheels \
+	  $(PYTHON) -m pytest -q tests/python
 
 ## Every benchmark runs, briefly: criterion benches in test mode (each once, small tables)
 ## and the Redis comparison for a fraction of a second per case. Performance is reported
