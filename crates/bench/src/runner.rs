@@ -15,7 +15,8 @@ use tokio::sync::oneshot;
 
 use crate::args::{BenchArgs, Distribution, Protocol};
 use crate::error::BenchError;
-use crate::report::{group_digits, Latency, LoadReport, Report, Timeline, TimelinePoint};
+use crate::progress::Progress;
+use crate::report::{Latency, LoadReport, Report, Timeline, TimelinePoint};
 use crate::setup::{round_period, ClientLattice, ConnCtx, Pacer, Route, Setup, Source};
 use crate::stats::{Control, Interval, Phase, ThreadStats};
 
@@ -24,7 +25,6 @@ const LOAD_PIPELINE: usize = 32;
 /// How often the coordinator looks at the run.
 const TICK: Duration = Duration::from_millis(50);
 /// How often the progress line is refreshed.
-const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 /// How long connections may take to finish their last round after the run stops.
 const GRACE: Duration = Duration::from_secs(10);
 /// `--follow-topology`: the key placement is fetched again this often…
@@ -240,67 +240,6 @@ async fn collect(
     Ok(total)
 }
 
-/// The progress line on stderr.
-struct Progress {
-    enabled: bool,
-    phase_start: Instant,
-    last_print: Instant,
-    last_completed: u64,
-    /// Operations completed before this phase.
-    base: u64,
-    width: usize,
-}
-
-impl Progress {
-    fn new(enabled: bool) -> Progress {
-        let now = Instant::now();
-        Progress {
-            enabled,
-            phase_start: now,
-            last_print: now,
-            last_completed: 0,
-            base: 0,
-            width: 0,
-        }
-    }
-
-    /// Starts counting a new phase from `control`'s current count.
-    fn restart(&mut self, control: &Control) {
-        self.phase_start = Instant::now();
-        self.last_print = self.phase_start;
-        self.last_completed = control.completed();
-        self.base = self.last_completed;
-    }
-
-    fn tick(&mut self, label: &str, control: &Control) {
-        let now = Instant::now();
-        let dt = now - self.last_print;
-        if !self.enabled || dt < PROGRESS_EVERY {
-            return;
-        }
-        let completed = control.completed();
-        let rate = completed.saturating_sub(self.last_completed) as f64 / dt.as_secs_f64();
-        self.last_print = now;
-        self.last_completed = completed;
-        let line = format!(
-            "{label:<8} {:>6.1}s  {:>11} ops/s  {:>12} ops  {} errors",
-            (now - self.phase_start).as_secs_f64(),
-            group_digits(rate.round() as u64),
-            group_digits(completed.saturating_sub(self.base)),
-            control.errors(),
-        );
-        self.width = self.width.max(line.len());
-        eprint!("\r{line:<w$}", w = self.width);
-    }
-
-    fn clear(&mut self) {
-        if self.enabled && self.width > 0 {
-            eprint!("\r{:w$}\r", "", w = self.width);
-            self.width = 0;
-        }
-    }
-}
-
 /// The load phase: writes keys `0..n` with pipelined writes.
 async fn load_phase(
     setup: &Arc<Setup>,
@@ -317,7 +256,7 @@ async fn load_phase(
         round: args.pipeline.max(LOAD_PIPELINE) * setup.batch,
         rate: None,
     };
-    progress.restart(&control);
+    progress.restart("load", &control, Some(n));
     let start = Instant::now();
     let receivers = spawn_threads(setup, &control, plan)?;
     let stats = collect(receivers, &control, progress, "load").await;
@@ -369,7 +308,7 @@ async fn measure_phase(
         round: args.pipeline * setup.batch,
         rate: args.rate,
     };
-    progress.restart(&control);
+    progress.restart("warmup", &control, None);
     let mut follower = Follower::new();
     let receivers = spawn_threads(setup, &control, plan)?;
     let started = Instant::now();
@@ -388,7 +327,7 @@ async fn measure_phase(
     let began = control.measure_started_at().unwrap_or(measure_start);
     let start_unix_ms = crate::clock::physical_ms()
         .saturating_sub(measure_start.saturating_duration_since(began).as_millis() as u64);
-    progress.restart(&control);
+    progress.restart("measure", &control, args.ops);
     let deadline = match args.ops {
         Some(_) => None,
         None => Some(measure_start + Duration::from_secs_f64(args.duration)),

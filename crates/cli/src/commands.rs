@@ -432,8 +432,21 @@ pub async fn leave(args: LeaveArgs) -> Result<i32> {
         })),
         ..Default::default()
     };
-    let resp = conn.call(req).await?;
-    match resp.result {
+    // A leave answers once every key is handed off: minutes for a large node. A spinner
+    // with the time waited shows it is working (on a terminal only).
+    let waiting = indicatif::ProgressBar::new_spinner().with_message(if args.force {
+        "leaving (forced): offering the keys to their new replicas"
+    } else {
+        "leaving: handing every key off to its new replicas"
+    });
+    waiting.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {elapsed:>4}  {msg}")
+            .expect("a valid template"),
+    );
+    waiting.enable_steady_tick(std::time::Duration::from_millis(200));
+    let resp = conn.call(req).await;
+    waiting.finish_and_clear();
+    match resp?.result {
         Some(wire::pb::response::Result::Ack(_)) => {
             println!("left");
             Ok(0)

@@ -215,3 +215,33 @@ fn log_format_json_writes_one_object_per_line() {
     assert!(first.contains("INFO"), "{first}");
     assert!(text.lines().any(|l| l == "stopped"), "{text}");
 }
+
+/// `bench` draws a progress bar only on a terminal: with its output captured (a script, a
+/// CI log) it prints the report and nothing else — no carriage returns, no escape codes.
+#[test]
+fn bench_draws_no_progress_bar_when_not_on_a_terminal() {
+    let node = NodeProc::start(&["--workers", "1", "--disk-nodes", "0"]);
+    let resp = node.resp.to_string();
+    let out = node.cli(&[
+        "bench",
+        "--addr",
+        &resp,
+        "--keys",
+        "2000",
+        "--load",
+        "--duration",
+        "1",
+        "--warmup",
+        "0",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("throughput"), "{report}");
+    for text in [&*report, &*err] {
+        assert!(
+            !text.contains('\r') && !text.contains('\u{1b}'),
+            "progress output in a captured run: {text:?}"
+        );
+    }
+}
