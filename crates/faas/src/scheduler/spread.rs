@@ -18,8 +18,10 @@ impl State {
         let Some(spread) = run.spread.as_mut() else {
             return;
         };
-        if spread.needs_query() {
-            // HB: every function placed first; its cache answers what OPT would read.
+        let (query, prepare) = (spread.needs_query(), spread.needs_prepare());
+        if query || prepare {
+            // HB (query) or CON (prepare): every function placed first; its cache answers
+            // what OPT would read, or a snapshot of its keys.
             for f in spread.functions().to_vec() {
                 let keys = fn_keys(&run.msg, &f);
                 let Some(host) = self.placement.place(&keys) else {
@@ -29,47 +31,26 @@ impl State {
                     return;
                 };
                 spread.prepared(&f, &host);
-                let msg = pb::HbQuery {
-                    run_id: id,
-                    attempt: spread.attempt(),
-                    function: f.clone(),
-                    keys,
-                    rdag: run.keys.clone(),
+                let (run_id, attempt, rdag) = (id, spread.attempt(), run.keys.clone());
+                let msg = if query {
+                    pb::from_scheduler::Msg::HbQuery(pb::HbQuery {
+                        run_id,
+                        attempt,
+                        function: f.clone(),
+                        keys,
+                        rdag,
+                    })
+                } else {
+                    pb::from_scheduler::Msg::ConPrepare(pb::ConPrepare {
+                        run_id,
+                        attempt,
+                        function: f.clone(),
+                        keys,
+                        rdag,
+                        timeout_ms: run.msg.timeout_ms,
+                    })
                 };
-                outbox.push((
-                    out.clone(),
-                    pb::FromScheduler {
-                        msg: Some(pb::from_scheduler::Msg::HbQuery(msg)),
-                    },
-                ));
-            }
-            return;
-        }
-        if spread.needs_prepare() {
-            // CON: every function placed first; its cache answers a snapshot of its keys.
-            for f in spread.functions().to_vec() {
-                let keys = fn_keys(&run.msg, &f);
-                let Some(host) = self.placement.place(&keys) else {
-                    return;
-                };
-                let Some(out) = self.hosts.get(&host) else {
-                    return;
-                };
-                spread.prepared(&f, &host);
-                let msg = pb::ConPrepare {
-                    run_id: id,
-                    attempt: spread.attempt(),
-                    function: f.clone(),
-                    keys,
-                    rdag: run.keys.clone(),
-                    timeout_ms: run.msg.timeout_ms,
-                };
-                outbox.push((
-                    out.clone(),
-                    pb::FromScheduler {
-                        msg: Some(pb::from_scheduler::Msg::ConPrepare(msg)),
-                    },
-                ));
+                outbox.push((out.clone(), pb::FromScheduler { msg: Some(msg) }));
             }
             return;
         }
