@@ -534,20 +534,32 @@ impl Worker {
         });
     }
 
-    /// Opens a connection to worker `to` of the node whose peer port is `addr`.
-    async fn connect(self: &Rc<Self>, addr: &str, to: Replica) -> Result<PeerConn, PeerError> {
+    /// Opens a peer connection from this worker to worker `to_worker` of the node whose
+    /// peer port is `addr`: the hello signed with the cluster secret, TLS as configured.
+    /// Not cached: [`Worker::connect`] keeps the replication connections; the pub/sub relay
+    /// and the key listing keep their own.
+    pub(crate) async fn open_peer(
+        &self,
+        addr: &str,
+        to_worker: u32,
+    ) -> Result<PeerConn, PeerError> {
         let mut hello = pb::PeerHello {
             version: PEER_VERSION,
             node_id: self.shared.config.node_id.clone(),
             from_worker: Some(self.index),
-            to_worker: Some(to.worker),
+            to_worker: Some(to_worker),
             ..Default::default()
         };
         let secret = self.shared.config.cluster_secret.as_deref();
         let now_ms = self.core.borrow().shard().clock().wall_ms();
         crate::peer::secret::sign(&mut hello, secret, now_ms);
         let tls = self.shared.tls.as_ref().map(|t| &t.peers_out);
-        let conn = PeerConn::open(addr, hello, CONNECT_TIMEOUT, tls).await?;
+        PeerConn::open(addr, hello, CONNECT_TIMEOUT, tls).await
+    }
+
+    /// Opens a connection to worker `to` of the node whose peer port is `addr`, and keeps it.
+    async fn connect(self: &Rc<Self>, addr: &str, to: Replica) -> Result<PeerConn, PeerError> {
+        let conn = self.open_peer(addr, to.worker).await?;
         let mut peers = self.peers.borrow_mut();
         if peers.len() >= MAX_PEER_CONNECTIONS {
             peers.retain(|_, c| !c.is_broken());

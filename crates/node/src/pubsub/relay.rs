@@ -22,9 +22,8 @@ use tokio::task::spawn_local;
 use wire::pb;
 
 use super::Hub;
-use crate::clock::{Clock, SystemClock};
 use crate::driver::worker::Worker;
-use crate::peer::transport::{PeerConn, PEER_VERSION};
+use crate::peer::transport::PeerConn;
 
 /// Most relays sent and not yet answered, per node.
 pub(crate) const MAX_IN_FLIGHT: usize = 4096;
@@ -32,8 +31,6 @@ pub(crate) const MAX_IN_FLIGHT: usize = 4096;
 pub(crate) const MAX_PENDING: usize = 1024;
 /// Time a relay's answer may take before its connection is given up.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
-/// Time to open a relay connection.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A peer's relay connection.
 pub(crate) enum PeerSlot {
@@ -136,17 +133,7 @@ fn send(hub: Arc<Hub>, conn: &PeerConn, mut req: pb::PeerRequest) {
 
 /// Opens the relay connection to `addr`, then sends what waited for it.
 async fn open(w: Rc<Worker>, addr: String) {
-    let mut hello = pb::PeerHello {
-        version: PEER_VERSION,
-        node_id: w.shared.config.node_id.clone(),
-        from_worker: Some(w.index),
-        to_worker: Some(0),
-        ..Default::default()
-    };
-    let secret = w.shared.config.cluster_secret.as_deref();
-    crate::peer::secret::sign(&mut hello, secret, SystemClock::default().wall_ms());
-    let tls = w.shared.tls.as_ref().map(|t| &t.peers_out);
-    let opened = PeerConn::open(&addr, hello, CONNECT_TIMEOUT, tls).await;
+    let opened = w.open_peer(&addr, 0).await;
     let hub = hub_of(&w);
     let waiting = {
         let mut slots = hub.peers.lock().unwrap_or_else(|e| e.into_inner());

@@ -26,10 +26,9 @@ use tokio::task::spawn_local;
 use wire::pb;
 
 use super::reply::redis_type_name;
-use crate::clock::{Clock, SystemClock};
 use crate::driver::worker::{Worker, WorkerMsg};
 use crate::glob;
-use crate::peer::transport::{PeerConn, PEER_VERSION};
+use crate::peer::transport::PeerConn;
 use crate::shard::ScanPage;
 
 /// Most bytes of keys one node answers in a page: it stops at the first hash boundary past
@@ -37,8 +36,6 @@ use crate::shard::ScanPage;
 pub(crate) const MAX_PAGE_BYTES: usize = 8 * 1024 * 1024;
 /// Time a member may take to answer a page.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Time to open a connection to a member.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Which keys a page lists.
 #[derive(Clone, Debug, Default)]
@@ -187,19 +184,7 @@ async fn ask(w: &Worker, addr: &str, req: pb::KeyScan) -> Result<Page, String> {
     let conn = match CONNS.with(|c| c.borrow().get(addr).filter(|c| !c.is_broken()).cloned()) {
         Some(c) => c,
         None => {
-            let mut hello = pb::PeerHello {
-                version: PEER_VERSION,
-                node_id: w.shared.config.node_id.clone(),
-                from_worker: Some(w.index),
-                to_worker: Some(0),
-                ..Default::default()
-            };
-            let secret = w.shared.config.cluster_secret.as_deref();
-            crate::peer::secret::sign(&mut hello, secret, SystemClock::default().wall_ms());
-            let tls = w.shared.tls.as_ref().map(|t| &t.peers_out);
-            let c = PeerConn::open(addr, hello, CONNECT_TIMEOUT, tls)
-                .await
-                .map_err(|e| e.to_string())?;
+            let c = w.open_peer(addr, 0).await.map_err(|e| e.to_string())?;
             CONNS.with(|m| m.borrow_mut().insert(addr.to_string(), c.clone()));
             c
         }
