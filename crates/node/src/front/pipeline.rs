@@ -159,6 +159,10 @@ pub trait Codec {
     /// its reply in `replies`.
     fn next(&mut self, w: &Rc<Worker>, buf: &mut BytesMut, replies: &mut Replies) -> Step;
 
+    /// The requests of a batch have run (before their replies are awaited): a place for
+    /// per-connection bookkeeping that need not happen per request. Nothing by default.
+    fn batch_ran(&mut self) {}
+
     /// The reply to a connection over the node's connection limit.
     fn too_many(&self) -> Vec<u8>;
 
@@ -317,6 +321,7 @@ pub async fn run_batch<C: Codec>(
             }
         }
     }
+    codec.batch_ran();
     replies.settle(C::dropped).await;
     codec.drain_pushes(&mut replies.out);
     batch

@@ -25,19 +25,36 @@ const CONTAINERS: [&[u8]; 9] = [
     b"FUNCTION",
 ];
 
-/// Copies what `CLIENT LIST` shows of the connection after it ran `cmd`.
-pub(super) fn ran(state: &ConnState, cmd: &Cmd<'_>) {
+/// Notes `cmd` as the connection's last command, in the connection's own state: no lock
+/// and no clock on the request path. [`publish`] copies it to the node's registry once per
+/// pipelined batch (and at once after a `CLIENT` command, which reads the registry).
+pub(super) fn ran(state: &mut ConnState, cmd: &Cmd<'_>) {
+    let name = &mut state.last_cmd;
+    name.clear();
+    push_lower(name, cmd.arg(0));
+    let container = CONTAINERS
+        .iter()
+        .any(|c| cmd.arg(0).eq_ignore_ascii_case(c));
+    if cmd.len() > 1 && container {
+        name.push('|');
+        push_lower(name, cmd.arg(1));
+    }
+    state.unpublished = true;
+    if cmd.arg(0).eq_ignore_ascii_case(b"CLIENT") {
+        publish(state);
+    }
+}
+
+/// Copies what `CLIENT LIST` shows of the connection to the node's registry, if it ran a
+/// command since the last copy.
+pub(super) fn publish(state: &mut ConnState) {
+    if !std::mem::take(&mut state.unpublished) {
+        return;
+    }
     let now = Instant::now();
     state.client.client().update(|i| {
-        i.cmd.clear();
-        push_lower(&mut i.cmd, cmd.arg(0));
-        if cmd.len() > 1
-            && CONTAINERS
-                .iter()
-                .any(|c| cmd.arg(0).eq_ignore_ascii_case(c))
-        {
-            i.cmd.push('|');
-            push_lower(&mut i.cmd, cmd.arg(1));
+        if i.cmd != state.last_cmd {
+            i.cmd.clone_from(&state.last_cmd);
         }
         i.last = now;
         let name = state.name.as_deref().unwrap_or_default();

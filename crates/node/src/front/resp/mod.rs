@@ -88,6 +88,10 @@ pub struct ConnState {
     // ---- keys and server ----
     /// The connection in the node's registry (`CLIENT LIST`/`KILL`); its id is `id`.
     pub client: crate::clients::Registration,
+    /// The last command's name for `CLIENT LIST` (`client|list` for a subcommand).
+    pub last_cmd: String,
+    /// A command ran since the registry was last updated (see `client::publish`).
+    pub unpublished: bool,
 }
 
 /// One RESP connection.
@@ -121,6 +125,8 @@ impl Resp {
                 txn: txn::Txn::default(),
                 pubsub: pubsub::ConnSubscriptions::default(),
                 client,
+                last_cmd: String::new(),
+                unpublished: false,
             },
             limits: resp::Limits {
                 max_bulk_len: limits.max_frame_size,
@@ -184,7 +190,7 @@ impl Codec for Resp {
                     } else {
                         commands::run(w, &mut self.state, &cmd, replies);
                     }
-                    client::ran(&self.state, &cmd);
+                    client::ran(&mut self.state, &cmd);
                 }
                 buf.advance(consumed);
                 step
@@ -197,6 +203,10 @@ impl Codec for Resp {
                 Step::Close
             }
         }
+    }
+
+    fn batch_ran(&mut self) {
+        client::publish(&mut self.state);
     }
 
     fn too_many(&self) -> Vec<u8> {
