@@ -10,7 +10,9 @@
 //!
 //! Each host runs on its own thread and runtime, so killing it drops every socket and task
 //! it had at once, as a crashed process would (nothing is released gracefully).
-//! The executors' helpers (metadata encoding, writers, Zipf) follow `faas_tcc.rs`.
+//! The metadata helpers are `faas_common`, shared with `faas_tcc.rs`; the writers and Zipf follow it.
+
+mod faas_common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -19,9 +21,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cache::checker::{self, embed, extract, ReadMeta};
+use cache::checker::{self, extract, ReadMeta};
 use cache::versionset::refs_of;
-use cache::{CacheId, CausalVersion, Executor, Key, MultiKeyCausal};
+use cache::{CacheId, Executor, Key, MultiKeyCausal};
 use faas::client::{Arg, CallOptions, FaasClient};
 use faas::data::DataPlane;
 use faas::host::HostConfig;
@@ -33,92 +35,13 @@ use lattice::Value;
 use testkit::NodeProc;
 use tokio::net::{TcpListener, TcpStream};
 
+use faas_common::{commit_embedded, decode, encode, hlc_now, meta_of, Mode};
+
 fn store() -> NodeProc {
     NodeProc::start_bin(
         env!("CARGO_BIN_EXE_latticekv"),
         &["--workers", "2", "--disk-nodes", "0", "--monitor", "false"],
     )
-}
-
-/// Which data plane the hosts run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
-    /// HydroCache; writers put `MultiKeyCausal` versions; metadata from `KeyRead::meta`.
-    Cache,
-    /// The bare store; writers and sinks put LWW values with metadata embedded.
-    Direct,
-}
-
-fn encode(out: &mut Vec<u8>, key: &[u8], meta: &ReadMeta) {
-    let m = embed(meta, &[]);
-    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
-    out.extend_from_slice(key);
-    out.extend_from_slice(&(m.len() as u32).to_le_bytes());
-    out.extend_from_slice(&m);
-}
-
-fn decode(mut b: &[u8]) -> Vec<(Key, ReadMeta)> {
-    let mut out = Vec::new();
-    let take = |b: &mut &[u8]| {
-        let n = u32::from_le_bytes(b[..4].try_into().unwrap()) as usize;
-        let v = b[4..4 + n].to_vec();
-        *b = &b[4 + n..];
-        v
-    };
-    while !b.is_empty() {
-        let key = take(&mut b);
-        let meta = take(&mut b);
-        let (meta, _) = extract(&meta).unwrap();
-        out.push((Key::from(key), meta));
-    }
-    out
-}
-
-fn meta_of(mode: Mode, k: &pb::KeyRead) -> ReadMeta {
-    match mode {
-        Mode::Cache if k.meta.is_empty() => ReadMeta::default(),
-        Mode::Cache => extract(&k.meta).unwrap().0,
-        Mode::Direct => {
-            let mut meta = ReadMeta::default();
-            for v in &k.values {
-                if let Ok((m, _)) = extract(v) {
-                    meta.join(&m);
-                }
-            }
-            meta
-        }
-    }
-}
-
-fn commit_embedded(
-    writer: &mut Executor,
-    reads: &BTreeMap<Key, ReadMeta>,
-    writes: &[Key],
-    payload: &[u8],
-) -> Vec<(Key, Vec<u8>)> {
-    let read_versions: BTreeMap<Key, MultiKeyCausal> = reads
-        .iter()
-        .filter(|(_, m)| !m.clock.is_empty())
-        .map(|(k, m)| {
-            let v = MultiKeyCausal::new(CausalVersion {
-                clock: m.clock.clone(),
-                deps: m.deps.clone(),
-                value: Box::from(&b"?"[..]),
-            });
-            (k.clone(), v)
-        })
-        .collect();
-    let refs = refs_of(&read_versions, CacheId(0));
-    let writes = writes
-        .iter()
-        .map(|k| (k.clone(), Box::from(payload)))
-        .collect();
-    writer
-        .commit(writes, &refs, &read_versions)
-        .unwrap()
-        .into_iter()
-        .map(|(k, v)| (k, embed(&ReadMeta::of(&v), payload)))
-        .collect()
 }
 
 /// What the test's executors of one host did.
@@ -323,14 +246,6 @@ impl Zipf {
             .unwrap_or(self.0.len() - 1);
         Key::from(format!("{}-{i}", self.1).into_bytes())
     }
-}
-
-fn hlc_now() -> u64 {
-    let us = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64;
-    ((us / 1000) << 16) | (us % 1000)
 }
 
 /// A writer outside the DAGs: commits two keys as mutually dependent versions and puts

@@ -13,15 +13,17 @@
 //! is printed (it is timing-dependent) and the checker is shown to flag a constructed
 //! fractured read.
 
+mod faas_common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use cache::checker::{self, embed, extract, ReadMeta};
+use cache::checker::{self, extract, ReadMeta};
 use cache::versionset::refs_of;
-use cache::{CacheId, CausalVersion, Executor, Key, MultiKeyCausal};
+use cache::{CacheId, Executor, Key, MultiKeyCausal};
 use faas::data::DataPlane;
 use faas::host::HostConfig;
 use faas::hydro::{causal_of, CacheConfig, CausalCache};
@@ -29,6 +31,8 @@ use faas::{conn, pb};
 use lattice::Value;
 use testkit::NodeProc;
 use tokio::net::{TcpListener, TcpStream};
+
+use faas_common::{commit_embedded, decode, encode, hlc_now, meta_of, Mode};
 use tokio::sync::oneshot;
 
 fn bin() -> &'static str {
@@ -47,96 +51,6 @@ fn rt() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-/// Which data plane the host runs, and how the workload writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
-    /// HydroCache; writers put `MultiKeyCausal` versions; metadata from `KeyRead::meta`.
-    Cache,
-    /// The bare store; writers and sinks put LWW values with metadata embedded.
-    Direct,
-}
-
-/// Encodes a function's view: `(key, meta)` pairs, length-prefixed.
-fn encode(out: &mut Vec<u8>, key: &[u8], meta: &ReadMeta) {
-    let m = embed(meta, &[]);
-    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
-    out.extend_from_slice(key);
-    out.extend_from_slice(&(m.len() as u32).to_le_bytes());
-    out.extend_from_slice(&m);
-}
-
-fn decode(mut b: &[u8]) -> Vec<(Key, ReadMeta)> {
-    let mut out = Vec::new();
-    let take = |b: &mut &[u8]| {
-        let n = u32::from_le_bytes(b[..4].try_into().unwrap()) as usize;
-        let v = b[4..4 + n].to_vec();
-        *b = &b[4 + n..];
-        v
-    };
-    while !b.is_empty() {
-        let key = take(&mut b);
-        let meta = take(&mut b);
-        let (meta, _) = extract(&meta).unwrap();
-        out.push((Key::from(key), meta));
-    }
-    out
-}
-
-/// What a function saw of a key read.
-fn meta_of(mode: Mode, k: &pb::KeyRead) -> ReadMeta {
-    match mode {
-        Mode::Cache if k.meta.is_empty() => ReadMeta::default(),
-        Mode::Cache => extract(&k.meta).unwrap().0,
-        Mode::Direct => {
-            let mut meta = ReadMeta::default();
-            for v in &k.values {
-                if let Ok((m, _)) = extract(v) {
-                    meta.join(&m);
-                }
-            }
-            meta
-        }
-    }
-}
-
-/// A full version with `meta` (for a writer's commit from embedded metadata).
-fn version_of(meta: &ReadMeta) -> MultiKeyCausal {
-    MultiKeyCausal::new(CausalVersion {
-        clock: meta.clock.clone(),
-        deps: meta.deps.clone(),
-        value: Box::from(&b"?"[..]),
-    })
-}
-
-/// Commits `writes` over `reads` with `writer`, as the bare-store baseline's writers do:
-/// the versions' metadata, to embed in LWW payloads.
-fn commit_embedded(
-    writer: &mut Executor,
-    reads: &BTreeMap<Key, ReadMeta>,
-    writes: &[Key],
-    payload: &[u8],
-) -> Vec<(Key, Vec<u8>)> {
-    let read_versions: BTreeMap<Key, MultiKeyCausal> = reads
-        .iter()
-        .filter(|(_, m)| !m.clock.is_empty())
-        .map(|(k, m)| (k.clone(), version_of(m)))
-        .collect();
-    let refs = refs_of(&read_versions, CacheId(0));
-    let writes = writes
-        .iter()
-        .map(|k| (k.clone(), Box::from(payload)))
-        .collect();
-    writer
-        .commit(writes, &refs, &read_versions)
-        .unwrap()
-        .into_iter()
-        .map(|(k, v)| {
-            let bytes = embed(&ReadMeta::of(&v), payload);
-            (k, bytes)
-        })
-        .collect()
 }
 
 /// An executor played by the test. Every function returns its upstream's view plus
@@ -444,15 +358,6 @@ async fn direct_writer(
         tokio::time::sleep(Duration::from_millis(rng.u64(0..3))).await;
     }
     commits
-}
-
-/// An HLC reading comparable with the store's (`ms << 16 | logical`).
-fn hlc_now() -> u64 {
-    let us = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64;
-    ((us / 1000) << 16) | (us % 1000)
 }
 
 /// What one workload run measured.
