@@ -22,9 +22,11 @@
 //!
 //! # Recency and partial records
 //! Every entry carries a 32-bit *meta* word: the store's access clock at the entry's last
-//! read or write (31 bits, see [`MemStore::age`]) and a *partial* flag the owner may set
+//! read or write (30 bits, see [`MemStore::age`]), a *partial* flag the owner may set
 //! ([`MemStore::set_partial`]: a memory-tier worker marks a record that holds only the deltas
-//! written since the key was evicted). Reads that should count as accesses go through
+//! written since the key was evicted) and a *synced* flag ([`MemStore::set_synced`]: the
+//! owner's copy elsewhere — the disk tier — holds this record), which every change of the
+//! record clears. Reads that should count as accesses go through
 //! [`MemStore::get_touched`]; every merge and update counts as one. [`MemStore::sample`] reads
 //! a few entries from consecutive buckets of one partition, for an owner evicting by
 //! approximate LRU (as Redis's `allkeys-lru` does): O(1) bookkeeping per access, no
@@ -60,10 +62,14 @@ const EXACT_BELOW: usize = 4096;
 const META_BYTES: usize = 4;
 /// Bytes of a packed block before the key: the meta word and the key's length.
 const KEY_LEN_BYTES: usize = META_BYTES + 2;
-/// The partial flag of a meta word; the other 31 bits are the access tick.
+/// The partial flag of a meta word.
 const PARTIAL: u32 = 1 << 31;
+/// The synced flag of a meta word: cleared by every change of the record.
+const SYNCED: u32 = 1 << 30;
+/// The flags a read (an access that changes nothing) keeps.
+const FLAGS: u32 = PARTIAL | SYNCED;
 /// The access-tick bits of a meta word.
-const TICK_MASK: u32 = PARTIAL - 1;
+const TICK_MASK: u32 = SYNCED - 1;
 /// Bytes of a packed block's timestamp.
 const TS_BYTES: usize = 16;
 
@@ -307,7 +313,7 @@ pub struct MemStore {
     bytes: usize,
     /// Number of keys holding a live value.
     live: usize,
-    /// The access clock: advances with every access that counts (31 bits, wrapping).
+    /// The access clock: advances with every access that counts (30 bits, wrapping).
     clock: std::cell::Cell<u32>,
 }
 
@@ -318,6 +324,8 @@ pub struct Sampled {
     pub age: u32,
     /// The owner marked the record partial.
     pub partial: bool,
+    /// The owner marked the record synced, and it has not changed since.
+    pub synced: bool,
 }
 
 impl std::fmt::Debug for MemStore {
@@ -409,7 +417,7 @@ impl MemStore {
         let tick = self.tick();
         let part = &mut self.parts[partition_of(key)];
         if let Some(block) = part.packed.find_mut(hash, |b| packed_key(b) == key) {
-            let meta = (packed_meta(block) & PARTIAL) | tick;
+            let meta = (packed_meta(block) & FLAGS) | tick;
             set_packed_meta(block, meta);
             let p = unpack(block);
             return Some(RecordRef::Lww {
@@ -418,13 +426,13 @@ impl MemStore {
             });
         }
         let e = part.full.find_mut(hash, |e| &*e.key == key)?;
-        e.meta = (e.meta & PARTIAL) | tick;
+        e.meta = (e.meta & FLAGS) | tick;
         Some(RecordRef::Full(&e.record)).filter(RecordRef::is_live)
     }
 
     /// Counts an access to `key` (for recency); false if it is absent.
     pub fn touch(&mut self, key: &[u8]) -> bool {
-        self.update_meta(key, |m| m & PARTIAL).is_some()
+        self.update_meta(key, |m| m).is_some()
     }
 
     /// True if `key` is stored and marked partial.
@@ -436,7 +444,31 @@ impl MemStore {
     /// Counts as an access.
     pub fn set_partial(&mut self, key: &[u8], partial: bool) -> bool {
         let flag = if partial { PARTIAL } else { 0 };
-        self.update_meta(key, |_| flag).is_some()
+        self.update_meta(key, |m| (m & SYNCED) | flag).is_some()
+    }
+
+    /// True if `key` is stored and marked synced, unchanged since.
+    pub fn is_synced(&self, key: &[u8]) -> bool {
+        self.meta(key).is_some_and(|m| m & SYNCED != 0)
+    }
+
+    /// Marks `key`'s record synced: the owner's copy elsewhere holds it as it is now (see
+    /// the module docs). Not an access (the entry keeps its age); false if it is absent.
+    pub fn set_synced(&mut self, key: &[u8]) -> bool {
+        let hash = self.hash(key);
+        let part = &mut self.parts[partition_of(key)];
+        if let Some(block) = part.packed.find_mut(hash, |b| packed_key(b) == key) {
+            let meta = packed_meta(block) | SYNCED;
+            set_packed_meta(block, meta);
+            return true;
+        }
+        match part.full.find_mut(hash, |e| &*e.key == key) {
+            Some(e) => {
+                e.meta |= SYNCED;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Accesses to the store since `key`'s last one; `None` if absent.
@@ -459,12 +491,12 @@ impl MemStore {
         let tick = self.tick();
         let part = &mut self.parts[partition_of(key)];
         if let Some(block) = part.packed.find_mut(hash, |b| packed_key(b) == key) {
-            let meta = (flags(packed_meta(block)) & PARTIAL) | tick;
+            let meta = (flags(packed_meta(block)) & FLAGS) | tick;
             set_packed_meta(block, meta);
             return Some(meta);
         }
         let e = part.full.find_mut(hash, |e| &*e.key == key)?;
-        e.meta = (flags(e.meta) & PARTIAL) | tick;
+        e.meta = (flags(e.meta) & FLAGS) | tick;
         Some(e.meta)
     }
 
@@ -496,6 +528,7 @@ impl MemStore {
                     let s = Sampled {
                         age: self.age_of(meta),
                         partial: meta & PARTIAL != 0,
+                        synced: meta & SYNCED != 0,
                     };
                     if !f(packed_key(block), s) {
                         return;
@@ -514,6 +547,7 @@ impl MemStore {
                     let s = Sampled {
                         age: self.age_of(e.meta),
                         partial: e.meta & PARTIAL != 0,
+                        synced: e.meta & SYNCED != 0,
                     };
                     if !f(&e.key, s) {
                         return;
@@ -544,9 +578,11 @@ impl MemStore {
         if let Ok(mut entry) = part.packed.find_entry(hash, |b| packed_key(b) == key) {
             if let Some((ts, value)) = packable(key, &record) {
                 let block = entry.get_mut();
-                let meta = (packed_meta(block) & PARTIAL) | tick;
                 let current = unpack(block);
                 let changed = (ts, value) > (current.ts, current.value);
+                // A change clears the synced flag; a write already known keeps it.
+                let kept = if changed { PARTIAL } else { FLAGS };
+                let meta = (packed_meta(block) & kept) | tick;
                 if changed {
                     let before = packed_size(block);
                     *block = pack(meta, key, ts, value);
