@@ -79,6 +79,11 @@ pub struct NodeArgs {
     /// Memory budget in bytes (0 = half of RAM).
     #[arg(long, env = "LATTICEKV_MEMORY_BUDGET")]
     pub(crate) memory_budget: Option<u64>,
+    /// When a memory node copies live values to the disk tier: `every-write`
+    /// (write-through; the default of `server`) or `on-eviction` (spill: the write-ahead
+    /// log is the one durable copy; the default of `local`). See docs/durability.md.
+    #[arg(long, env = "LATTICEKV_DISK_COPY", value_parser = ["every-write", "on-eviction"])]
+    pub(crate) disk_copy: Option<String>,
     /// Pin worker i to CPU i.
     #[arg(long, env = "LATTICEKV_PIN_WORKERS")]
     pub(crate) pin_workers: Option<bool>,
@@ -359,6 +364,12 @@ pub fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     if let Some(v) = args.memory_budget {
         config.limits.memory_budget = v;
     }
+    if let Some(v) = &args.disk_copy {
+        config.disk_copy = Some(
+            v.parse()
+                .map_err(|e: String| anyhow::anyhow!("--disk-copy: {e}"))?,
+        );
+    }
     if let Some(v) = args.pin_workers {
         config.pin_workers = v;
     }
@@ -609,7 +620,10 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
             args.disk_nodes
         );
     }
-    // A memory node and disk nodes in this process, one cluster.
+    // A memory node and disk nodes in this process, one cluster. They share the machine,
+    // so a copy of every write on the disk nodes would add no fault tolerance over the
+    // memory node's log: by default they hold what does not fit in RAM (docs/durability.md).
+    config.disk_copy.get_or_insert(node::DiskCopy::OnEviction);
     let data = config
         .data_dir
         .clone()

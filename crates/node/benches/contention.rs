@@ -207,6 +207,7 @@ impl ShardSystem {
                     max_changeset_keys: GOSSIP_EVERY,
                     settle_ms: 0,
                     tombstone_memory_ms: 0,
+                    disk_copy: Default::default(),
                 };
                 Shard::new(
                     config,

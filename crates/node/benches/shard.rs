@@ -90,6 +90,7 @@ fn fixture() -> Fixture {
         max_changeset_keys: 1024,
         settle_ms: 0,
         tombstone_memory_ms: 0,
+        disk_copy: Default::default(),
     };
     let view = ViewState::single_node("bench", 1, DEFAULT_VNODES, default_vector(1, 1));
     let mut shard = Shard::new(config, Arc::new(view), 1, Arc::new(SystemClock::default()));

@@ -108,6 +108,38 @@ pub struct NodeConfig {
     /// `[[backing.prefixes]]`, `technique`, `recovery_workers`, …; see docs/writeback.md).
     /// Default: none.
     pub backing: crate::writeback::BackingConfig,
+    /// When a memory-tier node copies a key's live value to the key's disk-tier replicas:
+    /// after every write (`every_write`, the default of `server`: the disk tier is a
+    /// replica, and the `k` of fault tolerance counts it) or when the key is evicted
+    /// (`on_eviction`, the default of `latticekv local`: the write-ahead log is the one
+    /// durable copy, the disk tier holds what does not fit in RAM). Deletes reach the disk
+    /// tier either way. See docs/durability.md. `None`: the command's default.
+    pub disk_copy: Option<DiskCopy>,
+}
+
+/// When a memory-tier node copies live values to the disk tier (see
+/// [`NodeConfig::disk_copy`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiskCopy {
+    /// After every write, by gossip (write-through).
+    #[default]
+    EveryWrite,
+    /// When the key is evicted from RAM (spill).
+    OnEviction,
+}
+
+impl std::str::FromStr for DiskCopy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "every_write" | "every-write" => Ok(DiskCopy::EveryWrite),
+            "on_eviction" | "on-eviction" => Ok(DiskCopy::OnEviction),
+            other => Err(format!(
+                "unknown disk copy policy {other:?} (every_write or on_eviction)"
+            )),
+        }
+    }
 }
 
 /// Testing only: faults a node can be started with (`LATTICEKV_FAULT`), so integration
@@ -290,6 +322,7 @@ impl Default for NodeConfig {
             tls: crate::tls::TlsConfig::default(),
             stats: crate::stats::StatsConfig::default(),
             backing: crate::writeback::BackingConfig::default(),
+            disk_copy: None,
         }
     }
 }

@@ -209,6 +209,7 @@ fn shard(
             max_changeset_keys: crate::server::MAX_CHANGESET_KEYS,
             settle_ms: config.cluster.settle_ms,
             tombstone_memory_ms: config.tombstone_grace_secs.saturating_mul(1000),
+            disk_copy: config.disk_copy.unwrap_or_default(),
         },
         view,
         u64::from(index),

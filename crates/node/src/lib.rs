@@ -70,6 +70,6 @@ pub mod writeback;
 // ---- keys and server (CLIENT LIST/KILL node-wide) ----
 pub mod clients;
 
-pub use config::{ClusterConfig, DiskConfig, Limits, NodeConfig, NodeTier};
+pub use config::{ClusterConfig, DiskConfig, DiskCopy, Limits, NodeConfig, NodeTier};
 pub use error::NodeError;
 pub use server::{Node, NodeAddresses, PublishedAddresses};

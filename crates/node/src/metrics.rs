@@ -138,7 +138,7 @@ pub fn render(s: &Snapshot<'_>) -> String {
     }
     let w = s.workers;
     // A name ending in `_total` is a counter, any other a gauge.
-    let series: [Series; 17] = [
+    let series: [Series; 18] = [
         ("operations_total", "Operations executed.", |w| {
             w.core.shard.requests
         }),
@@ -176,6 +176,11 @@ pub fn render(s: &Snapshot<'_>) -> String {
             "disk_fetches_total",
             "Keys fetched from the disk tier on a miss.",
             |w| w.core.shard.disk_fetches,
+        ),
+        (
+            "demotions_total",
+            "Records sent to the disk tier to be evicted (disk_copy = on_eviction).",
+            |w| w.core.shard.demotions,
         ),
         (
             "window_accesses",

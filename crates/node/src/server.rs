@@ -346,6 +346,7 @@ impl Node {
                         max_changeset_keys: MAX_CHANGESET_KEYS,
                         settle_ms: config.cluster.settle_ms,
                         tombstone_memory_ms: config.tombstone_grace_secs.saturating_mul(1000),
+                        disk_copy: config.disk_copy.unwrap_or_default(),
                     },
                     view.clone(),
                     fastrand::u64(..),

@@ -70,6 +70,7 @@ impl Rig {
                 max_changeset_keys: 1 << 20,
                 settle_ms: 0,
                 tombstone_memory_ms: 1_000,
+                disk_copy: Default::default(),
             },
             view(),
             7,

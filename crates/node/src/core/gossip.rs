@@ -131,9 +131,11 @@ impl Core {
 
     /// Asks for a round soon if the changeset filled up (after client writes).
     pub(super) fn gossip_if_full(&mut self) {
-        // Above the memory budget with nothing clean to evict: get the dirty records to
-        // the disk tier now.
-        let wanted = self.shard.changeset_full() || self.shard.memory_pressure();
+        // Above the memory budget with nothing clean to evict, or records demoted: get
+        // them to the disk tier now.
+        let wanted = self.shard.changeset_full()
+            || self.shard.memory_pressure()
+            || self.shard.demotions_queued();
         if wanted && !self.gossip.urgent {
             self.gossip.urgent = true;
             self.gossip.soonest = 0;

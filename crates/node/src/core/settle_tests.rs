@@ -61,6 +61,7 @@ fn concurrent_reads_of_a_moving_key_share_one_fetch() {
             max_changeset_keys: 1 << 20,
             settle_ms: 60_000,
             tombstone_memory_ms: 1_000,
+            disk_copy: Default::default(),
         },
         view(&["a"], 1),
         7,

@@ -71,6 +71,10 @@ impl Rig {
     }
 
     fn with(budget: usize, config: CoreConfig) -> Rig {
+        Rig::build(budget, config, crate::config::DiskCopy::EveryWrite)
+    }
+
+    fn build(budget: usize, config: CoreConfig, disk_copy: crate::config::DiskCopy) -> Rig {
         let clock = Arc::new(ManualClock::new(1_700_000_000_000));
         let shard = Shard::new(
             ShardConfig {
@@ -83,6 +87,7 @@ impl Rig {
                 max_changeset_keys: 1 << 20,
                 settle_ms: 0,
                 tombstone_memory_ms: 1_000,
+                disk_copy,
             },
             view(),
             7,
@@ -509,3 +514,7 @@ fn a_spilled_worker_declines_anti_entropy_with_the_disk_tier() {
     );
     assert_eq!(differing(rig.core.take_effects()), 0);
 }
+
+/// The same worker copying live values to the disk tier on eviction only.
+#[path = "spill_tests.rs"]
+mod spill;

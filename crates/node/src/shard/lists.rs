@@ -99,7 +99,7 @@ impl Shard {
             }
         }
         if let Some(delta) = merged {
-            let replicated = self.replicated(key);
+            let replicated = self.gossips_writes(key);
             if replicated || self.journal_enabled() {
                 let record = Record::new(epoch, Some(Value::List(Box::new(delta))));
                 self.log_change(key, &record);

@@ -149,6 +149,8 @@ pub struct ShardConfig {
     pub settle_ms: u64,
     /// How long a reclaimed delete is remembered, in ms (see `tombstones`).
     pub tombstone_memory_ms: u64,
+    /// When a memory-tier shard copies live values to disk replicas (see `tier`).
+    pub disk_copy: crate::config::DiskCopy,
 }
 
 /// Counters reported in status output.
@@ -182,6 +184,8 @@ pub struct ShardStats {
     pub evictions: u64,
     /// Keys fetched from the disk tier by a memory-tier worker (reads of evicted keys).
     pub disk_fetches: u64,
+    /// Records a memory-tier worker copying on eviction sent to the disk tier to evict them.
+    pub demotions: u64,
 }
 
 /// One worker's keys, clock, view of the cluster and outgoing replication.
@@ -406,6 +410,25 @@ impl Shard {
         count > 1
     }
 
+    /// True if every live write to `key` is gossiped to other replicas: it has replicas
+    /// other than this worker that take every write — all of them, unless this memory-tier
+    /// worker copies live values to the disk tier on eviction only (then its memory-tier
+    /// replicas). Deletes go to every replica ([`Shard::replicated`]).
+    fn gossips_writes(&self, key: &[u8]) -> bool {
+        if !self.copies_on_eviction() {
+            return self.replicated(key);
+        }
+        if self.single_worker {
+            return false;
+        }
+        let mut count = 0;
+        let vector = self.view.vector(key);
+        self.view
+            .view
+            .for_each_replica(key_hash(key), Tier::Memory, vector.memory, |_| count += 1);
+        count > 1
+    }
+
     /// Where a request for `key` should run: here if this worker holds a replica (in any
     /// tier), else a random one of the key's serving replicas (memory tier first).
     pub fn route(&mut self, key: &[u8]) -> Route {
@@ -496,6 +519,7 @@ impl Shard {
                 + self.reconcile_waiting) as u64,
             handoff_keys: self.handoff.len() as u64,
             evictions: self.tier.evictions,
+            demotions: self.tier.demotions,
             disk_fetches: self.tier.disk_fetches,
         }
     }

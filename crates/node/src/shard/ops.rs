@@ -441,7 +441,7 @@ impl Shard {
         let Some(delta) = delta else {
             return Ok(None);
         };
-        let replicated = self.replicated(key);
+        let replicated = self.gossips_writes(key);
         if replicated || self.journal_enabled() {
             let record = Record::new(epoch, Some(Value::OrSet(Box::new(delta.clone()))));
             self.log_change(key, &record);
@@ -527,7 +527,7 @@ impl Shard {
             self.write_through(key, outcome)?;
             self.note_backing_change(key);
             let (new_value, counter_delta) = added.ok_or(NodeError::Overflow)?;
-            let replicated = self.replicated(key);
+            let replicated = self.gossips_writes(key);
             if replicated || self.journal_enabled() {
                 let record = Record::new(epoch, Some(Value::Counter(counter_delta)));
                 self.log_change(key, &record);
@@ -548,11 +548,17 @@ impl Shard {
     }
 
     /// Merges a write's delta into the store and, for keys replicated on this node, into
-    /// the changeset.
+    /// the changeset (a delete for every replica, a live value for those that take every
+    /// write: see [`Shard::gossips_writes`]).
     pub(super) fn apply(&mut self, key: &[u8], delta: Record) -> Result<(), NodeError> {
         self.hlc.observe(delta.epoch);
         self.merge_into_store(key, delta.clone())?;
-        if self.replicated(key) {
+        let gossiped = if delta.value.is_none() {
+            self.replicated(key)
+        } else {
+            self.gossips_writes(key)
+        };
+        if gossiped {
             self.add_to_changeset(key, delta);
         }
         Ok(())

@@ -69,6 +69,7 @@ impl Shard {
         let view = self.view.clone();
         let mut budget_keys = MAX_ROUND_KEYS;
         let mut budget_bytes = MAX_ROUND_BYTES;
+        self.demotions_taken();
         let taken: Vec<(Blob, Record)> = if self.changeset.len() <= budget_keys {
             self.changeset.drain().collect()
         } else {
@@ -87,8 +88,14 @@ impl Shard {
             let handoff = self.handoff.get(&key[..]);
             let mut others = false;
             let mut sent = false;
+            // Disk replicas skipped: the value reaches them when the key is evicted.
+            let mut deferred = false;
             for r in view.replicas(&key) {
                 if r == me {
+                    continue;
+                }
+                if self.defers_to_eviction(&key, &record, r) {
+                    deferred = true;
                     continue;
                 }
                 others = true;
@@ -104,7 +111,13 @@ impl Shard {
                     batch.1.push((key.clone(), h.generation));
                 }
             }
-            if !others {
+            if !sent {
+                // A demotion that found no disk replica in this view: no longer one.
+                self.demotion_unsent(&key);
+            }
+            if !others && deferred {
+                // Already in the store (and the log); nothing else to send.
+            } else if !others {
                 unsent.push((key, record));
             } else if !sent {
                 all_acked.push(key);

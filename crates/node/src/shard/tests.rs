@@ -40,6 +40,7 @@ pub(super) fn config(node_id: &str, worker: u32) -> ShardConfig {
         max_changeset_keys: 1024,
         settle_ms: 1_000,
         tombstone_memory_ms: 1_000,
+        disk_copy: Default::default(),
     }
 }
 

@@ -25,6 +25,17 @@
 //! [`HARD_CEILING_FACTOR`] × the share while the core gossips early and the driver slows
 //! client connections down; beyond it they get the out-of-memory error. Keys without disk
 //! replicas (or a cluster without a disk tier) keep the plain budget: the error at the share.
+//!
+//! How a record gets to the disk tier depends on the node's `disk_copy` setting. With
+//! `every_write` (write-through) every change is gossiped to the key's disk replicas, so a
+//! record is clean once those batches are acknowledged. With `on_eviction` (spill) live
+//! values stay in RAM and the write-ahead log; a record is *synced* (the store's flag,
+//! cleared by every change) once the disk replicas acknowledged it as it is, and only a
+//! synced record is evicted. Evicting an unsynced one first *demotes* it: its whole record
+//! goes to its disk replicas in the next gossip round (the eviction step picks it by LRU
+//! like any victim), and it is evicted when they acknowledge it, unless written since.
+//! Deletes still reach the disk replicas at once (an older copy there must not come back
+//! when the tombstone is reclaimed), and so do hand-offs.
 
 use bytes::Bytes;
 use lattice::{Blob, Record};
@@ -48,6 +59,20 @@ const EVICT_MISSES: usize = 4;
 
 /// Writes to keys with disk replicas are refused only above this many times the share.
 pub const HARD_CEILING_FACTOR: usize = 2;
+
+/// Most keys being demoted (queued or in flight to the disk tier) at once.
+const MAX_DEMOTING: usize = 1 << 16;
+
+/// What one eviction step did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Evicted {
+    /// A record left RAM.
+    One,
+    /// A record was queued for the disk tier, to leave RAM once it is acknowledged.
+    Demoted,
+    /// The sample had nothing to evict or demote.
+    Nothing,
+}
 
 /// Bits of the fetch doorkeeper (128 KiB per worker).
 const DOORKEEPER_BITS: usize = 1 << 20;
@@ -107,6 +132,14 @@ pub(crate) struct Tiering {
     evicting: bool,
     /// Per key, batches to disk replicas carrying it that are not yet acknowledged.
     unacked: Map<Blob, u32>,
+    /// Keys being demoted (`on_eviction`), with their size when queued.
+    demoting: Map<Blob, usize>,
+    /// Sum of the sizes in `demoting`: RAM that will be freed once they are acknowledged.
+    demoting_bytes: usize,
+    /// Records demoted.
+    pub(crate) demotions: u64,
+    /// Demotions were queued since the last gossip round.
+    queued: bool,
     /// Which cold keys were fetched recently.
     doorkeeper: Doorkeeper,
     /// Records evicted.
@@ -124,7 +157,11 @@ impl Tiering {
         Tiering {
             spilled: false,
             evicting: false,
-            unacked: Map::with_hasher(hasher),
+            unacked: Map::with_hasher(hasher.clone()),
+            demoting: Map::with_hasher(hasher),
+            demoting_bytes: 0,
+            demotions: 0,
+            queued: false,
             doorkeeper: Doorkeeper::default(),
             evictions: 0,
             disk_fetches: 0,
@@ -169,6 +206,30 @@ impl Shard {
             && self.view.vector(key).disk.global > 0
     }
 
+    /// True if this memory-tier worker copies live values to the disk tier only when it
+    /// evicts them (`disk_copy = on_eviction`, see the module docs).
+    pub(crate) fn copies_on_eviction(&self) -> bool {
+        self.config.disk_copy == crate::config::DiskCopy::OnEviction && !self.is_disk()
+    }
+
+    /// True if a changeset entry of `key` (`record`) skips the disk replica `to` now: this
+    /// worker copies on eviction, the entry is a live value, not a demotion or a hand-off.
+    pub(super) fn defers_to_eviction(&self, key: &[u8], record: &Record, to: Replica) -> bool {
+        self.copies_on_eviction()
+            && record.value.is_some()
+            && !self.tier.demoting.contains_key(key)
+            && !self.handoff.contains_key(key)
+            && self.tracks_disk_acks(to)
+    }
+
+    /// A demotion's changeset entry was taken for gossip without reaching a disk replica
+    /// (the key has none in this view): it is no longer being demoted.
+    pub(super) fn demotion_unsent(&mut self, key: &[u8]) {
+        if let Some(size) = self.tier.demoting.remove(key) {
+            self.tier.demoting_bytes = self.tier.demoting_bytes.saturating_sub(size);
+        }
+    }
+
     /// True if `to` is a disk-tier worker and this a memory-tier one: batches to it are
     /// sent durable and tracked (see [`Shard::sent_to_disk`]).
     pub fn tracks_disk_acks(&self, to: Replica) -> bool {
@@ -185,8 +246,11 @@ impl Shard {
     /// differ from the disk replica's forever, and a repair would pull every evicted
     /// record back into RAM. What it wrote reaches the disk tier by acknowledged gossip
     /// (a record is evicted only once acknowledged durably), and what it lacks is fetched.
+    ///
+    /// A worker that copies on eviction declines it always: its disk replicas hold only
+    /// what it evicted, by design.
     pub fn declines_entropy_with(&self, peer: Replica) -> bool {
-        self.tier.spilled && self.tracks_disk_acks(peer)
+        (self.tier.spilled || self.copies_on_eviction()) && self.tracks_disk_acks(peer)
     }
 
     /// True if `op` must wait for its key's record from the disk tier: this worker spilled,
@@ -260,6 +324,10 @@ impl Shard {
             self.store.merge(key, record);
         }
         self.store.set_partial(key, !complete);
+        if from_disk && complete && !cached && self.copies_on_eviction() {
+            // RAM now holds exactly what the disk tier has: evictable without a demotion.
+            self.store.set_synced(key);
+        }
         // A backed key read through is a cache fill: it stays (eviction makes room).
         let backed = self.backed(key).is_some();
         let warm = backed || self.tier.doorkeeper.fetched(key_hash(key));
@@ -308,6 +376,14 @@ impl Shard {
                     self.tier.unacked.remove(&key[..]);
                 }
             }
+            if let Some(size) = self.tier.demoting.remove(&key[..]) {
+                self.tier.demoting_bytes = self.tier.demoting_bytes.saturating_sub(size);
+                // Chosen by LRU when it was demoted: evicted now, unless written since (or
+                // the batch failed: then it is queued again, dirty until acknowledged).
+                if self.tier.evicting && self.evictable(key) {
+                    self.evict(key);
+                }
+            }
         }
         self.maintain_memory();
     }
@@ -332,12 +408,62 @@ impl Shard {
         !replication::is_metadata_key(key)
             && (self.tiered(key) || self.backed(key).is_some())
             && !self.is_dirty(key)
+            && (self.store.is_synced(key) || !(self.copies_on_eviction() && self.tiered(key)))
+    }
+
+    /// True if `key` would be evictable once demoted: copied on eviction, clean, and its
+    /// record not on the disk tier as it is.
+    fn demotable(&self, key: &[u8], synced: bool) -> bool {
+        !synced
+            && self.copies_on_eviction()
+            && self.tiered(key)
+            && !replication::is_metadata_key(key)
+            && !self.tier.demoting.contains_key(key)
+            && !self.is_dirty(key)
+    }
+
+    /// Queues `key`'s whole record for its disk replicas (the next gossip round) and marks
+    /// it synced: evicted once they acknowledge it, unless written before.
+    fn demote(&mut self, key: &[u8]) {
+        let Some(record) = self.store.get(key).map(|r| r.to_record()) else {
+            return;
+        };
+        let size = self.store.size_of(key);
+        self.changeset.insert(Box::from(key), record);
+        self.store.set_synced(key);
+        self.tier.demoting.insert(Box::from(key), size);
+        self.tier.demoting_bytes += size;
+        self.tier.demotions += 1;
+        self.tier.queued = true;
+    }
+
+    /// Removes `key` from RAM (its every change is on disk).
+    fn evict(&mut self, key: &[u8]) {
+        self.store.remove(key);
+        self.tier.evictions += 1;
+        if !self.is_disk() {
+            // The log must not bring it back at a restart (over the budget, and behind
+            // a newer copy on disk).
+            self.log_drop(key);
+            self.tier.spilled = true;
+        }
     }
 
     /// True if the store is above its budget share with nothing evictable: the core should
     /// gossip now and the driver slow writers down.
     pub fn memory_pressure(&self) -> bool {
         self.tier.stuck && self.store.bytes() > self.config.memory_budget
+    }
+
+    /// True if records were demoted since the last gossip round: the core should gossip
+    /// now, so they leave RAM soon.
+    pub fn demotions_queued(&self) -> bool {
+        self.tier.queued
+    }
+
+    /// A gossip round took the changeset (and with it the demotions queued).
+    pub(super) fn demotions_taken(&mut self) {
+        self.tier.queued = false;
     }
 
     /// Bytes beyond which writes of tiered keys are refused.
@@ -360,14 +486,18 @@ impl Shard {
         }
         let low = budget / 100 * LOW_WATERMARK_PERCENT;
         let mut misses = 0;
-        let mut evicted = 0;
-        while self.store.bytes() > low && evicted < EVICT_STEP {
-            if self.evict_one() {
-                evicted += 1;
-            } else {
-                misses += 1;
-                if misses >= EVICT_MISSES {
-                    break;
+        let mut done = 0;
+        // Records being demoted will leave: count them as gone, so a step demotes only
+        // what is still needed.
+        while self.store.bytes().saturating_sub(self.tier.demoting_bytes) > low && done < EVICT_STEP
+        {
+            match self.evict_one() {
+                Evicted::One | Evicted::Demoted => done += 1,
+                Evicted::Nothing => {
+                    misses += 1;
+                    if misses >= EVICT_MISSES {
+                        break;
+                    }
                 }
             }
         }
@@ -379,9 +509,10 @@ impl Shard {
     }
 
     /// Samples entries from a random partition and evicts the least recently used
-    /// evictable one; false if the sample had none.
-    fn evict_one(&mut self) -> bool {
+    /// evictable one, or demotes it if it must reach the disk tier first.
+    fn evict_one(&mut self) -> Evicted {
         let mut victim: Option<(u32, Blob)> = None;
+        let room = self.tier.demoting.len() < MAX_DEMOTING;
         let start = self.rng.usize(..);
         let first = self.rng.usize(..store::PARTITIONS);
         let mut left = EVICT_SAMPLE;
@@ -395,24 +526,22 @@ impl Shard {
             self.store.sample(p, start, left, |key, info| {
                 left -= 1;
                 let older = victim.as_ref().is_none_or(|(age, _)| info.age > *age);
-                if older && self.evictable(key) {
+                if older && (self.evictable(key) || (room && self.demotable(key, info.synced))) {
                     victim = Some((info.age, Box::from(key)));
                 }
                 true
             });
         }
         let Some((_, key)) = victim else {
-            return false;
+            return Evicted::Nothing;
         };
-        self.store.remove(&key);
-        self.tier.evictions += 1;
-        if !self.is_disk() {
-            // The log must not bring it back at a restart (over the budget, and behind
-            // a newer copy on disk).
-            self.log_drop(&key);
-            self.tier.spilled = true;
+        if self.evictable(&key) {
+            self.evict(&key);
+            Evicted::One
+        } else {
+            self.demote(&key);
+            Evicted::Demoted
         }
-        true
     }
 }
 

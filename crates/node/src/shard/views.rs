@@ -136,6 +136,12 @@ impl Shard {
             }
         }
         for (to, key) in directed {
+            // A live value copied on eviction does not go to a new disk replica now
+            // (a delete does: see `tier`).
+            let live = self.store.get(&key).is_some_and(|r| r.is_live());
+            if live && self.copies_on_eviction() && self.tracks_disk_acks(to) {
+                continue;
+            }
             self.outbox.entry(to).or_default().insert(key);
         }
     }

@@ -108,6 +108,7 @@ impl World {
                 max_changeset_keys: self.p.max_changeset_keys,
                 settle_ms: 1_000,
                 tombstone_memory_ms: self.p.tombstone_grace_ms,
+                disk_copy: Default::default(),
             };
             let mut shard = Shard::new(config, view.clone(), self.rng.u64(..), clock.clone());
             shard.audit();
