@@ -38,8 +38,8 @@ pub struct MonitorArgs {
     /// Print each round's snapshot (JSON) before its actions.
     #[arg(long)]
     print_snapshot: bool,
-    /// What one disk-tier node may store, in bytes, for the storage rule (0: unknown, the
-    /// disk tier is not scaled for storage).
+    /// What one disk-tier node may store, in bytes, for the storage rule (0: what each disk
+    /// node reports, its stored bytes plus its file system's free space beyond its reserve).
     #[arg(long, default_value_t = 0)]
     disk_capacity: u64,
     /// Who adds and removes nodes: `none` (node actions are logged, not taken), `local`

@@ -338,6 +338,7 @@ pub fn to_json(s: &pb::Status) -> Value {
         "front_address": s.front_address,
         "resp_address": s.resp_address,
         "memory_budget_bytes": s.memory_budget_bytes,
+        "disk_capacity_bytes": s.disk_capacity_bytes,
         "workers": s.workers.iter().map(worker_json).collect::<Vec<_>>(),
         "backing": node_backing(s).as_ref().map(backing_json),
         "hot_keys": node_hot_keys(s, NODE_HOT_KEYS)

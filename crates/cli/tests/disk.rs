@@ -306,6 +306,82 @@ fn a_full_disk_gives_writers_an_error_and_reads_keep_working() {
     resp.roundtrip(&[b"GET", b"after"], b"$1\r\n1\r\n");
 }
 
+/// A disk node reports what it could store — what it stores plus its file system's free
+/// space beyond the reserve — and the monitor scales the disk tier against that when it is
+/// given no `--disk-capacity`.
+#[test]
+fn a_disk_node_reports_its_capacity_and_the_monitor_uses_it() {
+    let fs = common::Tmpfs::mount("48m");
+    let config = fs.path.join("node.toml");
+    std::fs::write(&config, "[disk]\nreserve_bytes = 8388608\n").unwrap();
+    let data = fs.path.join("data");
+    let node = NodeProc::server(
+        "cap",
+        None,
+        &[
+            "--tier",
+            "disk",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--workers",
+            "1",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let addr = node.native.to_string();
+    let capacity = || {
+        rt().block_on(async {
+            let c = Client::connect(&addr).await.unwrap();
+            c.status().await.unwrap().disk_capacity_bytes
+        })
+    };
+    // 48 MiB of file system, 8 MiB reserved, a few hundred KiB of LSM files.
+    const MIB: u64 = 1 << 20;
+    let empty = capacity();
+    assert!(
+        (32 * MIB..=40 * MIB).contains(&empty),
+        "{empty} bytes reported on a 48 MiB file system with 8 MiB reserved"
+    );
+    // Space taken by something else is space the node can no longer use.
+    let ballast = fs.path.join("ballast");
+    std::fs::write(&ballast, vec![0u8; 16 << 20]).unwrap();
+    let squeezed = capacity();
+    assert!(
+        (empty - 17 * MIB..=empty - 15 * MIB).contains(&squeezed),
+        "{squeezed} bytes after 16 MiB of ballast (was {empty})"
+    );
+    // The monitor's snapshot: the disk node's capacity is the one it reported.
+    let out = std::process::Command::new(common::bin())
+        .args([
+            "monitor",
+            "--addr",
+            &addr,
+            "--dry-run",
+            "--rounds",
+            "1",
+            "--print-snapshot",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let snapshot: serde_json::Value = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v.get("now_ms").is_some())
+        .unwrap_or_else(|| panic!("no snapshot printed: {text}"));
+    let seen = snapshot["nodes"][0]["capacity_bytes"].as_u64().unwrap();
+    assert!(
+        seen.abs_diff(squeezed) < MIB,
+        "the monitor saw {seen} bytes, the node reports {squeezed}: {snapshot}"
+    );
+}
+
 #[test]
 fn moving_a_key_between_tiers_is_an_edit_of_its_vector() {
     let dir = tempfile::tempdir().unwrap();

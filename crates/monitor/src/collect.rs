@@ -16,8 +16,15 @@
 //!   saturates. Each worker's mean is scaled as an M/M/1 queue's response time,
 //!   `mean / (1 − ρ)`, with its occupancy as ρ (capped at 0.99): an idle worker's
 //!   requests count as measured, a saturated one's many times over.
+//! - Working set: a memory node that caches over the disk tier (a worker of it evicted or
+//!   fetched records) is always at its budget, so the storage rule measures its working
+//!   set instead — per worker, the distinct keys accessed in the window times the mean
+//!   size of the records it holds (Denning's W(t, τ) with τ the statistics window).
 //! - Storage: a memory node's bytes in RAM against its memory budget; a disk node's bytes
-//!   on disk against `disk_capacity_bytes` (0: unknown, the storage rule skips the tier).
+//!   on disk against `disk_capacity_bytes` when set, else against the capacity the node
+//!   reports (`Status.disk_capacity_bytes`: stored bytes plus the free space of its data
+//!   directory's file system beyond its reserve). 0 from both: unknown, the storage rule
+//!   skips the tier.
 
 use std::collections::BTreeMap;
 
@@ -40,7 +47,7 @@ pub struct NodeReport {
 /// Settings of the conversion that the reports do not carry.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CollectConfig {
-    /// What one disk-tier node may store, in bytes (0: unknown).
+    /// What one disk-tier node may store, in bytes (0: use what each node reports).
     pub disk_capacity_bytes: u64,
 }
 
@@ -116,6 +123,7 @@ pub fn snapshot(
                 workers: r.member.workers.len() as u32,
                 storage_bytes: 0,
                 capacity_bytes: 0,
+                working_set_bytes: None,
                 occupancy: 0.0,
                 alive: false,
                 removable: true,
@@ -123,9 +131,13 @@ pub fn snapshot(
             continue;
         };
         let mut storage = 0u64;
+        let mut working_set = 0u64;
+        let mut caches = false;
         let mut occupancy = 0.0;
         for w in &status.workers {
             let s = w.stats.clone().unwrap_or_default();
+            caches |= w.evictions > 0 || w.disk_fetches > 0;
+            working_set = working_set.saturating_add(worker_working_set(w, &s));
             storage = storage.saturating_add(match tier {
                 Tier::Memory => w.memory_bytes,
                 Tier::Disk => s.disk_bytes,
@@ -156,8 +168,9 @@ pub fn snapshot(
             storage_bytes: storage,
             capacity_bytes: match tier {
                 Tier::Memory => status.memory_budget_bytes,
-                Tier::Disk => config.disk_capacity_bytes,
+                Tier::Disk => disk_capacity(config, status),
             },
+            working_set_bytes: (tier == Tier::Memory && caches).then_some(working_set),
             occupancy: occupancy / workers as f64,
             alive,
             removable: true,
@@ -197,6 +210,33 @@ pub fn snapshot(
         keys,
         latency,
         default_vector,
+    }
+}
+
+/// The bytes of a memory worker's working set: the distinct keys its clients touched in
+/// the window (the window's HyperLogLog) times the mean size of the records it holds; for
+/// a worker that never evicted nor fetched (not a cache), the bytes it holds.
+fn worker_working_set(w: &pb::WorkerStatus, s: &pb::WorkerStats) -> u64 {
+    if w.evictions == 0 && w.disk_fetches == 0 {
+        return w.memory_bytes;
+    }
+    let mean = w.memory_bytes as f64 / w.keys.max(1) as f64;
+    let bytes = (s.accessed_keys as f64 * mean).round();
+    if bytes.is_finite() && bytes < u64::MAX as f64 {
+        bytes as u64
+    } else {
+        u64::MAX
+    }
+}
+
+/// A disk node's capacity: `--disk-capacity` when set, else what the node reports (its
+/// stored bytes plus its file system's free space beyond its reserve; 0 from a node that
+/// does not report it: unknown).
+fn disk_capacity(config: CollectConfig, status: &pb::Status) -> u64 {
+    if config.disk_capacity_bytes > 0 {
+        config.disk_capacity_bytes
+    } else {
+        status.disk_capacity_bytes
     }
 }
 

@@ -218,6 +218,7 @@ impl Sim {
                         Tier::Memory => self.cfg.memory_capacity,
                         Tier::Disk => self.cfg.disk_capacity,
                     },
+                    working_set_bytes: None,
                     occupancy: occ,
                     alive: true,
                     removable: true,

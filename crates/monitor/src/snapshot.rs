@@ -135,6 +135,12 @@ pub struct NodeStats {
     pub storage_bytes: u64,
     /// Bytes it may store (memory budget, or disk space).
     pub capacity_bytes: u64,
+    /// A memory node that caches over the disk tier (it has evicted or fetched records):
+    /// the bytes of its working set, the records its clients touched within the last
+    /// statistics window (Denning's W(t, τ), τ = the window), which the storage rule
+    /// measures instead of `storage_bytes` — a cache sits at its budget whatever its load
+    /// needs. `None`: not a cache; `storage_bytes` is what it must hold.
+    pub working_set_bytes: Option<u64>,
     /// Busy fraction, 0..=1: the mean over its workers of (time handling requests / window),
     /// the reference code's definition (values outside 0..=1 are clamped).
     pub occupancy: f64,

@@ -149,6 +149,82 @@ fn counts_sum_across_replicas_and_dead_nodes_are_not_alive() {
 }
 
 #[test]
+fn disk_capacity_comes_from_the_nodes_unless_set() {
+    let topology = pb::Topology {
+        default_global_replication: 1,
+        default_local_replication: 1,
+        default_disk_replication: 1,
+        ..Default::default()
+    };
+    let disk = |id: &str, capacity: u64| NodeReport {
+        member: member(id, "disk", pb::NodeStatus::Alive),
+        status: Some(pb::Status {
+            workers: vec![worker(0, &[], (0, 0, vec![]))],
+            disk_capacity_bytes: capacity,
+            ..Default::default()
+        }),
+    };
+    let reports = vec![disk("d1", 5_000), disk("d2", 0)];
+    let capacities = |flag: u64| {
+        let config = CollectConfig {
+            disk_capacity_bytes: flag,
+        };
+        snapshot(5, &topology, &reports, config, &|_: &[u8]| false)
+            .nodes
+            .iter()
+            .map(|n| n.capacity_bytes)
+            .collect::<Vec<_>>()
+    };
+    // Without --disk-capacity: each node's own report; a node that reports none stays
+    // unknown (0), which the storage rule skips.
+    assert_eq!(capacities(0), [5_000, 0]);
+    // --disk-capacity overrides every node's report.
+    assert_eq!(capacities(99), [99, 99]);
+}
+
+#[test]
+fn a_memory_node_that_caches_reports_its_working_set() {
+    let topology = pb::Topology {
+        default_global_replication: 1,
+        default_local_replication: 1,
+        default_disk_replication: 1,
+        ..Default::default()
+    };
+    // 100 records in 10,000 bytes (100 each); 30 distinct keys accessed in the window.
+    let memory = |id: &str, evictions: u64, disk_fetches: u64| {
+        let mut w = worker(10_000, &[], (0, 0, vec![]));
+        w.keys = 100;
+        w.evictions = evictions;
+        w.disk_fetches = disk_fetches;
+        w.stats.as_mut().unwrap().accessed_keys = 30;
+        NodeReport {
+            member: member(id, "memory", pb::NodeStatus::Alive),
+            status: Some(pb::Status {
+                memory_budget_bytes: 10_000,
+                workers: vec![w],
+                ..Default::default()
+            }),
+        }
+    };
+    let reports = vec![
+        memory("evicted", 5, 0),
+        memory("fetched", 0, 7),
+        memory("never", 0, 0),
+    ];
+    let snap = snapshot(
+        5,
+        &topology,
+        &reports,
+        CollectConfig::default(),
+        &|_: &[u8]| false,
+    );
+    let sets: Vec<_> = snap.nodes.iter().map(|n| n.working_set_bytes).collect();
+    // A cache: 30 keys × 100 bytes; a node that never spilled holds what it must.
+    assert_eq!(sets, [Some(3_000), Some(3_000), None]);
+    assert!(snap.nodes.iter().all(|n| n.storage_bytes == 10_000));
+}
+
+#[test]
 fn buckets_follow_the_protocols_rule() {
     assert_eq!(bucket_upper_ns(5), 5);
     // Bucket 16 holds 16 ns; 17 holds 17; bucket 32 starts the next power of two: 32..34.

@@ -14,6 +14,11 @@ use crate::snapshot::Tier;
 /// Algorithm 5 lines 1–5: a tier above S_upper grows to `required_storage`; the disk tier
 /// below S_lower shrinks by one node towards max(required_storage, k + 1). The memory tier
 /// is not shrunk for storage (the paper: hot-key replication raises compute, not storage).
+///
+/// A memory node that caches over the disk tier counts its working set
+/// (`NodeStats::working_set_bytes`), not the bytes it holds: a cache is full whatever its
+/// load needs, and counting it full would grow the tier until it held all data (the
+/// paper's memory tier held only the keys it promoted, so its storage followed the load).
 pub(super) fn storage(round: &mut Round<'_>) {
     if round.in_grace {
         return;
@@ -24,10 +29,11 @@ pub(super) fn storage(round: &mut Round<'_>) {
             continue;
         }
         let (bytes, capacity) = round.snap.alive(tier).fold((0u128, 0u128), |(b, c), n| {
-            (
-                b + u128::from(n.storage_bytes),
-                c + u128::from(n.capacity_bytes),
-            )
+            let stored = match tier {
+                Tier::Memory => n.working_set_bytes.unwrap_or(n.storage_bytes),
+                Tier::Disk => n.storage_bytes,
+            };
+            (b + u128::from(stored), c + u128::from(n.capacity_bytes))
         });
         if capacity == 0 {
             continue;

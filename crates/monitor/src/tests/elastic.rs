@@ -197,6 +197,50 @@ fn storage_driven_elasticity_per_tier() {
 }
 
 #[test]
+fn a_cache_over_the_disk_tier_grows_for_its_working_set_not_its_bytes() {
+    let cfg = PolicyConfig::paper();
+    // Two memory nodes that cache over the disk tier, each at its budget (1000 of 1000
+    // bytes): their bytes alone would ask for ceil(2000 / 600) = 4 nodes.
+    let cache = |working_set: u64| {
+        let mut snap = snapshot(2, 2);
+        for n in snap.nodes.iter_mut().filter(|n| n.tier == Tier::Memory) {
+            n.storage_bytes = 1000;
+            n.working_set_bytes = Some(working_set);
+        }
+        adds(&decide(&snap, &cfg, &mut PolicyState::new()))
+    };
+    // (working set per node, expected additions)
+    let table = [
+        (100, vec![]),                   // 10 %: a tenth of the cache is in use
+        (600, vec![]),                   // at S_upper: holds
+        (700, vec![(Tier::Memory, 1)]),  // ceil(1400 / 600) = 3 nodes
+        (1500, vec![(Tier::Memory, 3)]), // larger than the cache: ceil(3000 / 600) = 5
+    ];
+    for (working_set, want) in table {
+        assert_eq!(cache(working_set), want, "working set {working_set}");
+    }
+    // A memory node that is not a cache (no working set measured) counts its bytes.
+    let mut snap = snapshot(2, 2);
+    for n in snap.nodes.iter_mut().filter(|n| n.tier == Tier::Memory) {
+        n.storage_bytes = 1000;
+    }
+    assert_eq!(
+        adds(&decide(&snap, &cfg, &mut PolicyState::new())),
+        vec![(Tier::Memory, 2)]
+    );
+    // The disk tier's storage is its bytes, whatever a working set says.
+    let mut snap = snapshot(1, 2);
+    for n in snap.nodes.iter_mut().filter(|n| n.tier == Tier::Disk) {
+        n.storage_bytes = 900;
+        n.working_set_bytes = Some(0);
+    }
+    assert_eq!(
+        adds(&decide(&snap, &cfg, &mut PolicyState::new())),
+        vec![(Tier::Disk, 1)]
+    );
+}
+
+#[test]
 fn pending_nodes_are_not_requested_again_until_they_join_or_time_out() {
     let cfg = PolicyConfig::paper();
     let mut snap = overloaded(4, 3_750.0);

@@ -21,6 +21,7 @@ pub(crate) fn node(id: &str, tier: Tier, occupancy: f64, storage_bytes: u64) -> 
         workers: 4,
         storage_bytes,
         capacity_bytes: 1000,
+        working_set_bytes: None,
         occupancy,
         alive: true,
         removable: true,

@@ -11,14 +11,21 @@ fn vector(max: u32) -> impl Strategy<Value = Vector> {
     (0..=max, 0..=max, 0..=max, 0..=max).prop_map(|(a, b, c, d)| Vector::new((a, b), (c, d)))
 }
 
-fn node(tier: Tier) -> impl Strategy<Value = (Tier, u32, u64, u64, f64, (bool, bool))> {
+/// A node: tier, workers, bytes, capacity, occupancy, (alive, removable, working set).
+type NodeParts = (Tier, u32, u64, u64, f64, (bool, bool, Option<u64>));
+
+fn node(tier: Tier) -> impl Strategy<Value = NodeParts> {
     (
         Just(tier),
         1u32..8,
         0u64..2_000,
         prop_oneof![Just(0u64), 1u64..2_000],
         prop_oneof![0.0..1.0f64, Just(f64::NAN), Just(1.5)],
-        (prop::bool::weighted(0.9), prop::bool::weighted(0.8)),
+        (
+            prop::bool::weighted(0.9),
+            prop::bool::weighted(0.8),
+            prop::option::of(0u64..4_000),
+        ),
     )
 }
 
@@ -37,13 +44,14 @@ prop_compose! {
         default in (1u32..3, 0u32..3),
     ) -> Snapshot {
         let nodes = memory.into_iter().chain(disk).enumerate().map(
-            |(i, (tier, workers, storage_bytes, capacity_bytes, occupancy, (alive, removable)))| {
+            |(i, (tier, workers, storage_bytes, capacity_bytes, occupancy, (alive, removable, working_set_bytes)))| {
                 NodeStats {
                     id: format!("n{i}"),
                     tier,
                     workers,
                     storage_bytes,
                     capacity_bytes,
+                    working_set_bytes,
                     occupancy,
                     alive,
                     removable,
@@ -272,6 +280,27 @@ proptest! {
     }
 
     #[test]
+    fn caches_whose_working_set_fits_never_grow_for_storage(
+        snap in snapshot(),
+        cfg in config(),
+        fill in 0.0..0.999f64,
+    ) {
+        // Every memory node a cache at or over its budget, its working set at most
+        // S_upper of its capacity: the memory tier may grow for latency, never for storage.
+        let mut snap = snap;
+        for n in snap.nodes.iter_mut().filter(|n| n.tier == Tier::Memory) {
+            let room = n.capacity_bytes as f64 * cfg.memory_storage.upper;
+            n.working_set_bytes = Some((room * fill).floor() as u64);
+            n.storage_bytes = n.storage_bytes.max(n.capacity_bytes);
+        }
+        for a in decide(&snap, &cfg, &mut PolicyState::new()) {
+            if let Action::AddNodes { tier: Tier::Memory, reason, .. } = &a {
+                prop_assert!(!reason.contains("storage"), "{:?}", a);
+            }
+        }
+    }
+
+    #[test]
     fn the_same_input_gives_the_same_actions(snap in snapshot(), cfg in config(), prior in snapshot()) {
         let mut state = PolicyState::new();
         let mut earlier = prior;
@@ -305,6 +334,7 @@ proptest! {
             workers: 1,
             storage_bytes: 0,
             capacity_bytes: 0,
+            working_set_bytes: None,
             occupancy: 0.5,
             alive: true,
             removable: true,

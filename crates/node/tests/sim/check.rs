@@ -127,6 +127,20 @@ fn final_records(world: &World) -> Result<BTreeMap<Bytes, Vec<(String, Option<Re
     Ok(out)
 }
 
+/// The keys every write of which a reclaimed delete superseded (all *retired*): at the
+/// end, no replica may hold them.
+pub fn retired_keys(world: &World) -> BTreeSet<Bytes> {
+    let mut open: BTreeMap<&Bytes, bool> = BTreeMap::new();
+    for w in &world.writes {
+        let retired = w.fate(&world.reclaims, world.p.tombstone_grace_ms) == Fate::Retired;
+        *open.entry(&w.key).or_insert(true) &= retired;
+    }
+    open.into_iter()
+        .filter(|(_, all)| *all)
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
 /// Every replica of every key holds the same record (values and wire bytes).
 pub fn replicas_agree(world: &World) -> Result<(), String> {
     for (key, records) in final_records(world)? {
@@ -202,9 +216,11 @@ pub fn final_checks(world: &mut World) -> Result<(), String> {
         if writes.is_empty() {
             // Every write was superseded by a reclaimed delete: the key must be gone.
             if let Ok(last) = &last {
+                let at: Vec<&str> = records[key].iter().map(|(at, _)| at.as_str()).collect();
                 return Err(format!(
-                    "{} holds {last:?}, but every write to it was reclaimed with a delete",
-                    show(key)
+                    "{} holds {last:?} (at {}), but every write to it was reclaimed with a delete",
+                    show(key),
+                    at.join(", ")
                 ));
             }
             continue;

@@ -5,7 +5,7 @@ use std::rc::Rc;
 use wire::pb::{self, request::Op as ReqOp, response::Result as RespResult};
 
 use super::{encode, error, error_response, respond};
-use crate::driver::worker::{all_stats, Worker};
+use crate::driver::worker::{all_stats, Worker, WorkerStats};
 use crate::error::NodeError;
 use crate::front::pipeline::Replies;
 use crate::stats::Window;
@@ -196,8 +196,10 @@ async fn status(w: &Worker) -> pb::Status {
         })
         .collect();
     let policy = shared.policy.borrow().as_deref().cloned();
+    let disk_capacity_bytes = disk_capacity(&shared.config, &workers);
     pb::Status {
         policy,
+        disk_capacity_bytes,
         node_id: shared.config.node_id.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         uptime_seconds: shared.started.elapsed().as_secs(),
@@ -234,6 +236,25 @@ async fn status(w: &Worker) -> pb::Status {
         ownership,
         tier: shared.config.tier.name().to_string(),
     }
+}
+
+/// What a disk-tier node's workers could store (`Status.disk_capacity_bytes`): the bytes
+/// they store now plus what the data directory's file system has free for this process
+/// beyond the reserve. 0 on a memory node, or when the file system cannot be read (the
+/// monitor then treats the capacity as unknown).
+fn disk_capacity(config: &crate::config::NodeConfig, workers: &[WorkerStats]) -> u64 {
+    let (crate::config::NodeTier::Disk, Some(dir)) = (config.tier, &config.data_dir) else {
+        return 0;
+    };
+    let free = match store::disk::free_bytes(dir) {
+        Ok(free) => free,
+        Err(e) => {
+            tracing::debug!(error = %e, dir = %dir.display(), "statvfs of the data directory");
+            return 0;
+        }
+    };
+    let stored: u64 = workers.iter().filter_map(|w| w.window.disk_bytes).sum();
+    stored.saturating_add(free.saturating_sub(config.disk.reserve_bytes))
 }
 
 /// A worker's window on the wire, with at most `hot_key_bytes` bytes of hot keys (the most
