@@ -186,6 +186,7 @@ impl Core {
             return None;
         }
         self.stats.access(key);
+        self.shard.note_read(key);
         Some(f(self.shard.read(key)))
     }
 

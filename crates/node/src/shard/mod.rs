@@ -39,6 +39,8 @@ mod coll;
 mod hash;
 mod zset;
 mod zset_parse;
+// Keyspace notifications.
+mod notify;
 
 use std::sync::Arc;
 
@@ -271,6 +273,10 @@ pub struct Shard {
     /// instead of all of them (a deliberate break that the simulation and an integration
     /// test must catch).
     break_handoff: bool,
+    /// The node's `notify-keyspace-events` (`None`: never notify, as in simulations).
+    keyspace_flags: Option<Arc<crate::notify::Flags>>,
+    /// Keyspace events recorded and not yet taken by the worker (see `notify`).
+    key_events: Vec<crate::notify::KeyEvent>,
 }
 
 impl Shard {
@@ -317,6 +323,8 @@ impl Shard {
             storage_errors: 0,
             break_handoff: false,
             audit: None,
+            keyspace_flags: None,
+            key_events: Vec::new(),
         }
     }
 

@@ -130,6 +130,15 @@ impl Shard {
 
     /// Executes one operation on this worker's replica.
     pub fn execute<B: AsRef<[u8]>>(&mut self, op: Op<B>) -> OpResult {
+        // Keyspace notifications: one branch while they are off.
+        if self.key_event_flags() != 0 {
+            return self.execute_notified(op);
+        }
+        self.execute_plain(op)
+    }
+
+    /// [`execute`](Self::execute) without keyspace events.
+    pub(super) fn execute_plain<B: AsRef<[u8]>>(&mut self, op: Op<B>) -> OpResult {
         if self.audit.is_some() && op.is_write() {
             return self.execute_audited(op);
         }
