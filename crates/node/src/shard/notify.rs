@@ -313,3 +313,7 @@ impl Shard {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "notify_tests.rs"]
+mod tests;
