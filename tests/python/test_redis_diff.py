@@ -273,6 +273,17 @@ NOTIFY_CASES = {
         "ZREMRANGEBYSCORE {}z 0 3", "ZREMRANGEBYRANK {}z 0 0", "ZADD {}y 0 a 0 b",
         "ZREMRANGEBYLEX {}y - +",
     ]),
+    "KEA rename and copy": ("KEA", [
+        "SET {}a v EX 100", "RENAME {}a {}b", "SET {}c w", "RENAME {}b {}c", "RENAME {}c {}c",
+        "RENAMENX {}c {}d", "SET {}e x", "RENAMENX {}d {}e", "RENAME {}nope {}x",
+        "COPY {}d {}f", "COPY {}d {}e", "HSET {}h f v", "RENAME {}h {}h2", "RPUSH {}l a b",
+        "COPY {}l {}l2",
+    ]),
+    "KEA set moves and stores": ("KEA", [
+        "SADD {}a 1 2", "SADD {}b 2 3", "SMOVE {}a {}b 1", "SMOVE {}a {}c 2",
+        "SADD {}a 1", "SINTERSTORE {}i {}a {}b", "SUNIONSTORE {}u {}a {}b",
+        "SDIFFSTORE {}d {}b {}a", "SINTERSTORE {}u {}a {}nope", "SINTERSTORE {}none {}nope",
+    ]),
     # Classes filter: only generic and list events, keyspace channel only.
     "Kgl classes": ("Kgl", [
         "SET {}a v", "DEL {}a", "LPUSH {}l x", "SADD {}s m", "EXPIRE {}l 100", "HSET {}h f v",

@@ -475,6 +475,8 @@ pub fn peer() -> Vec<Seed> {
                 ],
                 ack_replicas: 2,
                 durable: false,
+                // The parts of a composite command: no keyspace events.
+                quiet: true,
             }),
         ),
         1,

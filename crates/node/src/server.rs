@@ -170,6 +170,7 @@ pub(crate) fn core_config(config: &NodeConfig) -> CoreConfig {
         default_ack: crate::ack::Ack {
             replicas: config.ack_replicas as usize,
             durable: config.ack == crate::ack::AckLevel::Durable,
+            quiet: false,
         },
         ..CoreConfig::default()
     }

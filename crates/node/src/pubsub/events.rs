@@ -23,3 +23,20 @@ pub(crate) fn publish(w: &Rc<Worker>, events: Vec<KeyEvent>) {
         }
     }
 }
+
+/// Publishes the events of a command that runs as several quiet ops (`RENAME`, `COPY`)
+/// and names its events itself: `(event, key)` pairs of `class`, from the connection's
+/// worker, if the node's flags ask for them.
+pub(crate) fn publish_command(w: &Rc<Worker>, class: u32, events: &[(&'static str, &[u8])]) {
+    if w.shared.pubsub.keyspace.active() & class == 0 {
+        return;
+    }
+    let events = events
+        .iter()
+        .map(|&(event, key)| KeyEvent {
+            event,
+            key: bytes::Bytes::copy_from_slice(key),
+        })
+        .collect();
+    publish(w, events);
+}

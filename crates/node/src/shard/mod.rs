@@ -277,6 +277,8 @@ pub struct Shard {
     keyspace_flags: Option<Arc<crate::notify::Flags>>,
     /// Keyspace events recorded and not yet taken by the worker (see `notify`).
     key_events: Vec<crate::notify::KeyEvent>,
+    /// Running a quiet op ([`crate::ack::Ack::quiet`]): no keyspace events.
+    muted: bool,
 }
 
 impl Shard {
@@ -325,6 +327,7 @@ impl Shard {
             audit: None,
             keyspace_flags: None,
             key_events: Vec::new(),
+            muted: false,
         }
     }
 

@@ -93,7 +93,11 @@ impl Shard {
 
     /// The event classes to record now: 0 while notifications are off.
     pub(super) fn key_event_flags(&self) -> u32 {
-        self.keyspace_flags.as_ref().map_or(0, |f| f.active())
+        let flags = self.keyspace_flags.as_ref().map_or(0, |f| f.active());
+        if flags != 0 && self.muted {
+            return 0;
+        }
+        flags
     }
 
     /// Records `event` on `key` if its class is on.
