@@ -132,8 +132,15 @@ def listing(addr):
     out["in multi"] = (seen["diff-1"]["flags"], seen["diff-1"]["multi"])
     conns[2].conn.send_command("SUBSCRIBE", "diff-channel")
     assert conns[2].conn.read_response()[0] == b"subscribe"
+    # Patterns and shard channels are counted apart (psub, ssub).
+    conns[2].conn.send_command("PSUBSCRIBE", "diff-*", "diff-?")
+    for _ in range(2):
+        assert conns[2].conn.read_response()[0] == b"psubscribe"
+    conns[2].conn.send_command("SSUBSCRIBE", "diff-shard")
+    assert conns[2].conn.read_response()[0] == b"ssubscribe"
     pubsub = parse(conns[0]("CLIENT", "LIST", "TYPE", "pubsub"))
-    out["pubsub"] = [(e["name"], e["flags"], e["sub"]) for e in pubsub if e["name"].startswith("diff-")]
+    out["pubsub"] = [(e["name"], e["flags"], e["sub"], e["psub"], e["ssub"])
+                     for e in pubsub if e["name"].startswith("diff-")]
     normal = parse(conns[0]("CLIENT", "LIST", "TYPE", "normal"))
     out["normal"] = sorted(e["name"] for e in normal if e["name"].startswith("diff-"))
     # SETINFO shows in the list (Redis 7.2; the test's Redis may be 7.0, without it).

@@ -227,3 +227,160 @@ def test_documented_differences(servers):
         reply, reason = documented
         assert got == reply, f"{line}: latticekv {got!r}, documented {reply!r} ({reason})"
         assert expected != got, f"{line}: no longer differs from Redis: drop it from the list"
+
+
+# Keyspace notifications: each case runs with `notify-keyspace-events` set to its flags on
+# both servers; a subscriber (redis-py) on every keyspace and keyevent channel records the
+# messages each command produced, compared per command, in order. After each command the
+# commanding connection publishes a marker, so the messages before it are that command's
+# (on one latticekv worker, as on Redis, a command's events are queued before its reply).
+# A line ending with `+` is compared together with the next one: `SET … PXAT <past>`'s
+# `expired` comes from Redis's active expiry or at the next access, whichever is first.
+NOTIFY_CASES = {
+    "KEA strings": ("KEA", [
+        "SET {}a 1", "SET {}a 2 NX", "SET {}b 1 XX", "SET {}a 3 EX 100", "SET {}a 4 KEEPTTL",
+        "SETEX {}s 100 v", "PSETEX {}s 100000 v", "GETSET {}a 5", "GETDEL {}a", "GETDEL {}a",
+        "APPEND {}ap x", "SETRANGE {}ap 3 yz", "SETRANGE {}ap 0 ''", "INCR {}c",
+        "INCRBY {}c 5", "DECR {}c", "DECRBY {}c 2", "INCRBYFLOAT {}f 1.5", "INCR {}ap",
+        "MSET {}k1 v1 {}k2 v2", "DEL {}k1 {}nope {}k2", "SETNX {}n 1", "SETNX {}n 2",
+        "MSETNX {}m1 a {}m2 b", "MSETNX {}m1 c {}m3 d", "UNLINK {}n", "GET {}nope",
+    ]),
+    "KEA expiry": ("KEA", [
+        "SET {}a v", "EXPIRE {}a 100", "EXPIRE {}a 50 GT", "PERSIST {}a", "PERSIST {}a",
+        "EXPIRE {}nope 10", "PEXPIRE {}a 100000", "EXPIREAT {}a 9999999999", "EXPIRE {}a -1",
+        "SET {}g v", "GETEX {}g EX 100", "GETEX {}g PERSIST", "GETEX {}g PERSIST", "GETEX {}g",
+        "SET {}p v PXAT 1 +", "EXISTS {}p", "SADD {}s m", "EXPIRE {}s 100",
+    ]),
+    "KEA sets": ("KEA", [
+        "SADD {}s a b", "SADD {}s a", "SREM {}s z", "SREM {}s a", "SREM {}s b",
+        "SADD {}one x", "SPOP {}one", "SPOP {}one", "SISMEMBER {}s a",
+    ]),
+    "KEA lists": ("KEA", [
+        "LPUSH {}l a b", "RPUSH {}l c", "LPUSHX {}nope x", "RPUSHX {}l d", "LPOP {}l",
+        "RPOP {}l 1", "LSET {}l 0 z", "LINSERT {}l BEFORE z y", "LINSERT {}l BEFORE q y",
+        "LREM {}l 0 y", "LREM {}l 0 q", "RPUSH {}l e", "LTRIM {}l 0 0", "LMOVE {}l {}l2 LEFT RIGHT",
+        "RPOPLPUSH {}l2 {}l2", "LTRIM {}l2 5 6", "LTRIM {}nope 0 1", "LPOP {}nope",
+    ]),
+    "KEA hashes": ("KEA", [
+        "HSET {}h f v", "HSET {}h f v", "HMSET {}h g w", "HSETNX {}h f v", "HSETNX {}h n v",
+        "HINCRBY {}h i 1", "HINCRBYFLOAT {}h x 1.5", "HDEL {}h nope", "HDEL {}h f g n i x",
+        "HGET {}h f",
+    ]),
+    "KEA sorted sets": ("KEA", [
+        "ZADD {}z 1 a 2 b", "ZADD {}z 1 a", "ZADD {}z 5 a", "ZADD {}z INCR 1 a",
+        "ZADD {}z NX 9 a", "ZINCRBY {}z 1 b", "ZREM {}z nope", "ZREM {}z a", "ZADD {}z 3 c 4 d",
+        "ZPOPMIN {}z", "ZPOPMAX {}z", "ZREMRANGEBYSCORE {}z 100 200", "ZADD {}z 7 e",
+        "ZREMRANGEBYSCORE {}z 0 3", "ZREMRANGEBYRANK {}z 0 0", "ZADD {}y 0 a 0 b",
+        "ZREMRANGEBYLEX {}y - +",
+    ]),
+    "KEA rename and copy": ("KEA", [
+        "SET {}a v EX 100", "RENAME {}a {}b", "SET {}c w", "RENAME {}b {}c", "RENAME {}c {}c",
+        "RENAMENX {}c {}d", "SET {}e x", "RENAMENX {}d {}e", "RENAME {}nope {}x",
+        "COPY {}d {}f", "COPY {}d {}e", "HSET {}h f v", "RENAME {}h {}h2", "RPUSH {}l a b",
+        "COPY {}l {}l2",
+    ]),
+    "KEA set moves and stores": ("KEA", [
+        "SADD {}a 1 2", "SADD {}b 2 3", "SMOVE {}a {}b 1", "SMOVE {}a {}c 2",
+        "SADD {}a 1", "SINTERSTORE {}i {}a {}b", "SUNIONSTORE {}u {}a {}b",
+        "SDIFFSTORE {}d {}b {}a", "SINTERSTORE {}u {}a {}nope", "SINTERSTORE {}none {}nope",
+    ]),
+    # Classes filter: only generic and list events, keyspace channel only.
+    "Kgl classes": ("Kgl", [
+        "SET {}a v", "DEL {}a", "LPUSH {}l x", "SADD {}s m", "EXPIRE {}l 100", "HSET {}h f v",
+    ]),
+    "E only": ("E$", ["SET {}a v", "DEL {}a", "INCR {}c"]),
+    # Key misses and new keys: not part of A.
+    "Emn misses and new keys": ("Emn", [
+        "GET {}nope", "EXISTS {}nope", "TTL {}nope", "HGET {}nope f", "LRANGE {}nope 0 -1",
+        "SET {}a v", "SET {}a w", "GET {}a", "LPUSH {}l x", "LPUSH {}l y", "TYPE {}nope",
+    ]),
+    "off": ("", ["SET {}a v", "DEL {}a"]),
+}
+MARKER = "notify-test-marker"
+
+
+def notifications(addr, flags, lines, prefix):
+    """Per command: the keyspace/keyevent messages it produced, as (channel, data)."""
+    r = redis.Redis(host=addr[0], port=addr[1])
+    assert r.config_set("notify-keyspace-events", flags)
+    p = r.pubsub()
+    p.psubscribe("__key*@0__:*")
+    p.subscribe(MARKER)
+    for _ in range(2):
+        assert p.get_message(timeout=5)["type"] in ("psubscribe", "subscribe")
+    conn = Raw(addr)
+    out = []
+    got = []
+    for line in lines:
+        _, args, _ = parse(line.removesuffix(" +"), prefix)
+        args = ["" if a == "''" else a for a in args]
+        conn(*args)
+        conn("PUBLISH", MARKER, line)
+        while True:
+            m = p.get_message(timeout=5)
+            assert m is not None, f"{line}: the marker never came"
+            if m["channel"] == MARKER.encode():
+                break
+            got.append((m["channel"], m["data"]))
+        if not line.endswith(" +"):
+            out.append((line, got))
+            got = []
+    r.config_set("notify-keyspace-events", "")
+    p.close()
+    return out
+
+
+@pytest.mark.parametrize("case", list(NOTIFY_CASES))
+def test_same_keyspace_notifications_as_redis(servers, case):
+    redis_addr, lkv_addr = servers
+    flags, lines = NOTIFY_CASES[case]
+    prefix = "notify:" + case.replace(" ", "_") + ":"
+    expected = notifications(redis_addr, flags, lines, prefix)
+    got = notifications(lkv_addr, flags, lines, prefix)
+    mismatches = [
+        f"{line}: redis {e!r}, latticekv {g!r}"
+        for (line, e), (_, g) in zip(expected, got)
+        if e != g
+    ]
+    assert not mismatches, "\n".join(mismatches)
+
+
+def expired_events(addr, prefix):
+    """`expired` when a key's deadline passes (no command touches it)."""
+    r = redis.Redis(host=addr[0], port=addr[1])
+    r.config_set("notify-keyspace-events", "Ex")
+    p = r.pubsub()
+    p.psubscribe("__keyevent@0__:*")
+    assert p.get_message(timeout=5)["type"] == "psubscribe"
+    r.set(prefix + "a", "v", px=50)
+    r.sadd(prefix + "s", "m")
+    r.pexpire(prefix + "s", 60)
+    got = []
+    deadline = time.time() + 10
+    while len(got) < 2 and time.time() < deadline:
+        m = p.get_message(timeout=1)
+        if m:
+            got.append((m["channel"], m["data"]))
+    r.config_set("notify-keyspace-events", "")
+    p.close()
+    return sorted(got)
+
+
+def test_expired_keys_notify_as_redis(servers):
+    redis_addr, lkv_addr = servers
+    expected = expired_events(redis_addr, "notify:expired:")
+    assert len(expected) == 2
+    assert expired_events(lkv_addr, "notify:expired:") == expected
+
+
+def test_notify_keyspace_events_config_as_redis(servers):
+    transcripts = []
+    for addr in servers:
+        conn = Raw(addr)
+        t = []
+        for flags in ["KEA", "Kgn", "AKEmn", "Elx", "xyz", "", "KA", "Ag$lshzxeKEtmdn"]:
+            t.append(conn("CONFIG", "SET", "notify-keyspace-events", flags))
+            t.append(conn("CONFIG", "GET", "notify-keyspace-events"))
+        t.append(conn("CONFIG", "SET", "notify-keyspace-events", ""))
+        transcripts.append(t)
+    assert transcripts[0] == transcripts[1]

@@ -413,3 +413,67 @@ def test_permissions_read_to_subscribe_write_to_publish(tmp_path):
             c.close()
     finally:
         assert node.stop() == 0
+
+
+@pytest.fixture
+def two_replicas():
+    """Two nodes, two workers each, every key on both (writes reach the other by gossip)."""
+    flags = ["--workers", "2", "--replication", "2", "--gossip-period-ms", "100",
+             "--cluster-gossip-ms", "100", "--failure-timeout-ms", "5000", "--no-leave"]
+    a = Server("kn1", None, *flags)
+    b = Server("kn2", a.native, *flags)
+    yield a, b
+    b.stop()
+    a.stop()
+
+
+def test_keyspace_notifications_cross_workers_and_nodes_once(two_replicas):
+    """Writes served on node a (keys on either worker) notify a subscriber on node b, each
+    event once: the replica that receives a write by gossip sends nothing. A key reclaimed
+    at its deadline (on both replicas) sends `expired` once."""
+    a, b = two_replicas
+    ra = redis.Redis(host=a.resp_host, port=a.resp_port)
+    rb = redis.Redis(host=b.resp_host, port=b.resp_port)
+    for r in (ra, rb):
+        assert r.config_set("notify-keyspace-events", "KEA")
+        assert r.config_get("notify-keyspace-events") == {"notify-keyspace-events": "AKE"}
+    p = rb.pubsub(ignore_subscribe_messages=True)
+    p.psubscribe("__keyevent@0__:*")
+    # Relays start once a knows b alive: probe until one arrives, then drain.
+    deadline = time.time() + 20
+    while p.get_message(timeout=0.2) is None:
+        assert time.time() < deadline, "no keyspace event crossed the nodes"
+        ra.set("kn:probe", "x")
+    time.sleep(0.5)
+    while p.get_message(timeout=0.2) is not None:
+        pass
+    keys = [f"kn:{i}" for i in range(16)]  # spread over both workers of each node
+    expected = []
+    for k in keys:
+        ra.set(k, "v")
+        ra.lpush(k + ":l", "x")
+        ra.hset(k + ":h", "f", "v")
+        ra.delete(k)
+        expected += [(b"__keyevent@0__:set", k.encode()),
+                     (b"__keyevent@0__:lpush", (k + ":l").encode()),
+                     (b"__keyevent@0__:hset", (k + ":h").encode()),
+                     (b"__keyevent@0__:del", k.encode())]
+    ra.set("kn:ttl", "v", px=300)
+    expected += [(b"__keyevent@0__:set", b"kn:ttl"), (b"__keyevent@0__:expire", b"kn:ttl"),
+                 (b"__keyevent@0__:expired", b"kn:ttl")]
+    got = []
+    deadline = time.time() + 15
+    while len(got) < len(expected) and time.time() < deadline:
+        m = p.get_message(timeout=1)
+        if m:
+            got.append((m["channel"], m["data"]))
+    # Gossip (every 100 ms) has carried every write to b by now: nothing more comes.
+    time.sleep(1)
+    while (m := p.get_message(timeout=0.3)) is not None:
+        got.append((m["channel"], m["data"]))
+    assert sorted(got) == sorted(expected)
+    # Writes served on one node, one connection: in order per key.
+    for k in keys:
+        mine = [e for e, key in got if key == k.encode()]
+        assert mine == [b"__keyevent@0__:set", b"__keyevent@0__:del"]
+    p.close()

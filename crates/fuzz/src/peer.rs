@@ -415,6 +415,7 @@ fn client(h: &mut Harness, inp: &mut Input<'_>) {
     let ack = Ack {
         replicas: usize::from(kind >> 6),
         durable: false,
+        quiet: false,
     };
     let _ = h.cores[core].submit(vec![op], ack, Routing::Forward);
 }

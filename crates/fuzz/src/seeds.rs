@@ -360,6 +360,36 @@ pub fn resp() -> Vec<Seed> {
         wire::resp::reply::command(&mut keys, &args);
     }
     out.push(("keys-and-sets", keys));
+    // Keyspace notifications: on, every family written, off again.
+    let mut notify = vec![0u8];
+    let notify_cmds: &[&[&str]] = &[
+        &["CONFIG", "SET", "notify-keyspace-events", "AKEmn"],
+        &["CONFIG", "GET", "notify-keyspace-events"],
+        &["SET", "a", "1", "EX", "100"],
+        &["GET", "nope"],
+        &["INCR", "n"],
+        &["APPEND", "a", "x"],
+        &["LPUSH", "l", "x", "y"],
+        &["LMOVE", "l", "l2", "LEFT", "RIGHT"],
+        &["LTRIM", "l", "5", "6"],
+        &["HSET", "h", "f", "v"],
+        &["HDEL", "h", "f"],
+        &["ZADD", "z", "INCR", "1", "m"],
+        &["ZPOPMIN", "z"],
+        &["SADD", "s", "m"],
+        &["SPOP", "s"],
+        &["EXPIRE", "a", "-1"],
+        &["PERSIST", "n"],
+        &["MSETNX", "p", "1", "q", "2"],
+        &["RENAME", "n", "m"],
+        &["CONFIG", "SET", "notify-keyspace-events", "Kx?"],
+        &["CONFIG", "SET", "notify-keyspace-events", ""],
+    ];
+    for c in notify_cmds {
+        let args: Vec<&[u8]> = c.iter().map(|s| s.as_bytes()).collect();
+        wire::resp::reply::command(&mut notify, &args);
+    }
+    out.push(("keyspace-notifications", notify));
     out
 }
 
@@ -445,6 +475,8 @@ pub fn peer() -> Vec<Seed> {
                 ],
                 ack_replicas: 2,
                 durable: false,
+                // The parts of a composite command: no keyspace events.
+                quiet: true,
             }),
         ),
         1,

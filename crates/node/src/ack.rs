@@ -42,6 +42,9 @@ pub struct Ack {
     pub replicas: usize,
     /// Each of them must have it on disk.
     pub durable: bool,
+    /// Send no keyspace notifications for the ops (the parts of a composite command, such
+    /// as `RENAME`, that sends its own events).
+    pub quiet: bool,
 }
 
 impl Ack {
@@ -49,6 +52,7 @@ impl Ack {
     pub const MERGED: Ack = Ack {
         replicas: 1,
         durable: false,
+        quiet: false,
     };
 
     /// True for the default level (no fan-out, no wait for the disk).
@@ -61,6 +65,7 @@ impl Ack {
         Ack {
             replicas: self.replicas.max(other.replicas),
             durable: self.durable || other.durable,
+            quiet: self.quiet || other.quiet,
         }
     }
 }
@@ -77,13 +82,15 @@ mod tests {
         let d = Ack {
             replicas: 0,
             durable: true,
+            quiet: false,
         };
         assert!(Ack::MERGED.is_default() && Ack::default().is_default() && !d.is_default());
         assert_eq!(
             Ack::MERGED.at_least(d),
             Ack {
                 replicas: 1,
-                durable: true
+                durable: true,
+                quiet: false,
             }
         );
     }

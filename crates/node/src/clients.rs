@@ -68,6 +68,10 @@ pub struct ClientInfo {
     pub multi: Option<usize>,
     /// Its subscriptions (channels, patterns and shard channels).
     pub subscriptions: usize,
+    /// Of them, patterns (`CLIENT LIST`'s `psub`).
+    pub patterns: usize,
+    /// Of them, shard channels (`ssub`).
+    pub shard_channels: usize,
 }
 
 /// A connection's place in the registry; leaving it removes the connection.
@@ -106,6 +110,8 @@ impl Clients {
                 user: "default".into(),
                 multi: None,
                 subscriptions: 0,
+                patterns: 0,
+                shard_channels: 0,
             }),
             killed: AtomicBool::new(false),
             kill: Notify::new(),

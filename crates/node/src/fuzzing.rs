@@ -177,9 +177,13 @@ async fn serve_in_memory(config: NodeConfig, port: Port, reads: &[&[u8]]) -> Ses
         .into_iter()
         .enumerate()
         .map(|(i, inbox)| {
-            let shard = shard(&config, i as u32, budget, view.clone(), clock.clone());
+            let mut shard = shard(&config, i as u32, budget, view.clone(), clock.clone());
+            // `CONFIG SET notify-keyspace-events` in an input turns notifications on.
+            shard.set_keyspace_flags(shared.pubsub.keyspace.clone());
             let core = Core::new(shard, core_config.clone(), 100 + i as u64);
-            Worker::in_memory(shared.clone(), i as u32, core, inbox)
+            let w = Worker::in_memory(shared.clone(), i as u32, core, inbox);
+            w.set_key_event_sink(crate::pubsub::events::publish);
+            w
         })
         .collect();
     let w = ws[0].clone();

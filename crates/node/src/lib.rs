@@ -69,6 +69,8 @@ pub mod view;
 pub mod writeback;
 // ---- keys and server (CLIENT LIST/KILL node-wide) ----
 pub mod clients;
+// Keyspace notifications.
+pub mod notify;
 
 pub use config::{ClusterConfig, DiskConfig, DiskCopy, Limits, NodeConfig, NodeTier};
 pub use error::NodeError;

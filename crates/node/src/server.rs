@@ -170,6 +170,7 @@ pub(crate) fn core_config(config: &NodeConfig) -> CoreConfig {
         default_ack: crate::ack::Ack {
             replicas: config.ack_replicas as usize,
             durable: config.ack == crate::ack::AckLevel::Durable,
+            quiet: false,
         },
         ..CoreConfig::default()
     }
@@ -355,6 +356,7 @@ impl Node {
                 if faults.drop_after_first_ack {
                     shard.break_handoff();
                 }
+                shard.set_keyspace_flags(shared.pubsub.keyspace.clone());
                 shard
             })
             .collect();
@@ -395,11 +397,14 @@ impl Node {
             .enumerate()
         {
             let journal = journals.remove(0);
-            let mut services: Vec<Service> = vec![Box::new(move |w: Rc<Worker>| {
-                if let Ok(l) = tokio::net::TcpListener::from_std(listener) {
-                    tokio::task::spawn_local(front::accept_own(w, l));
-                }
-            })];
+            let mut services: Vec<Service> = vec![
+                Box::new(|w: Rc<Worker>| w.set_key_event_sink(crate::pubsub::events::publish)),
+                Box::new(move |w: Rc<Worker>| {
+                    if let Ok(l) = tokio::net::TcpListener::from_std(listener) {
+                        tokio::task::spawn_local(front::accept_own(w, l));
+                    }
+                }),
+            ];
             if let Some((front_l, resp_l, peer_l, http_l)) = first.take() {
                 let routes = Arc::new(NodeRoutes {
                     node_id: config.node_id.clone(),

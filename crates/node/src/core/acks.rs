@@ -77,9 +77,9 @@ impl Core {
         let write = op.is_write();
         let wait_store = write && self.shard.write_waits_for_store(&key);
         let result = if forwarded {
-            self.shard.execute_forwarded(op)
+            self.shard.execute_forwarded(op, ack.quiet)
         } else {
-            self.shard.execute(op)
+            self.shard.execute_acked(op, ack.quiet)
         };
         if !write || matches!(result, OpResult::Error(_)) {
             self.fill(job, pos, result);

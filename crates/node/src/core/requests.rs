@@ -160,7 +160,7 @@ impl Core {
                     return Err(op);
                 }
                 self.stats.access(op.key());
-                let result = self.shard.execute(op);
+                let result = self.shard.execute_acked(op, ack.quiet);
                 self.gossip_if_full();
                 self.arm_journal();
                 Ok(result)
@@ -186,6 +186,7 @@ impl Core {
             return None;
         }
         self.stats.access(key);
+        self.shard.note_read(key);
         Some(f(self.shard.read(key)))
     }
 
@@ -257,7 +258,7 @@ impl Core {
                     // Only a read that may miss while keys move needs its key kept.
                     let get = settling && matches!(op, Op::Get { .. });
                     let key = get.then(|| Bytes::copy_from_slice(op.key()));
-                    let result = self.shard.execute(op);
+                    let result = self.shard.execute_acked(op, ack.quiet);
                     match key {
                         Some(key) if settling && result == OpResult::Value(None) => {
                             misses.push((pos, key));

@@ -172,7 +172,14 @@ pub struct Worker {
     spill_marked: Cell<bool>,
     /// Latencies of served client requests since the worker started (metrics).
     latency_total: RefCell<crate::stats::latency::Cumulative>,
+    /// Where its shard's keyspace events go (the pub/sub fan-out, set at start; `None`:
+    /// dropped).
+    key_event_sink: Cell<Option<KeyEventSink>>,
 }
+
+/// Publishes a worker's keyspace events (`crate::pubsub::events::publish`, given at start
+/// so this module does not depend on the pub/sub one, which depends on it).
+pub type KeyEventSink = fn(&Rc<Worker>, Vec<crate::notify::KeyEvent>);
 
 /// Longest a client connection waits for memory before its next batch runs anyway (and
 /// may get the out-of-memory error at the hard ceiling): a disk tier that stopped
@@ -373,6 +380,11 @@ impl Worker {
 
     fn run_effects(self: &Rc<Self>) {
         loop {
+            // Keyspace events first: they reach subscribers before the replies go out.
+            let events = self.core.borrow_mut().shard_mut().take_key_events();
+            if let (false, Some(sink)) = (events.is_empty(), self.key_event_sink.get()) {
+                sink(self, events);
+            }
             let effects = {
                 let mut core = self.core.borrow_mut();
                 if !core.has_effects() {
@@ -695,7 +707,13 @@ impl Worker {
             memory_waiting: Cell::new(false),
             spill_marked: Cell::new(false),
             latency_total: RefCell::new(Default::default()),
+            key_event_sink: Cell::new(None),
         })
+    }
+
+    /// Sends the shard's keyspace events to `sink` from now on.
+    pub(crate) fn set_key_event_sink(&self, sink: KeyEventSink) {
+        self.key_event_sink.set(Some(sink));
     }
 
     /// A worker without a log whose only task is its inbox, spawned on the current

@@ -73,6 +73,7 @@ pub fn request_to_pb(id: u64, msg: PeerMsg) -> pb::PeerRequest {
             ops: ops.iter().map(codec::op_to_pb).collect(),
             ack_replicas: ack.replicas.min(u32::MAX as usize) as u32,
             durable: ack.durable,
+            quiet: ack.quiet,
         }),
         PeerMsg::Digest { first, digests } => Req::Digest(pb::AntiEntropyDigest {
             first,
@@ -135,6 +136,7 @@ pub fn incoming_from_pb(req: pb::PeerRequest) -> Result<(u64, Incoming), NodeErr
                 ack: Ack {
                     replicas: f.ack_replicas as usize,
                     durable: f.durable,
+                    quiet: f.quiet,
                 },
             }
         }

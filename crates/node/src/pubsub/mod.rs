@@ -17,6 +17,7 @@
 //! - Per connection, at most `MAX_SUBSCRIPTIONS` channels, patterns and shard channels.
 //! - Relays in flight: see `relay`.
 
+pub(crate) mod events;
 pub(crate) mod relay;
 
 use std::collections::{HashMap, HashSet};
@@ -133,6 +134,8 @@ pub struct Hub {
     pub(crate) slow_disconnects: AtomicU64,
     /// Peer connections for relays, by peer address.
     pub(crate) peers: Mutex<HashMap<String, relay::PeerSlot>>,
+    /// The node's `notify-keyspace-events` (`CONFIG SET`), read by its shards.
+    pub(crate) keyspace: Arc<crate::notify::Flags>,
 }
 
 impl std::fmt::Debug for Hub {
@@ -313,6 +316,15 @@ impl Hub {
         self.lock().by_name[kind.index()]
             .get(channel)
             .map_or(0, HashSet::len)
+    }
+
+    /// `id`'s channels, patterns and shard channels, counted apart (`CLIENT LIST`'s `sub`,
+    /// `psub`, `ssub`).
+    pub(crate) fn counts(&self, id: u64) -> [usize; 3] {
+        let inner = self.lock();
+        inner.subscribers.get(&id).map_or([0; 3], |s| {
+            [s.subs[0].len(), s.subs[1].len(), s.subs[2].len()]
+        })
     }
 
     /// The number of distinct patterns subscribed to.

@@ -24,7 +24,7 @@ pub(super) fn expired_at(r: &RecordRef<'_>, now: impl FnOnce() -> u64) -> bool {
 }
 
 /// The deadline of a stored record.
-fn deadline_of(r: &RecordRef<'_>) -> Option<u64> {
+pub(super) fn deadline_of(r: &RecordRef<'_>) -> Option<u64> {
     match r {
         RecordRef::Lww { .. } => None,
         RecordRef::Full(r) => r.deadline_ms(),
@@ -92,6 +92,10 @@ impl Shard {
         let ts = at_deadline.max(after_epoch);
         self.hlc.observe(ts);
         self.merge_into_store(key, Record::tombstone(ts))?;
+        // Every replica reclaims the key; one tells subscribers.
+        if self.key_event_flags() & crate::notify::EXPIRED != 0 && self.is_primary(key) {
+            self.note_event(crate::notify::EXPIRED, "expired", key);
+        }
         Ok(true)
     }
 

@@ -39,6 +39,8 @@ mod coll;
 mod hash;
 mod zset;
 mod zset_parse;
+// Keyspace notifications.
+mod notify;
 
 use std::sync::Arc;
 
@@ -275,6 +277,12 @@ pub struct Shard {
     /// instead of all of them (a deliberate break that the simulation and an integration
     /// test must catch).
     break_handoff: bool,
+    /// The node's `notify-keyspace-events` (`None`: never notify, as in simulations).
+    keyspace_flags: Option<Arc<crate::notify::Flags>>,
+    /// Keyspace events recorded and not yet taken by the worker (see `notify`).
+    key_events: Vec<crate::notify::KeyEvent>,
+    /// Running a quiet op ([`crate::ack::Ack::quiet`]): no keyspace events.
+    muted: bool,
 }
 
 impl Shard {
@@ -321,6 +329,9 @@ impl Shard {
             storage_errors: 0,
             break_handoff: false,
             audit: None,
+            keyspace_flags: None,
+            key_events: Vec::new(),
+            muted: false,
         }
     }
 

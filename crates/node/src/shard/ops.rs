@@ -130,6 +130,26 @@ impl Shard {
 
     /// Executes one operation on this worker's replica.
     pub fn execute<B: AsRef<[u8]>>(&mut self, op: Op<B>) -> OpResult {
+        // Keyspace notifications: one branch while they are off.
+        if self.key_event_flags() != 0 {
+            return self.execute_notified(op);
+        }
+        self.execute_plain(op)
+    }
+
+    /// [`execute`](Self::execute), without keyspace events if `quiet`.
+    pub fn execute_acked<B: AsRef<[u8]>>(&mut self, op: Op<B>, quiet: bool) -> OpResult {
+        if !quiet {
+            return self.execute(op);
+        }
+        self.muted = true;
+        let result = self.execute(op);
+        self.muted = false;
+        result
+    }
+
+    /// [`execute`](Self::execute) without keyspace events.
+    pub(super) fn execute_plain<B: AsRef<[u8]>>(&mut self, op: Op<B>) -> OpResult {
         if self.audit.is_some() && op.is_write() {
             return self.execute_audited(op);
         }
@@ -289,9 +309,10 @@ impl Shard {
     /// write to a key this worker does not replicate — routed here under a view that has
     /// changed since — is queued for hand-off to the key's current replicas, so it reaches
     /// them and is dropped here once delivered, like any key handed off after a view change.
-    pub fn execute_forwarded<B: AsRef<[u8]>>(&mut self, op: Op<B>) -> OpResult {
+    /// `quiet`: without keyspace events (see [`crate::ack::Ack::quiet`]).
+    pub fn execute_forwarded<B: AsRef<[u8]>>(&mut self, op: Op<B>, quiet: bool) -> OpResult {
         let misplaced = (op.is_write() && !self.is_replica(op.key())).then(|| Blob::from(op.key()));
-        let result = self.execute(op);
+        let result = self.execute_acked(op, quiet);
         if let Some(key) = misplaced {
             if let Err(e) = self.queue_handoff(&key) {
                 return OpResult::Error(e);

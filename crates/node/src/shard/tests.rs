@@ -466,7 +466,7 @@ fn forwarded_write_to_a_non_replica_is_handed_off() {
         key: key.as_bytes(),
         delta: 3,
     };
-    assert_eq!(a.execute_forwarded(op), OpResult::Int(3));
+    assert_eq!(a.execute_forwarded(op, false), OpResult::Int(3));
     assert!(a.stores(key.as_bytes()), "applied where it landed");
     let out = a.take_gossip();
     assert_eq!(out.len(), 1);
@@ -486,7 +486,7 @@ fn forwarded_write_to_a_non_replica_is_handed_off() {
         key: key.as_bytes(),
         delta: 1,
     };
-    assert_eq!(b.execute_forwarded(op), OpResult::Int(4));
+    assert_eq!(b.execute_forwarded(op, false), OpResult::Int(4));
     assert!(!b.has_gossip(), "nothing to hand off, no other replica");
 }
 
@@ -577,10 +577,13 @@ fn leaving_a_two_node_cluster_hands_every_key_off() {
     let mut b = Shard::new(config("b", 0), only_b.clone(), 2, fixed_clock());
     let keys: Vec<String> = (0..50).map(|i| format!("k{i}")).collect();
     for k in &keys {
-        a.execute_forwarded(Op::CounterAdd {
-            key: k.as_bytes(),
-            delta: 1,
-        });
+        a.execute_forwarded(
+            Op::CounterAdd {
+                key: k.as_bytes(),
+                delta: 1,
+            },
+            false,
+        );
     }
     a.set_view_now(only_b);
     assert!(!a.is_replica(b"k0"), "b's worker is not a");

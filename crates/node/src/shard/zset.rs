@@ -177,6 +177,8 @@ impl Shard {
                     .map(|(m, s)| (Box::from(m), FieldReg::new(ts, Some(Score(s))))),
             );
             self.write_zset(key, delta)?;
+            let event = if flags.incr { "zincr" } else { "zadd" };
+            self.note_event(crate::notify::ZSET, event, key);
         }
         Ok(if flags.incr {
             match (processed, last) {

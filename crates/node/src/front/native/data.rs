@@ -154,6 +154,7 @@ pub(super) fn handle(
                     let ack = Ack {
                         replicas: replicas.max(1),
                         durable: ack.durable,
+                        quiet: false,
                     };
                     run(w, routing, id, Shape::Ack, vec![op], ack, replies)
                 }

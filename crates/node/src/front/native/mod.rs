@@ -313,6 +313,7 @@ impl Native {
         let ack = crate::ack::Ack {
             replicas: req.ack_replicas as usize,
             durable: req.durable,
+            quiet: false,
         };
         let Some(op) = req.op else {
             let e = NodeError::BadRequest("request without an operation".into());

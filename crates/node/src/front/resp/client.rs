@@ -72,6 +72,9 @@ pub(super) fn publish(state: &mut ConnState) {
         }
         i.multi = state.txn.queued();
         i.subscriptions = state.pubsub.count();
+        let [_, patterns, shard_channels] = state.pubsub.counts();
+        i.patterns = patterns;
+        i.shard_channels = shard_channels;
     });
 }
 
@@ -351,7 +354,7 @@ fn line(c: &Arc<Client>, me: u64, cmd: &str) -> String {
     let unknown = || "unknown".to_string();
     format!(
         "id={} addr={} laddr={} fd={} name={} age={} idle={idle} flags={flags} db=0 sub={} \
-         psub=0 ssub=0 multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 \
+         psub={} ssub={} multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 \
          oll=0 omem=0 tot-mem=0 events=r cmd={} user={} redir=-1 resp={} lib-name={} \
          lib-ver={}\n",
         c.id,
@@ -360,7 +363,9 @@ fn line(c: &Arc<Client>, me: u64, cmd: &str) -> String {
         c.peer.fd.unwrap_or(-1),
         String::from_utf8_lossy(&i.name),
         c.opened.elapsed().as_secs(),
-        i.subscriptions,
+        i.subscriptions - i.patterns - i.shard_channels,
+        i.patterns,
+        i.shard_channels,
         i.multi.map_or(-1, |n| n as i64),
         if mine { cmd } else { &i.cmd },
         i.user,

@@ -178,6 +178,8 @@ pub(super) fn permit(user: &User, plan: &Plan<'_>) -> Result<(), AuthError> {
         Plan::One(_, op) => check_ops(std::slice::from_ref(op)),
         Plan::Ops(_, ops) => check_ops(ops),
         Plan::Server(Server::DbSize) => user.check(Permission::Read, []),
+        // A node-wide setting.
+        Plan::Server(Server::Notify(..)) => user.check(Permission::Admin, []),
         // keys, server and sets
         Plan::Server(Server::Keys(job)) => {
             if matches!(job, keys::KeyJob::Flush) {

@@ -43,6 +43,8 @@ pub struct ConnSubscriptions {
     reg: Option<Registered>,
     /// Channels + patterns + shard channels subscribed (RESP2's subscribed mode while > 0).
     active: usize,
+    /// Channels, patterns and shard channels, counted apart (`CLIENT LIST`).
+    counts: [usize; 3],
 }
 
 impl std::fmt::Debug for ConnSubscriptions {
@@ -62,6 +64,12 @@ impl ConnSubscriptions {
     /// How many channels, patterns and shard channels are subscribed (`CLIENT LIST`).
     pub fn count(&self) -> usize {
         self.active
+    }
+
+    /// Channels, patterns and shard channels subscribed, counted apart (`CLIENT LIST`'s
+    /// `sub`, `psub` and `ssub`).
+    pub fn counts(&self) -> [usize; 3] {
+        self.counts
     }
 
     /// True once the connection was disconnected for falling behind.
@@ -117,10 +125,11 @@ impl ConnSubscriptions {
     }
 
     fn recount(&mut self) {
-        self.active = match &self.reg {
-            Some(r) => r.hub.count(r.id, Kind::Channel) + r.hub.count(r.id, Kind::Shard),
-            None => 0,
+        self.counts = match &self.reg {
+            Some(r) => r.hub.counts(r.id),
+            None => [0; 3],
         };
+        self.active = self.counts.iter().sum();
     }
 }
 

@@ -10,6 +10,8 @@ use wire::resp;
 use super::keys_reply::members;
 use super::reply::{err, ready, redis_type_name};
 use super::sets::run_ops;
+use crate::ack::Ack;
+use crate::core::Routing;
 use crate::driver::worker::Worker;
 use crate::error::NodeError;
 use crate::list_op::ListOp;
@@ -131,10 +133,21 @@ pub(super) async fn rename(
     if !copy {
         writes.push(Op::Delete { key: src });
     }
-    let results = run_ops(w, writes).await;
+    // Quiet parts: the command's own events follow, as Redis names them.
+    let quiet = Ack {
+        quiet: true,
+        ..Ack::MERGED
+    };
+    let results = w.submit(writes, quiet, Routing::Forward).results().await;
     if let Some(OpResult::Error(e)) = results.iter().find(|r| matches!(r, OpResult::Error(_))) {
         return err(&e.resp_message());
     }
+    let events: &[(&'static str, &[u8])] = if copy {
+        &[("copy_to", dest)]
+    } else {
+        &[("rename_from", src), ("rename_to", dest)]
+    };
+    crate::pubsub::events::publish_command(w, crate::notify::GENERIC, events);
     match (copy, nx) {
         (false, false) => ready(|o| resp::simple(o, "OK")),
         _ => int(1),

@@ -34,6 +34,8 @@ pub(super) enum Server {
     LastSave,
     /// CONFIG GET with these patterns (lower case).
     Config(Vec<Vec<u8>>),
+    /// `CONFIG SET notify-keyspace-events <flags>` (the value, and the command's length).
+    Notify(Vec<u8>, usize),
 }
 
 /// A server command `name` (upper case), or `None` if `name` is not one.
@@ -131,6 +133,7 @@ pub(super) async fn ask_workers(w: &std::rc::Rc<Worker>, what: Server, v: Versio
         Server::Keys(job) => super::keys::run_job(w, job, v).await,
         Server::Sets(job) => super::sets::run_job(w, job, v).await,
         Server::Config(patterns) => config_get(w, &patterns, v),
+        Server::Notify(value, argc) => config_set_notify(w, &value, argc),
         Server::LastSave => {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -592,6 +595,9 @@ fn config(cmd: &Cmd<'_>) -> Server {
                 .collect(),
         )
     } else if cmd.len() >= 4 && sub.eq_ignore_ascii_case(b"SET") {
+        if cmd.arg(2).eq_ignore_ascii_case(b"notify-keyspace-events") {
+            return Server::Notify(cmd.arg(3).to_vec(), cmd.len());
+        }
         Server::Reply(err(&format!(
             "ERR CONFIG SET {} is not supported: latticekv is configured with its TOML file \
              and command-line options (restart the node to change them)",
@@ -605,6 +611,27 @@ fn config(cmd: &Cmd<'_>) -> Server {
         ))
     } else {
         Server::Reply(arity_error(cmd))
+    }
+}
+
+/// `CONFIG SET notify-keyspace-events <flags>`: this node's flags (every node has its own,
+/// as every server of a Redis Cluster does), validated as Redis does.
+fn config_set_notify(w: &Worker, value: &[u8], argc: usize) -> Vec<u8> {
+    let failed = |why: &str| {
+        err(&format!(
+            "ERR CONFIG SET failed (possibly related to argument 'notify-keyspace-events') - {why}"
+        ))
+    };
+    if argc != 4 {
+        // Redis 7.0 takes several parameters in one CONFIG SET; latticekv only this one.
+        return err("ERR syntax error");
+    }
+    match crate::notify::parse(value) {
+        Some(flags) => {
+            w.shared.pubsub.keyspace.set(flags);
+            ready(|o| resp::simple(o, "OK"))
+        }
+        None => failed(crate::notify::INVALID),
     }
 }
 
@@ -625,7 +652,10 @@ fn config_get(w: &Worker, patterns: &[Vec<u8>], v: Version) -> Vec<u8> {
         ("timeout", "0".into()),
         ("tcp-keepalive", "300".into()),
         ("hz", "10".into()),
-        ("notify-keyspace-events", String::new()),
+        (
+            "notify-keyspace-events",
+            crate::notify::format(w.shared.pubsub.keyspace.get()),
+        ),
         ("cluster-enabled", "no".into()),
         ("proto-max-bulk-len", limits.max_frame_size.to_string()),
     ];

@@ -251,17 +251,35 @@ pub(crate) async fn run_job(w: &Rc<Worker>, job: SetJob, _v: Version) -> Vec<u8>
             // The destination is replaced, whatever it held (as Redis): a tombstone, then
             // a new incarnation with the members, run back to back at its worker.
             let mut writes = vec![Op::Delete { key: &dest[..] }];
-            if !members.is_empty() {
-                writes.push(Op::SetAdd {
-                    key: &dest[..],
-                    members: members.iter().map(|m| &m[..]).collect(),
-                });
+            if members.is_empty() {
+                // Only the delete: its `del` event (if the key existed) is Redis's.
+                let results = run_ops(w, writes).await;
+                return match first_error(&results) {
+                    Some(e) => error_reply(&e),
+                    None => ready(|o| resp::integer(o, 0)),
+                };
             }
-            let results = run_ops(w, writes).await;
-            match first_error(&results) {
-                Some(e) => error_reply(&e),
-                None => ready(|o| resp::integer(o, members.len() as i64)),
+            writes.push(Op::SetAdd {
+                key: &dest[..],
+                members: members.iter().map(|m| &m[..]).collect(),
+            });
+            // Quiet parts, then the command's own event as Redis names it.
+            let quiet = Ack {
+                quiet: true,
+                ..Ack::MERGED
+            };
+            let results = w.submit(writes, quiet, Routing::Forward).results().await;
+            if let Some(e) = first_error(&results) {
+                return error_reply(&e);
             }
+            let event = match op {
+                Algebra::Inter => "sinterstore",
+                Algebra::Union => "sunionstore",
+                Algebra::Diff => "sdiffstore",
+            };
+            let events: &[(&'static str, &[u8])] = &[(event, &dest[..])];
+            crate::pubsub::events::publish_command(w, crate::notify::SET, events);
+            ready(|o| resp::integer(o, members.len() as i64))
         }
         SetJob::Move { src, dest, member } => {
             // Redis's checks first: both keys sets (or absent), the member in the source.

@@ -101,6 +101,7 @@ impl World {
                 1
             },
             durable: false,
+            quiet: false,
         };
         if self.rng.f64() < self.p.front_fraction {
             // The front port of a node of its view; the node hands it to some worker, which
