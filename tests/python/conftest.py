@@ -77,7 +77,7 @@ class Node:
             text=True,
             env={**os.environ, "LATTICEKV_LOG": "warn"},
         )
-        self.native = self.resp = self.faas = None
+        self.native = self.resp = self.faas = self.http = None
         deadline = time.time() + 30
         while time.time() < deadline:
             line = self.proc.stdout.readline()
@@ -90,6 +90,8 @@ class Node:
                 self.resp = parts[1]
             elif parts[:1] == ["faas"]:
                 self.faas = parts[1]
+            elif parts[:1] == ["http"]:
+                self.http = parts[1]
             elif parts[:1] == ["press"]:
                 break
         if not (self.native and self.resp):

@@ -202,3 +202,57 @@ def test_a_call_timeout(cloud):
     cloud.register(lambda: time.sleep(5), "sleepy")
     with pytest.raises(faas.TimeoutError):
         cloud.call("sleepy", timeout=0.5)
+
+
+def _metric(text, name, *labels):
+    """The sum of the samples of `name` whose labels include every one of `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#") or not (line.startswith(name + "{") or line.startswith(name + " ")):
+            continue
+        if all(label in line for label in labels):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_calls_show_in_the_nodes_metrics(node, cloud, store):
+    # `local --faas` appends the scheduler's and the host's metrics to the node's /metrics.
+    import urllib.request
+
+    assert node.http, "latticekv local printed no HTTP address"
+
+    def scrape():
+        with urllib.request.urlopen(f"http://{node.http}/metrics", timeout=10) as r:
+            return r.read().decode()
+
+    ok = ("latticekv_faas_calls_total", 'protocol="ct"', 'outcome="ok"')
+    raised = ("latticekv_faas_calls_total", 'outcome="function_raised"')
+    hits, misses = "latticekv_faas_cache_hits_total", "latticekv_faas_cache_misses_total"
+    before = scrape()
+    cloud.register(lambda x: x + 1, "metered")
+
+    def fails(_):
+        raise ValueError("counted")
+
+    cloud.register(fails, "metered_fails")
+    cloud.register(lambda v: v, "metered_echo")
+    store.put("metered-key", b"m")
+    for i in range(5):
+        assert cloud.call("metered", i, protocol="CT") == i + 1
+    with pytest.raises(ValueError, match="counted"):  # raised again in the caller
+        cloud.call("metered_fails", 0, protocol="CT")
+    # A key the cache does not hold yet (a miss, then a snapshot), then again (a hit).
+    for _ in range(2):
+        assert cloud.call("metered_echo", faas.Ref("metered-key"), protocol="CT") == b"m"
+    after = scrape()
+    assert _metric(after, *ok) - _metric(before, *ok) == 7
+    assert _metric(after, *raised) - _metric(before, *raised) == 1
+    count = "latticekv_faas_call_duration_seconds_count"
+    assert _metric(after, count) - _metric(before, count) == 8
+    assert _metric(after, "latticekv_faas_call_duration_seconds_sum") > 0
+    assert _metric(after, "latticekv_faas_hosts") == 1
+    assert _metric(after, "latticekv_faas_runs") == 0
+    # The host's causal cache took a snapshot for each call reading the key.
+    assert _metric(after, misses) - _metric(before, misses) >= 1
+    assert _metric(after, hits) - _metric(before, hits) >= 2
+    assert "# TYPE latticekv_faas_cache_pinned_runs gauge" in after

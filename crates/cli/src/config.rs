@@ -227,7 +227,9 @@ fn embedded_faas(args: &LocalArgs, node: &Node) -> Result<Option<crate::faas_cmd
         return Ok(None);
     }
     let store = node.published().front.clone();
-    crate::faas_cmd::Embedded::start(&args.faas, store).map(Some)
+    let faas = crate::faas_cmd::Embedded::start(&args.faas, store)?;
+    node.add_metrics_source(faas.metrics_source());
+    Ok(Some(faas))
 }
 
 /// Where `latticekv local` keeps its state when no data directory is configured.
@@ -530,7 +532,8 @@ fn reload_tls(node: &Node) {
 
 /// Runs one node in the foreground until a signal (or a `Leave` request) stops it.
 fn run_node(config: NodeConfig, leave_on_signal: bool) -> Result<()> {
-    let node = Node::start(config.clone()).context("starting the node")?;
+    let node = Node::start_reporting(config.clone(), &crate::replay_bar::ReplayBar::default())
+        .context("starting the node")?;
     serve_node(config, node, leave_on_signal)
 }
 
@@ -603,7 +606,8 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
         bail!("--faas: the serverless layer cannot use a node with users or TLS yet");
     }
     if args.disk_nodes == 0 {
-        let node = Node::start(config.clone()).context("starting the node")?;
+        let node = Node::start_reporting(config.clone(), &crate::replay_bar::ReplayBar::default())
+            .context("starting the node")?;
         let _monitor = args
             .monitor
             .then(|| embedded_monitor(&config, &node, policy));
@@ -629,7 +633,8 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| std::path::PathBuf::from(DEFAULT_LOCAL_DATA_DIR));
     config.data_dir = Some(data.join("memory"));
-    let memory = Node::start(config.clone()).context("starting the memory node")?;
+    let memory = Node::start_reporting(config.clone(), &crate::replay_bar::ReplayBar::default())
+        .context("starting the memory node")?;
     let seed = memory.addresses().front.to_string();
     let mut disks = Vec::new();
     for i in 0..args.disk_nodes {

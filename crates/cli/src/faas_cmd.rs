@@ -105,8 +105,20 @@ impl DataPlaneArgs {
         store: client::Client,
         executors: u32,
     ) -> Arc<dyn faas::data::DataPlane> {
+        self.build_with_cache(store, executors).0
+    }
+
+    /// [`build`](Self::build), with the causal cache if it is one (for its metrics).
+    pub(crate) fn build_with_cache(
+        &self,
+        store: client::Client,
+        executors: u32,
+    ) -> (
+        Arc<dyn faas::data::DataPlane>,
+        Option<Arc<faas::hydro::CausalCache>>,
+    ) {
         match self.data_plane {
-            DataPlaneKind::Direct => Arc::new(faas::data::DirectStore::new(store)),
+            DataPlaneKind::Direct => (Arc::new(faas::data::DirectStore::new(store)), None),
             DataPlaneKind::Cache => {
                 let config = faas::hydro::CacheConfig {
                     capacity: self.cache_mb.max(1).saturating_mul(1 << 20),
@@ -114,7 +126,8 @@ impl DataPlaneArgs {
                     refresh_period: std::time::Duration::from_millis(self.refresh_ms),
                     ..Default::default()
                 };
-                faas::hydro::CausalCache::start(store, config)
+                let cache = faas::hydro::CausalCache::start(store, config);
+                (cache.clone(), Some(cache))
             }
         }
     }
@@ -234,14 +247,26 @@ impl LocalFaasArgs {
 pub struct Embedded {
     stop: watch::Sender<bool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The scheduler's counters and the host's cache, for the node's `/metrics`.
+    metrics: EmbeddedMetrics,
 }
+
+/// What the embedded scheduler and host export.
+#[derive(Clone)]
+struct EmbeddedMetrics {
+    scheduler: faas::scheduler::StatsHandle,
+    cache: Option<Arc<faas::hydro::CausalCache>>,
+}
+
+/// What the faas thread hands back once started.
+type Started = (SocketAddr, EmbeddedMetrics);
 
 impl Embedded {
     /// Starts them for the node at `store` and prints the scheduler's address.
     pub fn start(args: &LocalFaasArgs, store: String) -> Result<Embedded> {
         faas::check_loopback(&args.faas_listen).map_err(|e| anyhow!("--faas-listen {e}"))?;
         let (stop, shutdown) = watch::channel(false);
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<SocketAddr, String>>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<Started, String>>();
         let args = args.clone();
         // One thread lives as long as the executors: they get SIGTERM when it ends
         // (PR_SET_PDEATHSIG is tied to the thread that started them).
@@ -284,16 +309,20 @@ impl Embedded {
                     config.executors = args.faas_executors.max(1);
                     config.python = args.faas_python.clone();
                     config.host_id = "local".into();
-                    let data = args.data().build(store, config.executors);
+                    let (data, cache) = args.data().build_with_cache(store, config.executors);
+                    let metrics = EmbeddedMetrics {
+                        scheduler: scheduler.stats_handle(),
+                        cache,
+                    };
                     let host = tokio::spawn(faas::host::run(config, data, shutdown.clone()));
-                    let _ = ready_tx.send(Ok(addr));
+                    let _ = ready_tx.send(Ok((addr, metrics)));
                     if let Err(e) = scheduler.serve(shutdown).await {
                         tracing::error!("faas scheduler: {e}");
                     }
                     let _ = host.await;
                 });
             })?;
-        let addr = ready_rx
+        let (addr, metrics) = ready_rx
             .recv()
             .map_err(|_| anyhow!("the faas thread ended before starting"))?
             .map_err(|e| anyhow!("starting the faas layer: {e}"))?;
@@ -301,6 +330,20 @@ impl Embedded {
         Ok(Embedded {
             stop,
             thread: Some(thread),
+            metrics,
+        })
+    }
+
+    /// The Prometheus text of the scheduler and the host's cache (`latticekv_faas_*`), for
+    /// the node's `/metrics`.
+    pub fn metrics_source(&self) -> node::driver::shared::MetricsSource {
+        let m = self.metrics.clone();
+        Arc::new(move || {
+            let cache = m.cache.as_ref().map(|c| c.stats());
+            faas::metrics::render(
+                Some(&m.scheduler.stats()),
+                cache.as_ref().map(|c| ("local", c)),
+            )
         })
     }
 

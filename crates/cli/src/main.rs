@@ -14,6 +14,7 @@ mod faas_cmd;
 mod local_cluster;
 mod logging;
 mod monitoring;
+mod replay_bar;
 mod status;
 
 use anyhow::Result;

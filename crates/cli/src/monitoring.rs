@@ -75,9 +75,50 @@ pub struct Monitor {
     recent: VecDeque<wire::pb::policy_report::Action>,
     rounds: u64,
     manager: Option<Box<dyn ClusterManager>>,
+    /// Totals since start, and the last round's observations, for the nodes' metrics.
+    totals: Totals,
     /// Keys whose explicit vector this monitor set (the others are an operator's and the
     /// policy leaves them alone). Forgotten on restart: see docs/elasticity.md.
     managed: HashSet<Vec<u8>>,
+}
+
+/// What the monitor reports to the nodes for their metrics (`PolicyReport`'s totals).
+#[derive(Clone, Copy, Debug, Default)]
+struct Totals {
+    set_replication: u64,
+    reset_replication: u64,
+    add_nodes: u64,
+    remove_node: u64,
+    failed: u64,
+    nodes_requested: u64,
+    nodes_removed: u64,
+    observed: monitor::Observed,
+}
+
+impl Totals {
+    /// Counts `action`: `done` if it was carried out, `failed` if carrying it out failed
+    /// (neither: a dry run).
+    fn count(&mut self, action: &Action, done: bool, failed: bool) {
+        match action {
+            Action::SetReplication { .. } => self.set_replication += 1,
+            Action::ResetReplication { .. } => self.reset_replication += 1,
+            Action::AddNodes { count, .. } => {
+                self.add_nodes += 1;
+                if done {
+                    self.nodes_requested += u64::from(*count);
+                }
+            }
+            Action::RemoveNode { .. } => {
+                self.remove_node += 1;
+                if done {
+                    self.nodes_removed += 1;
+                }
+            }
+        }
+        if failed {
+            self.failed += 1;
+        }
+    }
 }
 
 /// Actions a report to the nodes carries.
@@ -114,6 +155,7 @@ impl Monitor {
             recent: VecDeque::new(),
             rounds: 0,
             manager: None,
+            totals: Totals::default(),
             managed: HashSet::new(),
         }
     }
@@ -213,6 +255,7 @@ impl Monitor {
                 Err(e) => tracing::warn!(error = %e, "cluster manager cannot list its nodes"),
             }
         }
+        self.totals.observed = monitor::observe(&snapshot, &self.policy);
         let actions = monitor::decide(&snapshot, &self.policy, &mut self.state);
         let mut done = Vec::with_capacity(actions.len());
         for action in actions {
@@ -230,6 +273,9 @@ impl Monitor {
             } else {
                 tracing::info!(action = ?action, "policy action");
             }
+            // A dry run carries nothing out: nodes are neither requested nor removed.
+            let carried_out = error.is_none() && !self.dry_run;
+            self.totals.count(&action, carried_out, error.is_some());
             done.push((action, error));
         }
         self.rounds += 1;
@@ -258,6 +304,16 @@ impl Monitor {
             rounds: self.rounds,
             actions: self.recent.iter().cloned().collect(),
             dry_run: self.dry_run,
+            set_replication_total: self.totals.set_replication,
+            reset_replication_total: self.totals.reset_replication,
+            add_nodes_total: self.totals.add_nodes,
+            remove_node_total: self.totals.remove_node,
+            failed_actions_total: self.totals.failed,
+            nodes_requested_total: self.totals.nodes_requested,
+            nodes_removed_total: self.totals.nodes_removed,
+            hot_keys: self.totals.observed.hot_keys,
+            observed_latency_us: self.totals.observed.l_obs_us,
+            latency_objective_us: self.totals.observed.l_obj_us,
         };
         for c in self.nodes.values() {
             let _ = tokio::time::timeout(STATUS_TIMEOUT, c.policy_report(report.clone())).await;

@@ -1,49 +1,29 @@
 //! The HTTP port of `latticekv local` (on by default): `/metrics` in the Prometheus text
-//! format moves under load — counters grow, the latency histogram fills — and `/health`
+//! format moves under load — counters grow, the latency histogram fills, the write-ahead
+//! log's bytes and fsyncs grow, the embedded monitor's rounds are counted — and `/health`
 //! answers; anything else is refused without harming the node.
 
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{NodeProc, Resp};
-
-/// One HTTP/1.1 request; the status code and the body.
-fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP response: {text:?}"));
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    (status, body.to_string())
-}
-
-/// The sum of every sample of metric `name` (all label sets).
-fn total(body: &str, name: &str) -> f64 {
-    body.lines()
-        .filter(|l| {
-            l.starts_with(name) && l[name.len()..].starts_with('{')
-                || l.starts_with(&format!("{name} "))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
+use common::http::{http, scrape, total, total_where};
+use common::{eventually, NodeProc, Resp};
 
 #[test]
 fn metrics_move_under_load_and_health_answers() {
-    let node = NodeProc::start(&["--workers", "2"]);
+    // The embedded monitor on a short period, so that its rounds show within the test.
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, "period_ms = 200\n").unwrap();
+    let node = NodeProc::start(&[
+        "--workers",
+        "2",
+        "--monitor-config",
+        policy.to_str().unwrap(),
+    ]);
     let addr = node.http.expect("local prints its HTTP address");
     assert!(addr.ip().is_loopback(), "{addr}");
 
@@ -53,6 +33,10 @@ fn metrics_move_under_load_and_health_answers() {
     assert_eq!(status, 200);
     assert!(before.contains("# TYPE latticekv_request_duration_seconds histogram"));
     let ops_before = total(&before, "latticekv_operations_total");
+    // `local` keeps a write-ahead log per worker in its data directory.
+    let wal_bytes_before = total(&before, "latticekv_wal_appended_bytes_total");
+    let fsyncs_before = total(&before, "latticekv_wal_fsyncs_total");
+    let fsync_count_before = total(&before, "latticekv_wal_fsync_duration_seconds_count");
     let count_before = total(&before, "latticekv_request_duration_seconds_count");
 
     let mut r = Resp::connect(node.resp);
@@ -87,6 +71,60 @@ fn metrics_move_under_load_and_health_answers() {
     );
     assert!(inf >= *finite.last().unwrap());
     assert!(total(&after, "latticekv_keys") >= 500.0);
+
+    // The log took the writes: bytes appended and written, fsyncs counted and timed
+    // (policy `always`: every acknowledged batch was fsynced).
+    let wal_bytes = total(&after, "latticekv_wal_appended_bytes_total") - wal_bytes_before;
+    assert!(
+        wal_bytes >= 500.0 * 3.0,
+        "the log grew by {wal_bytes} bytes"
+    );
+    assert!(
+        total(&after, "latticekv_wal_appended_records_total") > 0.0
+            && total(&after, "latticekv_wal_written_bytes_total") >= wal_bytes
+    );
+    let fsyncs = total(&after, "latticekv_wal_fsyncs_total") - fsyncs_before;
+    assert!(fsyncs >= 1.0, "{fsyncs} fsyncs");
+    let fsync_count =
+        total(&after, "latticekv_wal_fsync_duration_seconds_count") - fsync_count_before;
+    assert_eq!(
+        fsync_count, fsyncs,
+        "the fsync histogram counts every fsync"
+    );
+    assert!(total(&after, "latticekv_wal_fsync_duration_seconds_sum") > 0.0);
+    assert_eq!(total(&after, "latticekv_wal_failed"), 0.0);
+    assert!(after.contains("# TYPE latticekv_wal_snapshot_duration_seconds summary"));
+    // No backing store: no write-back families.
+    assert!(!after.contains("latticekv_backing_"), "{after}");
+
+    // The embedded monitor reports its rounds to the node, which exports them.
+    let mut rounds = 0.0;
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            rounds = total(&scrape(addr), "latticekv_policy_rounds_total");
+            rounds >= 2.0
+        }),
+        "the monitor's rounds never showed: {rounds}"
+    );
+    let policy = scrape(addr);
+    assert_eq!(total(&policy, "latticekv_policy_dry_run"), 0.0);
+    assert!(total(&policy, "latticekv_policy_latency_objective_seconds") > 0.0);
+    assert!(policy.contains("# TYPE latticekv_policy_actions_total counter"));
+    let kinds = policy
+        .lines()
+        .filter(|l| l.starts_with("latticekv_policy_actions_total{"))
+        .count();
+    assert_eq!(kinds, 4, "one series per action kind");
+    // One node, no cluster manager: nothing was added or removed.
+    assert_eq!(
+        total_where(
+            &policy,
+            "latticekv_policy_actions_total",
+            &["kind=\"remove_node\""]
+        ),
+        0.0
+    );
+    assert_eq!(total(&policy, "latticekv_policy_nodes_removed_total"), 0.0);
     assert_eq!(
         total(&after, "latticekv_cluster_members"),
         2.0,

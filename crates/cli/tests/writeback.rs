@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::http::{scrape, total, total_where};
 use common::NodeProc;
 use serde_json::Value;
 use testkit::{eventually, PgServer};
@@ -74,6 +75,23 @@ fn write_back_takes_writes_through_an_outage_and_drains_them_after() {
         "{err}"
     );
     assert!(status(&node)["backing"]["failed_keys"].as_u64().unwrap() >= 50);
+    // The metrics show the outage: failed mode, the buffered keys, the store's errors.
+    let http = node.http.expect("local prints its HTTP address");
+    let m = scrape(http);
+    assert!(
+        total_where(&m, "latticekv_backing_mode", &["mode=\"failed\""]) >= 1.0,
+        "{m}"
+    );
+    assert!(total(&m, "latticekv_backing_failed_keys") >= 50.0, "{m}");
+    assert!(total(&m, "latticekv_backing_dirty_keys") >= 50.0, "{m}");
+    assert!(total(&m, "latticekv_backing_dirty_bytes") > 0.0, "{m}");
+    assert!(
+        total(&m, "latticekv_backing_apply_failures_total") >= 1.0,
+        "{m}"
+    );
+    assert!(total(&m, "latticekv_backing_failures_total") >= 1.0, "{m}");
+    let applied_in_outage = total(&m, "latticekv_backing_applied_keys_total");
+    assert!(applied_in_outage >= 50.0, "{m}");
 
     // Back: the failed list drains, every acknowledged write is in the table.
     pg.start_again();
@@ -89,6 +107,22 @@ fn write_back_takes_writes_through_an_outage_and_drains_them_after() {
     );
     let b = &status(&node)["backing"];
     assert_eq!(b["dirty_keys"].as_u64(), Some(0), "{b}");
+    // Back to normal in the metrics too; the drained keys were counted and timed.
+    let m = scrape(http);
+    assert_eq!(
+        total_where(&m, "latticekv_backing_mode", &["mode=\"failed\""]),
+        0.0,
+        "{m}"
+    );
+    assert_eq!(total(&m, "latticekv_backing_dirty_keys"), 0.0, "{m}");
+    assert!(
+        total(&m, "latticekv_backing_applied_keys_total") >= applied_in_outage + 50.0,
+        "{m}"
+    );
+    assert!(
+        total(&m, "latticekv_backing_apply_duration_seconds_count") >= 2.0,
+        "{m}"
+    );
 }
 
 #[test]

@@ -19,6 +19,7 @@
 //!   fetches of each other's pinned versions; [`meta`]: OPT's metadata on the wire;
 //!   [`distributed`]: the scheduler's side of a DAG spread over hosts. Pure.
 //! - [`scheduler`]: the scheduler server (clients and hosts on one port).
+//! - [`metrics`]: a scheduler's and a host cache's counters as Prometheus text.
 //! - [`host`]: a compute host: executor processes, DAG execution.
 //! - [`client`]: the Rust client of a scheduler (used by the Python SDK and the CLI).
 //! - [`conn`]: framed protobuf over TCP, shared by all of the above.
@@ -39,6 +40,7 @@ mod fnrun;
 pub mod host;
 pub mod hydro;
 pub mod meta;
+pub mod metrics;
 mod mtcc;
 pub mod peer;
 pub mod placement;

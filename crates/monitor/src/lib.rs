@@ -38,6 +38,6 @@ mod tests;
 
 pub use actions::Action;
 pub use config::{Aggregate, Band, ConfigError, PolicyConfig, Prices};
-pub use policy::decide;
+pub use policy::{decide, observe, Observed};
 pub use snapshot::{AccessSummary, KeyStats, Latency, NodeStats, Replicas, Snapshot, Tier, Vector};
 pub use state::PolicyState;

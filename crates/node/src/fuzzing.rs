@@ -170,6 +170,7 @@ async fn serve_in_memory(config: NodeConfig, port: Port, reads: &[&[u8]]) -> Ses
         backing: None,
         pubsub: Default::default(),
         clients: Default::default(),
+        metrics_sources: Default::default(),
     });
     let core_config = crate::server::core_config(&config);
     let budget = (config.limits.memory_budget_bytes() / workers as u64) as usize;

@@ -12,7 +12,9 @@ use std::fmt::Write;
 use crate::driver::worker::WorkerStats;
 use crate::stats::latency::Cumulative;
 
+mod policy;
 pub mod status;
+mod storage;
 
 /// Upper bounds (seconds) of the request-latency histogram's buckets.
 pub const LATENCY_BUCKETS_S: [f64; 16] = [
@@ -45,6 +47,10 @@ pub struct Snapshot<'a> {
     pub workers: &'a [WorkerStats],
     /// The cluster's members.
     pub members: Members,
+    /// The elasticity monitor's latest report, if one came.
+    pub policy: Option<&'a wire::pb::PolicyReport>,
+    /// The node's wall clock, ms since the Unix epoch (the report's age).
+    pub now_ms: u64,
 }
 
 /// A per-worker series: name, help, how to read it.
@@ -71,6 +77,15 @@ impl Out {
     fn one(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
         self.head(name, kind, help);
         let _ = writeln!(self.text, "latticekv_{name}{{{}}} {value}", self.labels);
+    }
+
+    /// A sample of `name` with `extra` labels (after the node's).
+    fn labelled(&mut self, name: &str, extra: &str, value: impl std::fmt::Display) {
+        let _ = writeln!(
+            self.text,
+            "latticekv_{name}{{{},{extra}}} {value}",
+            self.labels
+        );
     }
 
     /// A series per worker.
@@ -247,43 +262,48 @@ pub fn render(s: &Snapshot<'_>) -> String {
         total.add(&x.latency_total);
     }
     latency_histogram(&mut o, &total);
+    storage::render(&mut o, w);
+    policy::render(&mut o, s.policy, s.now_ms);
     o.text
 }
 
 fn latency_histogram(o: &mut Out, h: &Cumulative) {
-    let name = "request_duration_seconds";
-    o.head(
-        name,
-        "histogram",
+    o.cumulative_histogram(
+        "request_duration_seconds",
         "Client requests from arrival to reply, all workers (pipelined requests: per batch).",
+        h,
     );
-    for le in LATENCY_BUCKETS_S {
-        let ns = (le * 1e9) as u64;
+}
+
+impl Out {
+    /// A histogram with [`LATENCY_BUCKETS_S`] from the counts of `h`.
+    fn cumulative_histogram(&mut self, name: &str, help: &str, h: &Cumulative) {
+        let buckets = LATENCY_BUCKETS_S.map(|le| (le, h.at_most((le * 1e9) as u64)));
+        self.histogram(name, help, &buckets, h.count(), h.sum_ns() as f64 / 1e9);
+    }
+
+    /// A histogram: `buckets` are (upper bound in seconds, cumulative count).
+    fn histogram(&mut self, name: &str, help: &str, buckets: &[(f64, u64)], count: u64, sum: f64) {
+        self.head(name, "histogram", help);
+        for (le, n) in buckets {
+            let _ = writeln!(
+                self.text,
+                "latticekv_{name}_bucket{{{},le=\"{le}\"}} {n}",
+                self.labels
+            );
+        }
         let _ = writeln!(
-            o.text,
-            "latticekv_{name}_bucket{{{},le=\"{le}\"}} {}",
-            o.labels,
-            h.at_most(ns)
+            self.text,
+            "latticekv_{name}_bucket{{{},le=\"+Inf\"}} {count}",
+            self.labels
+        );
+        let _ = writeln!(self.text, "latticekv_{name}_sum{{{}}} {sum}", self.labels);
+        let _ = writeln!(
+            self.text,
+            "latticekv_{name}_count{{{}}} {count}",
+            self.labels
         );
     }
-    let _ = writeln!(
-        o.text,
-        "latticekv_{name}_bucket{{{},le=\"+Inf\"}} {}",
-        o.labels,
-        h.count()
-    );
-    let _ = writeln!(
-        o.text,
-        "latticekv_{name}_sum{{{}}} {}",
-        o.labels,
-        h.sum_ns() as f64 / 1e9
-    );
-    let _ = writeln!(
-        o.text,
-        "latticekv_{name}_count{{{}}} {}",
-        o.labels,
-        h.count()
-    );
 }
 
 #[cfg(test)]

@@ -26,8 +26,9 @@ use crate::cluster::agent::{self, Agent, AgentConfig};
 use crate::config::{Faults, NodeConfig, NodeTier};
 use crate::core::{Core, CoreConfig};
 use crate::driver::conns::ConnectionLimit;
-use crate::driver::journal::{open_wal, JournalSetup, LsmSyncer};
+use crate::driver::journal::{open_wal_reporting, JournalSetup, LsmSyncer};
 use crate::driver::mesh::Mesh;
+use crate::driver::replay::{self, ReplayProgress};
 use crate::driver::shared::Shared;
 use crate::driver::worker::{self, Service, Worker, WorkerMsg, WorkerSetup};
 use crate::front::{self, Protocol};
@@ -214,6 +215,15 @@ impl Routes for NodeRoutes {
 impl Node {
     /// Binds the node's ports and starts its workers.
     pub fn start(config: NodeConfig) -> Result<Node, StartError> {
+        Node::start_reporting(config, &())
+    }
+
+    /// [`Node::start`], telling `progress` how the replay of the write-ahead logs advances
+    /// (a memory-tier node with a data directory).
+    pub fn start_reporting(
+        config: NodeConfig,
+        progress: &dyn ReplayProgress,
+    ) -> Result<Node, StartError> {
         let users = config
             .validate()
             .map_err(|e| StartError::Config(e.to_string()))?;
@@ -331,6 +341,7 @@ impl Node {
             backing,
             pubsub: Default::default(),
             clients: Default::default(),
+            metrics_sources: Default::default(),
         });
 
         let clock: crate::shard::SharedClock = Arc::new(SystemClock::new(config.clock_skew_ms));
@@ -376,7 +387,7 @@ impl Node {
                     shard.mark_spilled();
                 }
             }
-            let opened = open_wals(dir, &config, &mut shards)?;
+            let opened = open_wals(dir, &config, &mut shards, progress)?;
             for (shard, log) in shards.iter_mut().zip(opened) {
                 shard.enable_journal();
                 let snapshot_after = config.snapshot_after_bytes.max(1 << 20);
@@ -503,6 +514,12 @@ impl Node {
         &self.addresses
     }
 
+    /// Appends `source`'s text to the node's `/metrics` from now on (parts running beside
+    /// the node in its process, e.g. `latticekv local --faas`).
+    pub fn add_metrics_source(&self, source: crate::driver::shared::MetricsSource) {
+        self.shared.metrics_sources.add(source);
+    }
+
     /// Where peers and clients are told to reach the node.
     pub fn published(&self) -> &PublishedAddresses {
         &self.published
@@ -587,16 +604,20 @@ fn open_wals(
     dir: &std::path::Path,
     config: &NodeConfig,
     shards: &mut [Shard],
+    progress: &dyn ReplayProgress,
 ) -> Result<Vec<store::wal::Wal>, StartError> {
+    let dirs: Vec<std::path::PathBuf> = (0..shards.len())
+        .map(|i| dir.join("wal").join(format!("worker-{i}")))
+        .collect();
+    progress.begin(dirs.iter().map(|d| replay::files_bytes(d)).sum());
     let opened: Vec<Result<store::wal::Wal, StartError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = shards
             .iter_mut()
-            .enumerate()
-            .map(|(i, shard)| {
-                let wal_dir = dir.join("wal").join(format!("worker-{i}"));
+            .zip(&dirs)
+            .map(|(shard, wal_dir)| {
                 let options = config.wal.clone();
                 scope.spawn(move || {
-                    open_wal(&wal_dir, options, shard)
+                    open_wal_reporting(wal_dir, options, shard, progress)
                         .map(|(log, _recovery)| log)
                         .map_err(|source| StartError::Wal {
                             path: wal_dir.clone(),
@@ -616,6 +637,7 @@ fn open_wals(
             })
             .collect()
     });
+    progress.end();
     opened.into_iter().collect()
 }
 

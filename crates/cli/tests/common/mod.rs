@@ -5,6 +5,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod cluster;
+pub mod http;
 
 use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};

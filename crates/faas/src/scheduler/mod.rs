@@ -11,6 +11,9 @@
 //! while it runs, so the SDK can find it from the store's address.
 
 mod spread;
+mod stats;
+
+pub use stats::{SchedulerStats, StatsHandle, CALL_BUCKETS_S};
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -84,6 +87,8 @@ struct Run {
     failures: u32,
     /// Protocol OPT: the DAG spread over hosts (`None`: CT, the whole DAG on `host`).
     spread: Option<Spread>,
+    /// When it was admitted (the metrics' call duration).
+    started: std::time::Instant,
 }
 
 #[derive(Default)]
@@ -96,6 +101,8 @@ struct State {
     queue: VecDeque<u64>,
     next_run: u64,
     next_conn: u64,
+    /// Counters for the metrics.
+    stats: SchedulerStats,
 }
 
 /// Messages to send once the state's lock is released.
@@ -180,6 +187,8 @@ impl State {
         if let Some(spread) = run.spread.as_mut() {
             self.end_attempt(spread, outbox);
         }
+        self.stats
+            .call(run.msg.protocol, &result, run.started.elapsed());
         let (out, req) = run.reply;
         outbox.push((out, response(req, result)));
     }
@@ -236,6 +245,11 @@ impl Scheduler {
     /// The number of connected compute hosts, as it changes (tests and tools wait on it).
     pub fn hosts(&self) -> watch::Receiver<usize> {
         self.shared.hosts.subscribe()
+    }
+
+    /// A handle on its counters, valid while it serves.
+    pub fn stats_handle(&self) -> StatsHandle {
+        StatsHandle(self.shared.clone())
     }
 
     /// The address it listens on.
@@ -424,6 +438,7 @@ async fn serve_host(
                     &mut outbox,
                 );
             } else {
+                st.stats.retries += 1;
                 st.dispatch(id, shared.config.max_queue, &mut outbox);
             }
         }
@@ -579,6 +594,7 @@ async fn start_run(
                 host: None,
                 failures: 0,
                 spread,
+                started: std::time::Instant::now(),
             },
         );
         st.dispatch(run_id, shared.config.max_queue, &mut outbox);

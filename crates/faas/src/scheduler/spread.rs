@@ -223,6 +223,7 @@ impl State {
             attempt = spread.attempts(),
             "attempt aborted: {why}"
         );
+        self.stats.aborts += 1;
         self.end_attempt(&mut spread, outbox);
         if spread.is_hb() {
             spread.to_con();

@@ -39,6 +39,55 @@ pub fn decide(snapshot: &Snapshot, config: &PolicyConfig, state: &mut PolicyStat
     actions
 }
 
+/// What a round reads off a snapshot before its rules apply: the monitor exports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Observed {
+    /// L_obs: the mean latency the rules judge, µs (0 when not measured or measured on
+    /// fewer than `min_latency_samples` requests).
+    pub l_obs_us: f64,
+    /// L_obj: the latency objective, µs.
+    pub l_obj_us: f64,
+    /// H: the hotness threshold, accesses in the window.
+    pub hot_threshold: f64,
+    /// Candidate keys above H (each key once).
+    pub hot_keys: u64,
+}
+
+/// What [`decide`] would read off `snapshot` under `config` (see [`Observed`]).
+pub fn observe(snapshot: &Snapshot, config: &PolicyConfig) -> Observed {
+    let hot_threshold = hot_threshold(snapshot, config);
+    let mut hot: Vec<&[u8]> = snapshot
+        .keys
+        .iter()
+        .filter(|k| k.accesses as f64 > hot_threshold)
+        .map(|k| k.key.as_slice())
+        .collect();
+    hot.sort_unstable();
+    hot.dedup();
+    Observed {
+        l_obs_us: l_obs(snapshot, config),
+        l_obj_us: config.latency_objective() as f64,
+        hot_threshold,
+        hot_keys: hot.len() as u64,
+    }
+}
+
+/// L_obs in µs (0 when not measured or measured on too few requests).
+fn l_obs(snap: &Snapshot, cfg: &PolicyConfig) -> f64 {
+    match snap.latency {
+        Some(l) if l.count >= cfg.min_latency_samples && l.mean_us.is_finite() => {
+            l.mean_us.max(0.0)
+        }
+        _ => 0.0,
+    }
+}
+
+/// The hotness threshold H: the mean access count plus `hot_sigmas` deviations.
+fn hot_threshold(snap: &Snapshot, cfg: &PolicyConfig) -> f64 {
+    let (mean, sigma) = snap.access.mean_and_sigma();
+    mean + cfg.hot_sigmas * sigma
+}
+
 /// Which latency/compute branch of Algorithm 5 this round takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Branch {
@@ -101,14 +150,9 @@ impl<'a> Round<'a> {
         let threads = [snap.threads(Tier::Memory), snap.threads(Tier::Disk)];
         let in_grace = state.in_grace(snap.now_ms, cfg);
         let l_obj = cfg.latency_objective() as f64;
-        let l_obs = match snap.latency {
-            Some(l) if l.count >= cfg.min_latency_samples && l.mean_us.is_finite() => {
-                l.mean_us.max(0.0)
-            }
-            _ => 0.0,
-        };
-        let (mean, sigma) = snap.access.mean_and_sigma();
-        let hot = mean + cfg.hot_sigmas * sigma;
+        let l_obs = l_obs(snap, cfg);
+        let (mean, _) = snap.access.mean_and_sigma();
+        let hot = hot_threshold(snap, cfg);
 
         let mut keys: Vec<&KeyStats> = snap.keys.iter().collect();
         // A key listed twice keeps its entry with the most accesses.

@@ -20,7 +20,9 @@ use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -107,6 +109,33 @@ pub(crate) struct WalJournal {
     next_snapshot: Cell<Instant>,
     /// The pause after the next failure.
     backoff: Cell<Duration>,
+    /// Snapshots written, and the time they took in all (µs), for the metrics.
+    snapshots: Cell<(u64, u64)>,
+}
+
+/// A worker's write-ahead log as the metrics see it.
+#[derive(Clone, Debug, Default)]
+pub struct WalMetrics {
+    /// The log's own counters.
+    pub log: store::wal::WalStats,
+    /// Bytes waiting in the worker for room in the log's queue.
+    pub waiting_bytes: u64,
+    /// Snapshots this worker wrote since it started.
+    pub snapshots: u64,
+    /// The time they took in all, µs (from the request to the installed file).
+    pub snapshot_micros: u64,
+}
+
+/// The fsyncs of a disk-tier node's LSM journal (one syncer for all its workers), as the
+/// metrics see them.
+#[derive(Clone, Debug, Default)]
+pub struct LsmMetrics {
+    /// Fsyncs (successful or not).
+    pub fsyncs: u64,
+    /// The time they took in all, µs.
+    pub fsync_micros: u64,
+    /// Fsyncs by duration, buckets of [`store::wal::stats::FSYNC_BUCKETS_US`].
+    pub fsync_histogram: [u64; store::wal::stats::FSYNC_BUCKETS_US.len() + 1],
 }
 
 impl WalJournal {
@@ -123,6 +152,7 @@ impl WalJournal {
             snapshot_after,
             next_snapshot: Cell::new(Instant::now()),
             backoff: Cell::new(FIRST_SNAPSHOT_BACKOFF),
+            snapshots: Cell::new((0, 0)),
         }
     }
 
@@ -191,6 +221,29 @@ impl WalJournal {
 pub(crate) type SyncFuture = Pin<Box<dyn Future<Output = Result<(), NodeError>>>>;
 
 impl Journal {
+    /// The log's figures for the metrics (None without a write-ahead log). Reads the log's
+    /// counters: called at a scrape, not per request.
+    pub(crate) fn wal_metrics(&self) -> Option<WalMetrics> {
+        let Journal::Wal(wal) = self else {
+            return None;
+        };
+        let (snapshots, snapshot_micros) = wal.snapshots.get();
+        Some(WalMetrics {
+            log: wal.log.stats(),
+            waiting_bytes: wal.queued_bytes.get(),
+            snapshots,
+            snapshot_micros,
+        })
+    }
+
+    /// The LSM journal's fsyncs, for the metrics (None unless on a disk-tier node).
+    pub(crate) fn lsm_metrics(&self) -> Option<LsmMetrics> {
+        let Journal::Lsm(syncer) = self else {
+            return None;
+        };
+        Some(syncer.metrics())
+    }
+
     /// Appends `entries` after everything appended before. Fails (with why) if the log
     /// refuses appends: the core then refuses writes until it accepts them again.
     pub(crate) fn append(&self, w: &Rc<Worker>, entries: Vec<JournalEntry>) -> Result<(), String> {
@@ -285,7 +338,10 @@ pub(crate) async fn run(w: Rc<Worker>) {
             match snapshot(&w, &wal).await {
                 Ok(info) => {
                     wal.backoff.set(FIRST_SNAPSHOT_BACKOFF);
-                    let took_ms = started.elapsed().as_millis() as u64;
+                    let took = started.elapsed();
+                    let (n, micros) = wal.snapshots.get();
+                    wal.snapshots.set((n + 1, micros + took.as_micros() as u64));
+                    let took_ms = took.as_millis() as u64;
                     tracing::info!(worker = w.index, ?info, took_ms, "snapshot written");
                 }
                 Err(e) => {
@@ -369,14 +425,31 @@ pub fn open_wal(
     options: store::wal::WalOptions,
     shard: &mut Shard,
 ) -> Result<(store::wal::Wal, store::wal::Recovery), store::wal::WalError> {
-    store::wal::Wal::open(dir, options, |item: store::wal::Replayed<'_>| {
+    open_wal_reporting(dir, options, shard, &())
+}
+
+/// [`open_wal`], telling `progress` the bytes replayed (a few times per MiB).
+pub fn open_wal_reporting(
+    dir: &Path,
+    options: store::wal::WalOptions,
+    shard: &mut Shard,
+    progress: &dyn super::replay::ReplayProgress,
+) -> Result<(store::wal::Wal, store::wal::Recovery), store::wal::WalError> {
+    let mut pending = 0u64;
+    let opened = store::wal::Wal::open(dir, options, |item: store::wal::Replayed<'_>| {
         let payload = match item {
             store::wal::Replayed::Snapshot { record, .. } => record,
             store::wal::Replayed::Log { payload, .. } => payload,
         };
+        pending += (payload.len() + store::wal::layout::RECORD_HEADER_LEN) as u64;
+        if pending >= super::replay::REPORT_EVERY {
+            progress.advance(std::mem::take(&mut pending));
+        }
         shard.restore(decode_journal(payload)?);
         Ok::<(), NodeError>(())
-    })
+    });
+    progress.advance(pending);
+    opened
 }
 
 /// One request to the syncer: reply when everything written before it is synced.
@@ -387,6 +460,15 @@ type SyncRequest = oneshot::Sender<Result<(), String>>;
 #[derive(Clone)]
 pub struct LsmSyncer {
     tx: std_mpsc::SyncSender<SyncRequest>,
+    counters: Arc<FsyncCounters>,
+}
+
+/// The syncer thread's counters (relaxed atomics, updated once per fsync).
+#[derive(Default)]
+struct FsyncCounters {
+    fsyncs: AtomicU64,
+    micros: AtomicU64,
+    histogram: [AtomicU64; store::wal::stats::FSYNC_BUCKETS_US.len() + 1],
 }
 
 /// Most sync requests queued before workers wait for room.
@@ -397,10 +479,26 @@ impl LsmSyncer {
     /// [`LsmSyncer`] handle is dropped.
     pub fn start(db: DiskDb, every: Duration) -> std::io::Result<(LsmSyncer, JoinHandle<()>)> {
         let (tx, rx) = std_mpsc::sync_channel::<SyncRequest>(SYNC_QUEUE);
+        let counters = Arc::new(FsyncCounters::default());
+        let c = counters.clone();
         let thread = std::thread::Builder::new()
             .name("lkv-lsm-sync".into())
-            .spawn(move || sync_loop(db, every, rx))?;
-        Ok((LsmSyncer { tx }, thread))
+            .spawn(move || sync_loop(db, every, rx, &c))?;
+        Ok((LsmSyncer { tx, counters }, thread))
+    }
+
+    /// Its fsyncs so far.
+    fn metrics(&self) -> LsmMetrics {
+        let c = &self.counters;
+        let mut m = LsmMetrics {
+            fsyncs: c.fsyncs.load(Ordering::Relaxed),
+            fsync_micros: c.micros.load(Ordering::Relaxed),
+            ..LsmMetrics::default()
+        };
+        for (out, a) in m.fsync_histogram.iter_mut().zip(&c.histogram) {
+            *out = a.load(Ordering::Relaxed);
+        }
+        m
     }
 
     /// Resolves once everything written to the LSM before the call is on disk.
@@ -422,7 +520,12 @@ impl LsmSyncer {
     }
 }
 
-fn sync_loop(db: DiskDb, every: Duration, rx: std_mpsc::Receiver<SyncRequest>) {
+fn sync_loop(
+    db: DiskDb,
+    every: Duration,
+    rx: std_mpsc::Receiver<SyncRequest>,
+    counters: &FsyncCounters,
+) {
     let wait = if every.is_zero() {
         Duration::from_secs(3600)
     } else {
@@ -443,7 +546,12 @@ fn sync_loop(db: DiskDb, every: Duration, rx: std_mpsc::Receiver<SyncRequest>) {
         while let Ok(more) = rx.try_recv() {
             waiting.push(more);
         }
+        let started = Instant::now();
         let result = db.persist(true).map_err(|e| e.to_string());
+        let micros = started.elapsed().as_micros() as u64;
+        counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+        counters.micros.fetch_add(micros, Ordering::Relaxed);
+        counters.histogram[store::wal::stats::fsync_bucket(micros)].fetch_add(1, Ordering::Relaxed);
         if let Err(e) = &result {
             tracing::warn!(error = %e, "fdatasync of the disk journal failed");
         }

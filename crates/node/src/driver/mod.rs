@@ -17,5 +17,6 @@ pub mod conns;
 pub mod journal;
 pub mod mesh;
 pub mod peer_conn;
+pub mod replay;
 pub mod shared;
 pub mod worker;

@@ -69,6 +69,40 @@ pub struct Shared {
     // ---- keys and server ----
     /// The node's RESP connections (one registry for all workers: `CLIENT LIST`/`KILL`).
     pub clients: Arc<crate::clients::Clients>,
+    // ---- metrics ----
+    /// Metrics of parts running beside the node in its process, appended to `/metrics`.
+    pub metrics_sources: MetricsSources,
+}
+
+/// Renders the Prometheus text of a part running beside a node (`latticekv local --faas`
+/// adds its scheduler's and compute host's). Called on a worker's thread at each scrape:
+/// it must be quick and never block for long.
+pub type MetricsSource = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// The [`MetricsSource`]s of a node (registered once, read at each scrape).
+#[derive(Default)]
+pub struct MetricsSources(std::sync::Mutex<Vec<MetricsSource>>);
+
+impl MetricsSources {
+    /// Adds `source`.
+    pub fn add(&self, source: MetricsSource) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(source);
+    }
+
+    /// Every source's text, in the order they were added.
+    pub fn render(&self) -> String {
+        let sources = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        sources.iter().map(|f| f()).collect()
+    }
+}
+
+impl std::fmt::Debug for MetricsSources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MetricsSources")
+    }
 }
 
 impl Shared {

@@ -135,6 +135,12 @@ pub struct WorkerStats {
     pub backing: Option<pb::BackingStatus>,
     /// Latencies of served client requests since it started.
     pub latency_total: crate::stats::latency::Cumulative,
+    /// Its write-ahead log, if it has one.
+    pub wal: Option<super::journal::WalMetrics>,
+    /// The node's LSM journal's fsyncs (the same on every worker of a disk-tier node).
+    pub lsm: Option<super::journal::LsmMetrics>,
+    /// Durations of the batches it applied to the backing store since it started.
+    pub backing_latency: crate::stats::latency::Cumulative,
 }
 
 /// One worker (see the module docs).
@@ -175,6 +181,8 @@ pub struct Worker {
     /// Where its shard's keyspace events go (the pub/sub fan-out, set at start; `None`:
     /// dropped).
     key_event_sink: Cell<Option<KeyEventSink>>,
+    /// Durations of backing-store batches since the worker started (metrics).
+    backing_latency: RefCell<crate::stats::latency::Cumulative>,
 }
 
 /// Publishes a worker's keyspace events (`crate::pubsub::events::publish`, given at start
@@ -268,6 +276,9 @@ impl Worker {
             window: self.core.borrow().window(),
             backing: self.backing_status(),
             latency_total: self.latency_total.borrow().clone(),
+            wal: self.journal.wal_metrics(),
+            lsm: self.journal.lsm_metrics(),
+            backing_latency: self.backing_latency.borrow().clone(),
         }
     }
 
@@ -476,10 +487,16 @@ impl Worker {
                 let store = self.shared.backing.clone();
                 let w = self.clone();
                 spawn_local(async move {
+                    let started = std::time::Instant::now();
+                    let ping = batch.is_empty();
                     let result = match store {
                         Some(s) => s.apply(batch).await,
                         None => Err("the node has no backing store".into()),
                     };
+                    if !ping {
+                        let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                        w.backing_latency.borrow_mut().record(ns, 1);
+                    }
                     w.with_core(|c| c.on_backing_applied(id, result));
                 });
             }
@@ -708,6 +725,7 @@ impl Worker {
             spill_marked: Cell::new(false),
             latency_total: RefCell::new(Default::default()),
             key_event_sink: Cell::new(None),
+            backing_latency: RefCell::new(Default::default()),
         })
     }
 

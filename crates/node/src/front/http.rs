@@ -118,14 +118,22 @@ async fn render(w: &Worker) -> String {
             _ => members.dead += 1,
         }
     }
-    metrics::render(&Snapshot {
+    let policy = shared.policy.borrow().clone();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let mut text = metrics::render(&Snapshot {
         node_id: &shared.config.node_id,
         tier: shared.config.tier.name(),
         uptime_seconds: shared.started.elapsed().as_secs(),
         memory_budget_bytes: shared.config.limits.memory_budget_bytes(),
         workers: &workers,
         members,
-    })
+        policy: policy.as_deref(),
+        now_ms,
+    });
+    text.push_str(&shared.metrics_sources.render());
+    text
 }
 
 /// The node's status now (the page's data).

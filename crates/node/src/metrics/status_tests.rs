@@ -51,6 +51,9 @@ fn worker(i: u32, requests: u64, latencies_us: &[u64], hot: &[(&str, u64)]) -> W
         window: Arc::new(window),
         backing: None,
         latency_total,
+        wal: None,
+        lsm: None,
+        backing_latency: Cumulative::default(),
     }
 }
 

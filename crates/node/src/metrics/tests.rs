@@ -2,6 +2,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::core::CoreStats;
+use wire::pb;
 
 fn worker(i: u32, requests: u64, latencies_us: &[u64]) -> WorkerStats {
     let mut core = CoreStats::default();
@@ -19,6 +20,9 @@ fn worker(i: u32, requests: u64, latencies_us: &[u64]) -> WorkerStats {
         window: Arc::new(crate::stats::Window::default()),
         backing: None,
         latency_total,
+        wal: None,
+        lsm: None,
+        backing_latency: Cumulative::default(),
     }
 }
 
@@ -44,6 +48,8 @@ fn renders_counters_per_worker_and_one_histogram_for_the_node() {
             suspect: 0,
             dead: 1,
         },
+        policy: None,
+        now_ms: 0,
     });
     let l = r#"node="a\"b",tier="memory""#;
     assert_eq!(
@@ -102,4 +108,144 @@ fn renders_counters_per_worker_and_one_histogram_for_the_node() {
         assert!(b >= last);
         last = b;
     }
+}
+
+#[test]
+fn renders_the_log_and_the_backing_store_only_where_they_exist() {
+    let bare = [worker(0, 1, &[])];
+    let text = render(&Snapshot {
+        node_id: "n",
+        tier: "memory",
+        uptime_seconds: 1,
+        memory_budget_bytes: 1,
+        workers: &bare,
+        members: Members::default(),
+        policy: None,
+        now_ms: 0,
+    });
+    assert!(!text.contains("latticekv_wal_"), "{text}");
+    assert!(!text.contains("latticekv_backing_"), "{text}");
+
+    let mut w0 = worker(0, 1, &[]);
+    let mut log = store::wal::WalStats {
+        appends: 3,
+        append_bytes: 300,
+        fsyncs: 2,
+        fsync_micros: 2_040,
+        ..Default::default()
+    };
+    log.fsync_histogram[0] = 1; // ≤ 50 µs
+    log.fsync_histogram[store::wal::stats::FSYNC_BUCKETS_US.len()] = 1; // > 1 s
+    w0.wal = Some(crate::driver::journal::WalMetrics {
+        log,
+        waiting_bytes: 7,
+        snapshots: 1,
+        snapshot_micros: 1_500_000,
+    });
+    w0.backing = Some(pb::BackingStatus {
+        mode: 1,
+        dirty_keys: 4,
+        applied_keys: 9,
+        ..Default::default()
+    });
+    w0.backing_latency.record(2_000_000, 3);
+    let text = render(&Snapshot {
+        node_id: "n",
+        tier: "memory",
+        uptime_seconds: 1,
+        memory_budget_bytes: 1,
+        workers: &[w0],
+        members: Members::default(),
+        policy: None,
+        now_ms: 0,
+    });
+    let l = r#"node="n",tier="memory""#;
+    let v = |s: &str| value(&text, &format!("latticekv_{s}"));
+    assert_eq!(
+        v(&format!("wal_appended_bytes_total{{{l},worker=\"0\"}}")),
+        300.0
+    );
+    assert_eq!(v(&format!("wal_waiting_bytes{{{l},worker=\"0\"}}")), 7.0);
+    assert_eq!(
+        v(&format!(
+            "wal_fsync_duration_seconds_bucket{{{l},le=\"0.00005\"}}"
+        )),
+        1.0
+    );
+    assert_eq!(
+        v(&format!(
+            "wal_fsync_duration_seconds_bucket{{{l},le=\"1\"}}"
+        )),
+        1.0
+    );
+    assert_eq!(
+        v(&format!(
+            "wal_fsync_duration_seconds_bucket{{{l},le=\"+Inf\"}}"
+        )),
+        2.0
+    );
+    assert_eq!(v(&format!("wal_snapshot_duration_seconds_sum{{{l}}}")), 1.5);
+    assert_eq!(
+        v(&format!("backing_mode{{{l},worker=\"0\",mode=\"failed\"}}")),
+        1.0
+    );
+    assert_eq!(
+        v(&format!("backing_mode{{{l},worker=\"0\",mode=\"normal\"}}")),
+        0.0
+    );
+    assert_eq!(v(&format!("backing_dirty_keys{{{l},worker=\"0\"}}")), 4.0);
+    assert_eq!(
+        v(&format!("backing_apply_duration_seconds_count{{{l}}}")),
+        3.0
+    );
+    assert!(text.contains("# TYPE latticekv_backing_applied_keys_total counter"));
+    assert!(text.contains("# TYPE latticekv_wal_snapshot_duration_seconds summary"));
+}
+
+#[test]
+fn renders_the_monitors_report_once_one_came() {
+    let workers = [worker(0, 1, &[])];
+    let snapshot = |policy| Snapshot {
+        node_id: "n",
+        tier: "memory",
+        uptime_seconds: 1,
+        memory_budget_bytes: 1,
+        workers: &workers,
+        members: Members::default(),
+        policy,
+        now_ms: 10_000,
+    };
+    assert!(!render(&snapshot(None)).contains("latticekv_policy_"));
+    let report = pb::PolicyReport {
+        sent_ms: 7_500,
+        rounds: 12,
+        set_replication_total: 3,
+        add_nodes_total: 1,
+        failed_actions_total: 1,
+        hot_keys: 2,
+        observed_latency_us: 1_500.0,
+        latency_objective_us: 2_500.0,
+        ..Default::default()
+    };
+    let text = render(&snapshot(Some(&report)));
+    let l = r#"node="n",tier="memory""#;
+    let v = |s: &str| value(&text, &format!("latticekv_{s}"));
+    assert_eq!(v(&format!("policy_rounds_total{{{l}}}")), 12.0);
+    assert_eq!(
+        v(&format!(
+            "policy_actions_total{{{l},kind=\"set_replication\"}}"
+        )),
+        3.0
+    );
+    assert_eq!(
+        v(&format!("policy_actions_total{{{l},kind=\"remove_node\"}}")),
+        0.0
+    );
+    assert_eq!(v(&format!("policy_hot_keys{{{l}}}")), 2.0);
+    assert_eq!(
+        v(&format!("policy_observed_latency_seconds{{{l}}}")),
+        0.0015
+    );
+    assert_eq!(v(&format!("policy_report_age_seconds{{{l}}}")), 2.5);
+    assert!(text.contains("# TYPE latticekv_policy_actions_total counter"));
 }

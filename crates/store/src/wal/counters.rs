@@ -15,6 +15,22 @@ pub(crate) fn batch_bucket(records: u64) -> usize {
     (63 - records.max(1).leading_zeros() as usize).min(BATCH_BUCKETS - 1)
 }
 
+/// Upper bounds (µs) of the fsync-latency histogram's buckets; a last, unbounded bucket
+/// counts slower fsyncs.
+pub const FSYNC_BUCKETS_US: [u64; 14] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000,
+];
+
+/// The bucket of an fsync that took `micros` µs: the first bound at or above it, else the
+/// last (unbounded) bucket.
+pub fn fsync_bucket(micros: u64) -> usize {
+    FSYNC_BUCKETS_US
+        .iter()
+        .position(|&b| micros <= b)
+        .unwrap_or(FSYNC_BUCKETS_US.len())
+}
+
 /// Counters updated by the writer thread (relaxed atomics; read by
 /// [`Wal::stats`](crate::wal::Wal::stats)).
 #[derive(Default)]
@@ -27,6 +43,7 @@ pub(crate) struct Counters {
     pub fsyncs: AtomicU64,
     pub fsync_micros: AtomicU64,
     pub max_fsync_micros: AtomicU64,
+    pub fsync_histogram: [AtomicU64; FSYNC_BUCKETS_US.len() + 1],
     pub write_errors: AtomicU64,
     pub fsync_errors: AtomicU64,
     pub failed_records: AtomicU64,
@@ -50,5 +67,14 @@ mod tests {
         assert_eq!(batch_bucket(3), 1);
         assert_eq!(batch_bucket(1024), 10);
         assert_eq!(batch_bucket(u64::MAX), BATCH_BUCKETS - 1);
+    }
+
+    #[test]
+    fn fsync_buckets() {
+        assert_eq!(fsync_bucket(0), 0);
+        assert_eq!(fsync_bucket(50), 0);
+        assert_eq!(fsync_bucket(51), 1);
+        assert_eq!(fsync_bucket(1_000_000), FSYNC_BUCKETS_US.len() - 1);
+        assert_eq!(fsync_bucket(1_000_001), FSYNC_BUCKETS_US.len());
     }
 }

@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 
-pub use crate::wal::counters::BATCH_BUCKETS;
+pub use crate::wal::counters::{fsync_bucket, BATCH_BUCKETS, FSYNC_BUCKETS_US};
 use crate::wal::shared::{Shared, State};
 use crate::wal::Lsn;
 
@@ -40,6 +40,9 @@ pub struct WalStats {
     pub fsync_micros: u64,
     /// The slowest fsync, µs.
     pub max_fsync_micros: u64,
+    /// Fsyncs by duration: bucket `i` counts those of at most [`FSYNC_BUCKETS_US`]`[i]` µs
+    /// (and more than the bound before); the last bucket the slower ones. Not cumulative.
+    pub fsync_histogram: [u64; FSYNC_BUCKETS_US.len() + 1],
     /// Failed writes (including segment creation).
     pub write_errors: u64,
     /// Failed fsyncs.
@@ -104,6 +107,9 @@ impl WalStats {
         s.fsyncs = get(&c.fsyncs);
         s.fsync_micros = get(&c.fsync_micros);
         s.max_fsync_micros = get(&c.max_fsync_micros);
+        for (out, a) in s.fsync_histogram.iter_mut().zip(&c.fsync_histogram) {
+            *out = get(a);
+        }
         s.write_errors = get(&c.write_errors);
         s.fsync_errors = get(&c.fsync_errors);
         s.failed_records = get(&c.failed_records);

@@ -301,6 +301,8 @@ impl Writer {
         c.fsyncs.fetch_add(1, Ordering::Relaxed);
         c.fsync_micros.fetch_add(micros, Ordering::Relaxed);
         c.max_fsync_micros.fetch_max(micros, Ordering::Relaxed);
+        c.fsync_histogram[crate::wal::counters::fsync_bucket(micros)]
+            .fetch_add(1, Ordering::Relaxed);
         result?;
         self.synced = self.written;
         self.synced_offset = seg.offset;
@@ -480,13 +482,19 @@ impl Writer {
                 } else {
                     Ok(())
                 };
+                let started = Instant::now();
                 let result = cut
                     .and_then(|()| seg.file.sync_all())
                     .map_err(|e| DiskError::new("fsync", &seg.path, &e));
                 match result {
                     Ok(()) => {
                         self.synced = self.written;
-                        self.shared.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+                        let micros = started.elapsed().as_micros() as u64;
+                        let c = &self.shared.counters;
+                        c.fsyncs.fetch_add(1, Ordering::Relaxed);
+                        c.fsync_micros.fetch_add(micros, Ordering::Relaxed);
+                        c.fsync_histogram[crate::wal::counters::fsync_bucket(micros)]
+                            .fetch_add(1, Ordering::Relaxed);
                     }
                     Err(e) => {
                         self.fail(e.clone(), true);
