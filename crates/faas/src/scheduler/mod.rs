@@ -84,6 +84,8 @@ struct Run {
     failures: u32,
     /// Protocol OPT: the DAG spread over hosts (`None`: CT, the whole DAG on `host`).
     spread: Option<Spread>,
+    /// Aborts and metadata so far, answered with the result.
+    stats: pb::CallStats,
 }
 
 #[derive(Default)]
@@ -101,11 +103,16 @@ struct State {
 /// Messages to send once the state's lock is released.
 type Outbox = Vec<(Out, pb::FromScheduler)>;
 
-fn response(id: u64, result: pb::client_response::Result) -> pb::FromScheduler {
+fn response(
+    id: u64,
+    result: pb::client_response::Result,
+    stats: Option<pb::CallStats>,
+) -> pb::FromScheduler {
     pb::FromScheduler {
         msg: Some(pb::from_scheduler::Msg::Response(pb::ClientResponse {
             id,
             result: Some(result),
+            stats,
         })),
     }
 }
@@ -178,10 +185,12 @@ impl State {
             None => self.queue.retain(|q| *q != id),
         }
         if let Some(spread) = run.spread.as_mut() {
+            run.stats.attempts = spread.attempts();
             self.end_attempt(spread, outbox);
         }
+        run.stats.protocol = run.msg.protocol;
         let (out, req) = run.reply;
-        outbox.push((out, response(req, result)));
+        outbox.push((out, response(req, result, Some(run.stats))));
     }
 }
 
@@ -485,7 +494,9 @@ async fn handle_request(req: pb::ClientRequest, out: Out, shared: Arc<Shared>) {
         ))),
     };
     if let Some(a) = answer {
-        let _ = out.send(response(id, a.unwrap_or_else(error_result))).await;
+        let _ = out
+            .send(response(id, a.unwrap_or_else(error_result), None))
+            .await;
     }
 }
 
@@ -579,6 +590,10 @@ async fn start_run(
                 host: None,
                 failures: 0,
                 spread,
+                stats: pb::CallStats {
+                    attempts: 1,
+                    ..Default::default()
+                },
             },
         );
         st.dispatch(run_id, shared.config.max_queue, &mut outbox);
