@@ -74,7 +74,7 @@ python-test: build python-package
 ## Every benchmark runs, briefly: criterion benches in test mode (each once, small tables)
 ## and the Redis comparison for a fraction of a second per case. Performance is reported
 ## in docs/benchmarks.md from full runs, never asserted here.
-bench-smoke: build
+bench-smoke: build python-package
 	LKV_BENCH_KEYS=10000 LKV_BENCH_UPDATES=2000 $(CARGO) test --benches -p latticekv-lattice -p latticekv-node -p latticekv-store
 	bench/compare-redis --smoke --bin $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/cluster --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
@@ -85,6 +85,7 @@ bench-smoke: build
 	bench/security --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/elasticity --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/writeback --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
+	$(PYTHON) bench/serverless --smoke --binary $(TARGET_DIR)/debug/latticekv --python $(PYTHON) > /dev/null
 
 ## The image to ship: a FROM-scratch image of the statically linked release binary, non-root,
 ## state in the /data volume, tagged latticekv:dev (no registry; docs/operations.md).
@@ -105,7 +106,7 @@ release:
 
 ## Full side-by-side comparison with Redis and the cluster benchmark; rewrite the results
 ## in docs/benchmarks.md.
-bench: release
+bench: release python-package
 	bench/compare-redis
 	bench/cluster
 	bench/durability
@@ -113,6 +114,7 @@ bench: release
 	bench/redis-benchmark
 	bench/security
 	bench/writeback
+	$(PYTHON) bench/serverless --python $(PYTHON)
 
 ## The embedded default, as the README says.
 run:

@@ -16,7 +16,7 @@ use faas::{pb, FaasError};
 use prost::Message;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::runtime;
 
@@ -192,6 +192,31 @@ impl FaasClient {
         let a = call_args.into_iter().map(|(f, x)| (f, args(x))).collect();
         let v = block_on(py, async move { c.call_dag(&name, a, o).await })?;
         Ok(PyBytes::new(py, &v))
+    }
+
+    /// `call_dag`, with how the scheduler ran the call: (the sink's pickled result, a dict
+    /// of `protocol` (its name), `attempts`, `aborts`, `early_aborts`, `meta_bytes`).
+    #[pyo3(signature = (name, call_args, protocol = "", timeout = None))]
+    fn call_dag_stats<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        call_args: HashMap<String, Vec<(bool, Vec<u8>)>>,
+        protocol: &str,
+        timeout: Option<f64>,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyDict>)> {
+        let c = self.inner.clone();
+        let o = options(protocol, timeout)?;
+        let a = call_args.into_iter().map(|(f, x)| (f, args(x))).collect();
+        let (v, st) = block_on(py, async move { c.call_dag_with_stats(&name, a, o).await })?;
+        let stats = PyDict::new(py);
+        let protocol = pb::Protocol::try_from(st.protocol).map_or("", |p| p.as_str_name());
+        stats.set_item("protocol", protocol)?;
+        stats.set_item("attempts", st.attempts)?;
+        stats.set_item("aborts", st.aborts)?;
+        stats.set_item("early_aborts", st.early_aborts)?;
+        stats.set_item("meta_bytes", st.meta_bytes)?;
+        Ok((PyBytes::new(py, &v), stats))
     }
 }
 

@@ -220,3 +220,26 @@ def test_more_reports_from_fake_results_parse_back():
     assert len(rows) == 8
     for p, b in zip(m.RESP.parse(text), rows, strict=True):
         close(p, b)
+
+
+def test_serverless_report_from_fake_results_parses_back():
+    from types import SimpleNamespace
+
+    m = script("serverless")
+    args = SimpleNamespace(thetas=[1.0, 1.5], lengths=[3, 6], executors=3, clients=4,
+                           keys=1000, value_size=1024, rounds=2, requests=10,
+                           length_requests=5, warmup=2)
+    results = {}
+    for i, (plane, dag, length, theta, p) in enumerate(m.cells(args)):
+        stats = {"protocol": p, "attempts": 1 + i % 2, "aborts": i % 2,
+                 "early_aborts": 0, "meta_bytes": 100 * i}
+        results[(plane, dag, length, theta, p)] = (
+            [(0.001 * (i + k), stats, k == 0) for k in range(10)], [])
+    text, grid, lengths = m.report(results, args, [1.5, 2.5], 600.0)
+    assert len(grid) == 2 * 2 * 5 and len(lengths) == 2 * 5
+    for p, b in zip(m.GRID.parse(text), grid, strict=True):
+        close(p, b)
+    for p, b in zip(m.LENGTH.parse(text), lengths, strict=True):
+        close(p, b)
+    lww = [r for r in m.GRID.parse(text) if r["system"] == "LWW"]
+    assert lww and all(r["ratio"] is None for r in lww)

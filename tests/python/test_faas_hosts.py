@@ -70,3 +70,25 @@ def test_a_dag_spreads_over_both_hosts_and_its_writes_are_applied(node, second_h
     # Committed by whichever host ran the sink (concurrent commits stay siblings).
     assert set(store.get_value("spread-k")) == {b"written"}
     cloud.close()
+
+
+def test_call_stats_tell_how_a_call_ran(node, second_host):
+    cloud = faas.connect(node.native)
+    latticekv.connect(node.native, timeout=5.0).put("stats-k", b"v")
+    cloud.register(lambda v: len(v), "st1")
+    cloud.register(lambda x: x + 1, "st2")
+    cloud.register_dag("stats", ["st1", "st2"], [("st1", "st2")])
+    args = {"st1": [faas.Ref("stats-k")]}
+    out, stats = cloud.call_dag("stats", args, protocol="CT", stats=True)
+    assert out == 2
+    assert stats == {"protocol": "CT", "attempts": 1, "aborts": 0, "early_aborts": 0,
+                     "meta_bytes": 0}
+    # Spread over the hosts: the key read by st1 travels to st2 as causal metadata through
+    # the scheduler (or, after too many aborts, the call ended under CT).
+    out, stats = cloud.call_dag("stats", args, protocol="OPT", stats=True)
+    assert out == 2
+    assert stats["protocol"] in ("OPT", "CT"), stats
+    assert stats["attempts"] == stats["aborts"] + 1, stats
+    assert stats["meta_bytes"] > 0, stats
+    assert cloud.call_dag("stats", args) == 2  # without stats: the result alone
+    cloud.close()

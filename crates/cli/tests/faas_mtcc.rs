@@ -14,7 +14,7 @@
 
 mod faas_common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -409,7 +409,7 @@ async fn request(
     zipf: &Zipf,
     rng: &mut fastrand::Rng,
     protocol: pb::Protocol,
-) -> Result<Bytes, String> {
+) -> Result<(Bytes, pb::CallStats), String> {
     let (dag, fns) = if rng.bool() {
         ("line", ["f1", "f2", "f3"])
     } else {
@@ -437,7 +437,7 @@ async fn request(
         protocol,
         timeout: Some(Duration::from_secs(30)),
     };
-    faas.call_dag(dag, args, options)
+    faas.call_dag_with_stats(dag, args, options)
         .await
         .map_err(|e| e.to_string())
 }
@@ -449,15 +449,27 @@ struct Outcome {
     anomalous: usize,
     /// Requests where some key read depends on another key of the read set.
     related: usize,
+    /// From the calls' stats: aborted attempts, causal metadata bytes, protocols ended
+    /// under, and calls whose attempts are not their aborts + 1.
+    aborts: u32,
+    meta_bytes: u64,
+    protocols: BTreeSet<i32>,
+    miscounted: usize,
 }
 
-fn check(outcome: &mut Outcome, result: Result<Bytes, String>) {
+fn check(outcome: &mut Outcome, result: Result<(Bytes, pb::CallStats), String>) {
     outcome.requests += 1;
-    let Ok(v) = result else {
+    let Ok((v, stats)) = result else {
         eprintln!("request failed: {result:?}");
         outcome.failed += 1;
         return;
     };
+    outcome.aborts += stats.aborts;
+    outcome.meta_bytes += stats.meta_bytes;
+    outcome.protocols.insert(stats.protocol);
+    if stats.attempts != stats.aborts + 1 || stats.early_aborts > stats.aborts {
+        outcome.miscounted += 1;
+    }
     let reads: BTreeMap<Key, ReadMeta> = decode(&v).into_iter().collect();
     if reads
         .values()
@@ -569,6 +581,15 @@ fn opt_across_two_hosts_shows_no_anomaly_and_the_bare_store_does() {
         assert_eq!(opt.failed, 0, "{opt:?}");
         assert_eq!(opt.anomalous, 0, "anomalies under OPT: {opt:?}");
         assert!(opt.related > 0, "the checker had nothing to check: {opt:?}");
+        // The calls' stats: OPT's edge metadata counted, aborts consistent with attempts
+        // (a call that aborted too often ends under CT).
+        assert_eq!(opt.miscounted, 0, "{opt:?}");
+        assert!(opt.meta_bytes > 0, "{opt:?}");
+        let (opt_p, ct_p) = (pb::Protocol::Opt as i32, pb::Protocol::Ct as i32);
+        assert!(
+            opt.protocols.iter().all(|p| [opt_p, ct_p].contains(p)),
+            "{opt:?}"
+        );
         assert!(
             ran.iter().all(|n| *n > 0),
             "functions ran on one host only: {ran:?}"
@@ -642,6 +663,9 @@ fn hb_the_default_across_two_hosts_shows_no_anomaly() {
         assert_eq!(hb.failed, 0, "{hb:?}");
         assert_eq!(hb.anomalous, 0, "anomalies under HB: {hb:?}");
         assert!(hb.related > 0, "the checker had nothing to check: {hb:?}");
+        assert_eq!(hb.miscounted, 0, "{hb:?}");
+        assert!(hb.meta_bytes > 0, "{hb:?}");
+        assert!(hb.protocols.contains(&(pb::Protocol::Hb as i32)), "{hb:?}");
         // Spread over both hosts, as OPT (simulation passed) or CON (early abort).
         assert!(
             stats.iter().all(|s| s.opt_functions + s.con_functions > 0),

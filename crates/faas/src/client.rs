@@ -169,6 +169,16 @@ impl FaasClient {
         op: pb::client_request::Op,
         timeout: Duration,
     ) -> Result<pb::client_response::Result, FaasError> {
+        self.request_stats(op, timeout).await.map(|(r, _)| r)
+    }
+
+    /// [`request`](Self::request), with the call's stats (default if the scheduler sent
+    /// none).
+    async fn request_stats(
+        &self,
+        op: pb::client_request::Op,
+        timeout: Duration,
+    ) -> Result<(pb::client_response::Result, pb::CallStats), FaasError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         if let Ok(mut p) = self.pending.lock() {
@@ -191,7 +201,7 @@ impl FaasClient {
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(resp)) => match resp.result {
                 Some(pb::client_response::Result::Error(e)) => Err(FaasError::from_pb(e)),
-                Some(r) => Ok(r),
+                Some(r) => Ok((r, resp.stats.unwrap_or_default())),
                 None => Err(FaasError::Protocol("an empty response".into())),
             },
             Ok(Err(_)) => Err(lost()),
@@ -282,6 +292,22 @@ impl FaasClient {
         args: BTreeMap<String, Vec<Arg>>,
         options: CallOptions,
     ) -> Result<Bytes, FaasError> {
+        self.call_dag_with_stats(name, args, options)
+            .await
+            .map(|(v, _)| v)
+    }
+
+    /// [`call_dag`](Self::call_dag), with how the scheduler ran the call: the protocol,
+    /// attempts, aborts and causal metadata bytes (bench/serverless measures them).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn call_dag_with_stats(
+        &self,
+        name: &str,
+        args: BTreeMap<String, Vec<Arg>>,
+        options: CallOptions,
+    ) -> Result<(Bytes, pb::CallStats), FaasError> {
         let (timeout_ms, wait) = Self::timeout_ms(&options);
         let op = pb::client_request::Op::CallDag(pb::CallDag {
             dag: name.to_string(),
@@ -289,7 +315,8 @@ impl FaasClient {
             protocol: options.protocol as i32,
             timeout_ms,
         });
-        value(self.request(op, wait).await?)
+        let (r, stats) = self.request_stats(op, wait).await?;
+        Ok((value(r)?, stats))
     }
 }
 

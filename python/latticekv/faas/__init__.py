@@ -238,11 +238,19 @@ class Cloud:
         args: Optional[Dict[str, Sequence[Any]]] = None,
         protocol: str = "",
         timeout: Optional[float] = None,
+        stats: bool = False,
     ) -> Any:
         """Calls DAG ``name``; ``args`` maps a function to its own arguments (the results
-        of its upstream functions come first). Returns the sink's result."""
+        of its upstream functions come first). Returns the sink's result; with
+        ``stats=True``, ``(result, stats)``: how the scheduler ran the call, a dict of
+        ``protocol`` (the one it ended under: ``"CT"``, ``"OPT"``, ``"CON"``, ``"HB"``),
+        ``attempts``, ``aborts`` (of which ``early_aborts``: HB's simulated ones) and
+        ``meta_bytes`` (causal metadata that travelled through the scheduler; 0 under CT)."""
         native_args = {f: _args(a) for f, a in (args or {}).items()}
         try:
+            if stats:
+                out, st = self._native.call_dag_stats(name, native_args, protocol, timeout)
+                return pickle.loads(out), st
             out = self._native.call_dag(name, native_args, protocol, timeout)
         except FaasNativeError as e:
             _raise(e)

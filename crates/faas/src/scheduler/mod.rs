@@ -89,6 +89,8 @@ struct Run {
     spread: Option<Spread>,
     /// When it was admitted (the metrics' call duration).
     started: std::time::Instant,
+    /// Aborts and metadata so far, answered with the result.
+    stats: pb::CallStats,
 }
 
 #[derive(Default)]
@@ -108,11 +110,16 @@ struct State {
 /// Messages to send once the state's lock is released.
 type Outbox = Vec<(Out, pb::FromScheduler)>;
 
-fn response(id: u64, result: pb::client_response::Result) -> pb::FromScheduler {
+fn response(
+    id: u64,
+    result: pb::client_response::Result,
+    stats: Option<pb::CallStats>,
+) -> pb::FromScheduler {
     pb::FromScheduler {
         msg: Some(pb::from_scheduler::Msg::Response(pb::ClientResponse {
             id,
             result: Some(result),
+            stats,
         })),
     }
 }
@@ -185,12 +192,14 @@ impl State {
             None => self.queue.retain(|q| *q != id),
         }
         if let Some(spread) = run.spread.as_mut() {
+            run.stats.attempts = spread.attempts();
             self.end_attempt(spread, outbox);
         }
         self.stats
             .call(run.msg.protocol, &result, run.started.elapsed());
+        run.stats.protocol = run.msg.protocol;
         let (out, req) = run.reply;
-        outbox.push((out, response(req, result)));
+        outbox.push((out, response(req, result, Some(run.stats))));
     }
 }
 
@@ -500,7 +509,9 @@ async fn handle_request(req: pb::ClientRequest, out: Out, shared: Arc<Shared>) {
         ))),
     };
     if let Some(a) = answer {
-        let _ = out.send(response(id, a.unwrap_or_else(error_result))).await;
+        let _ = out
+            .send(response(id, a.unwrap_or_else(error_result), None))
+            .await;
     }
 }
 
@@ -595,6 +606,10 @@ async fn start_run(
                 failures: 0,
                 spread,
                 started: std::time::Instant::now(),
+                stats: pb::CallStats {
+                    attempts: 1,
+                    ..Default::default()
+                },
             },
         );
         st.dispatch(run_id, shared.config.max_queue, &mut outbox);

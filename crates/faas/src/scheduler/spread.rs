@@ -7,6 +7,7 @@ use super::{Outbox, State};
 use crate::distributed::{fn_keys, ConEvent, Event, HbEvent, Spread, MAX_OPT_ATTEMPTS};
 use crate::error::pb_error;
 use crate::pb;
+use prost::Message;
 
 impl State {
     /// Places every ready function of spread run `id` on a host and sends it.
@@ -119,6 +120,7 @@ impl State {
     /// A host's answer for one function of spread run `id`.
     pub(super) fn fn_done(&mut self, host: &str, done: pb::FnDone, outbox: &mut Outbox) {
         let id = done.run_id;
+        self.count_meta(id, done.meta.as_ref().map_or(0, Message::encoded_len));
         let Some(mut spread) = self.runs.get_mut(&id).and_then(|r| r.spread.take()) else {
             return;
         };
@@ -152,6 +154,7 @@ impl State {
     /// A cache's CON snapshot for one function of spread run `id`.
     pub(super) fn con_snapshot(&mut self, host: &str, snap: pb::ConSnapshot, outbox: &mut Outbox) {
         let id = snap.run_id;
+        self.count_meta(id, snap.s.iter().map(Message::encoded_len).sum());
         let Some(mut spread) = self.runs.get_mut(&id).and_then(|r| r.spread.take()) else {
             return;
         };
@@ -171,12 +174,16 @@ impl State {
     /// A cache's HB view for one function of spread run `id`.
     pub(super) fn hb_view(&mut self, host: &str, view: pb::HbView, outbox: &mut Outbox) {
         let id = view.run_id;
+        self.count_meta(id, view.keys.iter().map(Message::encoded_len).sum());
         let Some(mut spread) = self.runs.get_mut(&id).and_then(|r| r.spread.take()) else {
             return;
         };
         let event = spread.hb_view(host, view);
         if let HbEvent::EarlyAbort(why) = &event {
             // Nothing ran and nothing is pinned: straight to CON (the abort path does it).
+            if let Some(run) = self.runs.get_mut(&id) {
+                run.stats.early_aborts += 1;
+            }
             self.abort_attempt(id, spread, why, outbox);
             return;
         }
@@ -214,6 +221,13 @@ impl State {
         }
     }
 
+    /// Adds `bytes` of causal metadata received for run `id` to its stats.
+    fn count_meta(&mut self, id: u64, bytes: usize) {
+        if let Some(run) = self.runs.get_mut(&id) {
+            run.stats.meta_bytes += bytes as u64;
+        }
+    }
+
     /// The current attempt of spread run `id` aborted: release it everywhere, then run the
     /// DAG again (an HB call: under CON, decision 5 of docs/serverless.md), or after
     /// [`MAX_OPT_ATTEMPTS`] under CT.
@@ -225,6 +239,10 @@ impl State {
         );
         self.stats.aborts += 1;
         self.end_attempt(&mut spread, outbox);
+        if let Some(run) = self.runs.get_mut(&id) {
+            run.stats.aborts += 1;
+            run.stats.attempts = spread.attempts();
+        }
         if spread.is_hb() {
             spread.to_con();
         }
