@@ -204,14 +204,17 @@ fn held(addrs: &[std::net::SocketAddr], keys: &[String]) -> usize {
     total
 }
 
+/// `local` with write-through to its disk node (`--disk-copy every-write`): the disk tier
+/// gets every key, and after a restart the memory tier pulls its copy back from it.
 #[test]
 fn local_serves_every_key_right_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap();
     let keys: Vec<String> = (0..1_000).map(|i| format!("key{i}")).collect();
     let rt = rt();
+    let flags = ["--data-dir", data, "--workers", "2", "--disk-copy", "every-write"];
     {
-        let node = NodeProc::start(&["--data-dir", data, "--workers", "2"]);
+        let node = NodeProc::start(&flags);
         rt.block_on(async {
             let c = Client::connect(&node.native.to_string()).await.unwrap();
             for k in &keys {
@@ -226,7 +229,7 @@ fn local_serves_every_key_right_after_a_restart() {
         );
         // Killed: the memory tier's copy is gone.
     }
-    let node = NodeProc::start(&["--data-dir", data, "--workers", "2"]);
+    let node = NodeProc::start(&flags);
     rt.block_on(async {
         let c = Client::connect(&node.native.to_string()).await.unwrap();
         // The same process starts both nodes; the memory node must see its disk node.
@@ -478,4 +481,42 @@ fn moving_a_key_between_tiers_is_an_edit_of_its_vector() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `local`'s default (`disk_copy = on_eviction`): nothing was evicted, so the disk tier
+/// holds none of the keys; after a kill the memory node's log serves every one.
+#[test]
+fn local_default_serves_every_key_from_its_log_after_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let keys: Vec<String> = (0..1_000).map(|i| format!("key{i}")).collect();
+    let rt = rt();
+    let flags = ["--data-dir", data, "--workers", "2"];
+    {
+        let node = NodeProc::start(&flags);
+        rt.block_on(async {
+            let c = Client::connect(&node.native.to_string()).await.unwrap();
+            wait_for_disk_node(&c).await;
+            for k in &keys {
+                c.assign(k, format!("v-{k}")).await.unwrap();
+            }
+        });
+        let disk = workers_of(node.native, "disk");
+        assert!(!disk.is_empty(), "local runs a disk node");
+        assert_eq!(held(&disk, &keys), 0, "live values were copied to the disk tier");
+        // Killed here (the process is killed when `node` drops).
+    }
+    let node = NodeProc::start(&flags);
+    rt.block_on(async {
+        let c = Client::connect(&node.native.to_string()).await.unwrap();
+        for k in &keys {
+            let want = format!("v-{k}");
+            assert_eq!(
+                c.get_lww(k).await.unwrap().as_deref(),
+                Some(want.as_bytes()),
+                "{k} after the restart"
+            );
+        }
+    });
+    assert_eq!(held(&node.workers, &keys), keys.len());
 }
