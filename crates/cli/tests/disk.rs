@@ -212,7 +212,14 @@ fn local_serves_every_key_right_after_a_restart() {
     let data = dir.path().to_str().unwrap();
     let keys: Vec<String> = (0..1_000).map(|i| format!("key{i}")).collect();
     let rt = rt();
-    let flags = ["--data-dir", data, "--workers", "2", "--disk-copy", "every-write"];
+    let flags = [
+        "--data-dir",
+        data,
+        "--workers",
+        "2",
+        "--disk-copy",
+        "every-write",
+    ];
     {
         let node = NodeProc::start(&flags);
         rt.block_on(async {
@@ -503,7 +510,11 @@ fn local_default_serves_every_key_from_its_log_after_a_kill() {
         });
         let disk = workers_of(node.native, "disk");
         assert!(!disk.is_empty(), "local runs a disk node");
-        assert_eq!(held(&disk, &keys), 0, "live values were copied to the disk tier");
+        assert_eq!(
+            held(&disk, &keys),
+            0,
+            "live values were copied to the disk tier"
+        );
         // Killed here (the process is killed when `node` drops).
     }
     let node = NodeProc::start(&flags);
