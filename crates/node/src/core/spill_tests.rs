@@ -166,3 +166,26 @@ fn anti_entropy_with_the_disk_tier_is_declined_before_any_eviction() {
     });
     assert_eq!(answered, Some(0));
 }
+
+#[test]
+fn writers_wait_for_demotions_only_past_halfway_to_the_ceiling() {
+    let mut rig = spilling(16 * KIB);
+    let keys = names("k", 28);
+    for k in &keys[..20] {
+        assert_eq!(rig.assign(k, &kib(1)), OpResult::Int(1));
+    }
+    // Over the budget, demotions queued, below halfway (24 KiB): writers run freely.
+    assert!(rig.core.shard().store().bytes() > 16 * KIB);
+    assert!(!rig.core.shard().memory_pressure());
+    for k in &keys[20..] {
+        assert_eq!(rig.assign(k, &kib(1)), OpResult::Int(1));
+    }
+    // Past halfway with demotions unanswered: writers wait (instead of meeting the
+    // ceiling's error); once the disk acknowledges, the records leave and they go on.
+    assert!(rig.core.shard().store().bytes() > 24 * KIB);
+    assert!(rig.core.shard().memory_pressure());
+    rig.gossip(true);
+    rig.gossip(true);
+    assert!(rig.core.shard().store().bytes() <= 16 * KIB);
+    assert!(!rig.core.shard().memory_pressure());
+}

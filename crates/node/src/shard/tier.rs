@@ -451,8 +451,15 @@ impl Shard {
 
     /// True if the store is above its budget share with nothing evictable: the core should
     /// gossip now and the driver slow writers down.
+    ///
+    /// Demotions in flight free RAM once acknowledged, so they alone do not slow writers
+    /// down — until the store is halfway from the budget to the hard ceiling: past it,
+    /// writers wait for the acknowledgements instead of running into the ceiling's error.
     pub fn memory_pressure(&self) -> bool {
-        self.tier.stuck && self.store.bytes() > self.config.memory_budget
+        let bytes = self.store.bytes();
+        let budget = self.config.memory_budget;
+        let halfway = budget.saturating_add(self.hard_ceiling().saturating_sub(budget) / 2);
+        bytes > budget && (self.tier.stuck || (!self.tier.demoting.is_empty() && bytes > halfway))
     }
 
     /// True if records were demoted since the last gossip round: the core should gossip
