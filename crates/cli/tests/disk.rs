@@ -222,12 +222,7 @@ fn local_serves_every_key_right_after_a_restart() {
     ];
     {
         let node = NodeProc::start(&flags);
-        rt.block_on(async {
-            let c = Client::connect(&node.native.to_string()).await.unwrap();
-            for k in &keys {
-                c.assign(k, format!("v-{k}")).await.unwrap();
-            }
-        });
+        rt.block_on(assign_all(&node, &keys, false));
         let disk = workers_of(node.native, "disk");
         assert!(!disk.is_empty(), "local runs a disk node");
         assert!(
@@ -237,19 +232,8 @@ fn local_serves_every_key_right_after_a_restart() {
         // Killed: the memory tier's copy is gone.
     }
     let node = NodeProc::start(&flags);
-    rt.block_on(async {
-        let c = Client::connect(&node.native.to_string()).await.unwrap();
-        // The same process starts both nodes; the memory node must see its disk node.
-        wait_for_disk_node(&c).await;
-        for k in &keys {
-            let want = format!("v-{k}");
-            assert_eq!(
-                c.get_lww(k).await.unwrap().as_deref(),
-                Some(want.as_bytes()),
-                "{k} after the restart"
-            );
-        }
-    });
+    // The same process starts both nodes; the memory node must see its disk node.
+    rt.block_on(read_back(&node, &keys, true));
     // And the memory tier pulls its copy back from the disk tier.
     let memory = node.workers.clone();
     assert!(
@@ -501,13 +485,7 @@ fn local_default_serves_every_key_from_its_log_after_a_kill() {
     let flags = ["--data-dir", data, "--workers", "2"];
     {
         let node = NodeProc::start(&flags);
-        rt.block_on(async {
-            let c = Client::connect(&node.native.to_string()).await.unwrap();
-            wait_for_disk_node(&c).await;
-            for k in &keys {
-                c.assign(k, format!("v-{k}")).await.unwrap();
-            }
-        });
+        rt.block_on(assign_all(&node, &keys, true));
         let disk = workers_of(node.native, "disk");
         assert!(!disk.is_empty(), "local runs a disk node");
         assert_eq!(
@@ -518,16 +496,34 @@ fn local_default_serves_every_key_from_its_log_after_a_kill() {
         // Killed here (the process is killed when `node` drops).
     }
     let node = NodeProc::start(&flags);
-    rt.block_on(async {
-        let c = Client::connect(&node.native.to_string()).await.unwrap();
-        for k in &keys {
-            let want = format!("v-{k}");
-            assert_eq!(
-                c.get_lww(k).await.unwrap().as_deref(),
-                Some(want.as_bytes()),
-                "{k} after the restart"
-            );
-        }
-    });
+    rt.block_on(read_back(&node, &keys, false));
     assert_eq!(held(&node.workers, &keys), keys.len());
+}
+
+/// Writes `v-<key>` to every key of `keys` (after the disk node joined, with `wait_disk`).
+async fn assign_all(node: &NodeProc, keys: &[String], wait_disk: bool) {
+    let c = Client::connect(&node.native.to_string()).await.unwrap();
+    if wait_disk {
+        wait_for_disk_node(&c).await;
+    }
+    for k in keys {
+        c.assign(k, format!("v-{k}")).await.unwrap();
+    }
+}
+
+/// Asserts every key of `keys` reads `v-<key>` (after the disk node joined, with
+/// `wait_disk`).
+async fn read_back(node: &NodeProc, keys: &[String], wait_disk: bool) {
+    let c = Client::connect(&node.native.to_string()).await.unwrap();
+    if wait_disk {
+        wait_for_disk_node(&c).await;
+    }
+    for k in keys {
+        let want = format!("v-{k}");
+        assert_eq!(
+            c.get_lww(k).await.unwrap().as_deref(),
+            Some(want.as_bytes()),
+            "{k} after the restart"
+        );
+    }
 }

@@ -410,15 +410,7 @@ impl Shard {
 
     /// True if `key` has replicas other than this worker.
     fn replicated(&self, key: &[u8]) -> bool {
-        if self.single_worker {
-            return false;
-        }
-        let mut count = 0;
-        let vector = self.view.vector(key);
-        self.view
-            .view
-            .for_each_replica_all(key_hash(key), &vector, |_| count += 1);
-        count > 1
+        self.has_other_replicas(key, false)
     }
 
     /// True if every live write to `key` is gossiped to other replicas: it has replicas
@@ -426,17 +418,23 @@ impl Shard {
     /// worker copies live values to the disk tier on eviction only (then its memory-tier
     /// replicas). Deletes go to every replica ([`Shard::replicated`]).
     fn gossips_writes(&self, key: &[u8]) -> bool {
-        if !self.copies_on_eviction() {
-            return self.replicated(key);
-        }
+        self.has_other_replicas(key, self.copies_on_eviction())
+    }
+
+    /// True if `key` has replicas other than this worker (in the memory tier only, with
+    /// `memory_only`).
+    fn has_other_replicas(&self, key: &[u8], memory_only: bool) -> bool {
         if self.single_worker {
             return false;
         }
         let mut count = 0;
         let vector = self.view.vector(key);
-        self.view
-            .view
-            .for_each_replica(key_hash(key), Tier::Memory, vector.memory, |_| count += 1);
+        let (view, hash) = (&self.view.view, key_hash(key));
+        if memory_only {
+            view.for_each_replica(hash, Tier::Memory, vector.memory, |_| count += 1);
+        } else {
+            view.for_each_replica_all(hash, &vector, |_| count += 1);
+        }
         count > 1
     }
 
