@@ -30,16 +30,7 @@ pyo3::create_exception!(
 
 fn code_str(e: &FaasError) -> &'static str {
     match e {
-        FaasError::Remote { code, .. } => match code {
-            pb::ErrorCode::NotFound => "not_found",
-            pb::ErrorCode::BadRequest => "bad_request",
-            pb::ErrorCode::FunctionRaised => "function_raised",
-            pb::ErrorCode::NoExecutors => "no_executors",
-            pb::ErrorCode::Unavailable => "unavailable",
-            pb::ErrorCode::Timeout => "timeout",
-            pb::ErrorCode::NotImplemented => "not_implemented",
-            pb::ErrorCode::ErrorUnspecified => "error",
-        },
+        FaasError::Remote { code, .. } => faas::error::code_id(*code),
         FaasError::Connection { .. } => "connection",
         FaasError::Protocol(_) => "protocol",
         FaasError::Timeout => "timeout",

@@ -52,6 +52,21 @@ pub fn code_name(code: pb::ErrorCode) -> &'static str {
     }
 }
 
+/// An error code's identifier (`not_found`, `function_raised`, …): the label of the
+/// metrics and the Python SDK's `FaasError.code`.
+pub fn code_id(code: pb::ErrorCode) -> &'static str {
+    match code {
+        pb::ErrorCode::ErrorUnspecified => "error",
+        pb::ErrorCode::NotFound => "not_found",
+        pb::ErrorCode::BadRequest => "bad_request",
+        pb::ErrorCode::FunctionRaised => "function_raised",
+        pb::ErrorCode::NoExecutors => "no_executors",
+        pb::ErrorCode::Unavailable => "unavailable",
+        pb::ErrorCode::Timeout => "timeout",
+        pb::ErrorCode::NotImplemented => "not_implemented",
+    }
+}
+
 impl FaasError {
     /// A remote error with a code and a message.
     pub fn remote(code: pb::ErrorCode, message: impl Into<String>) -> FaasError {

@@ -47,7 +47,7 @@ impl SchedulerStats {
         took: Duration,
     ) {
         let outcome = match result {
-            pb::client_response::Result::Error(e) => error_name(e.code()),
+            pb::client_response::Result::Error(e) => crate::error::code_id(e.code()),
             _ => "ok",
         };
         *self
@@ -71,20 +71,6 @@ fn protocol_name(p: i32) -> &'static str {
         Ok(pb::Protocol::Con) => "con",
         Ok(pb::Protocol::Hb) => "hb",
         _ => "ct",
-    }
-}
-
-/// An error code's name in the metrics.
-fn error_name(c: pb::ErrorCode) -> &'static str {
-    match c {
-        pb::ErrorCode::ErrorUnspecified => "error",
-        pb::ErrorCode::NotFound => "not_found",
-        pb::ErrorCode::BadRequest => "bad_request",
-        pb::ErrorCode::FunctionRaised => "function_raised",
-        pb::ErrorCode::NoExecutors => "no_executors",
-        pb::ErrorCode::Unavailable => "unavailable",
-        pb::ErrorCode::Timeout => "timeout",
-        pb::ErrorCode::NotImplemented => "not_implemented",
     }
 }
 
