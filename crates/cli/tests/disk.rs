@@ -222,7 +222,7 @@ fn local_serves_every_key_right_after_a_restart() {
     ];
     {
         let node = NodeProc::start(&flags);
-        rt.block_on(assign_all(&node, &keys, false));
+        rt.block_on(assign_all(&node, &keys));
         let disk = workers_of(node.native, "disk");
         assert!(!disk.is_empty(), "local runs a disk node");
         assert!(
@@ -475,7 +475,10 @@ fn moving_a_key_between_tiers_is_an_edit_of_its_vector() {
 }
 
 /// `local`'s default (`disk_copy = on_eviction`): nothing was evicted, so the disk tier
-/// holds none of the keys; after a kill the memory node's log serves every one.
+/// holds none of the keys; after a kill the memory node's log serves every one. The writes
+/// are acknowledged at the durable level: at the default (`merged`) level a kill right
+/// after the last write may lose that write's log window (docs/durability.md), which is
+/// not what this test is about.
 #[test]
 fn local_default_serves_every_key_from_its_log_after_a_kill() {
     let dir = tempfile::tempdir().unwrap();
@@ -485,7 +488,19 @@ fn local_default_serves_every_key_from_its_log_after_a_kill() {
     let flags = ["--data-dir", data, "--workers", "2"];
     {
         let node = NodeProc::start(&flags);
-        rt.block_on(assign_all(&node, &keys, true));
+        rt.block_on(async {
+            let options = client::ClientOptions {
+                durable: true,
+                ..Default::default()
+            };
+            let c = Client::connect_with(&node.native.to_string(), options)
+                .await
+                .unwrap();
+            wait_for_disk_node(&c).await;
+            for k in &keys {
+                c.assign(k, format!("v-{k}")).await.unwrap();
+            }
+        });
         let disk = workers_of(node.native, "disk");
         assert!(!disk.is_empty(), "local runs a disk node");
         assert_eq!(
@@ -500,12 +515,9 @@ fn local_default_serves_every_key_from_its_log_after_a_kill() {
     assert_eq!(held(&node.workers, &keys), keys.len());
 }
 
-/// Writes `v-<key>` to every key of `keys` (after the disk node joined, with `wait_disk`).
-async fn assign_all(node: &NodeProc, keys: &[String], wait_disk: bool) {
+/// Writes `v-<key>` to every key of `keys`.
+async fn assign_all(node: &NodeProc, keys: &[String]) {
     let c = Client::connect(&node.native.to_string()).await.unwrap();
-    if wait_disk {
-        wait_for_disk_node(&c).await;
-    }
     for k in keys {
         c.assign(k, format!("v-{k}")).await.unwrap();
     }
