@@ -44,6 +44,18 @@ fn metrics_move_under_load_and_health_answers() {
         let key = format!("k{i}");
         r.roundtrip(&[b"SET", key.as_bytes(), b"v"], b"+OK\r\n");
     }
+    // Writes are acknowledged once merged; the log's writer thread catches up behind them.
+    // Wait for it (the written bytes reach the appended ones) before reading the counters.
+    let caught_up = |m: &str| {
+        total(m, "latticekv_wal_written_bytes_total")
+            >= total(m, "latticekv_wal_appended_bytes_total")
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || caught_up(
+            &http(addr, "GET", "/metrics").1
+        )),
+        "the log's writer never caught up with the appended records"
+    );
     let (_, after) = http(addr, "GET", "/metrics");
     let ops = total(&after, "latticekv_operations_total") - ops_before;
     assert!(ops >= 500.0, "operations_total grew by {ops}");
