@@ -518,3 +518,7 @@ fn a_spilled_worker_declines_anti_entropy_with_the_disk_tier() {
 /// The same worker copying live values to the disk tier on eviction only.
 #[path = "spill_tests.rs"]
 mod spill;
+
+/// The memory tier's membership changing under a worker.
+#[path = "join_tests.rs"]
+mod join;

@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use lattice::{Blob, Lww, Record, Value};
-use placement::{replication, Replica};
+use placement::{replication, Replica, Tier};
 
 use super::Shard;
 use crate::view::ViewState;
@@ -49,6 +49,9 @@ impl Shard {
         }
 
         let rings_changed = old.rings != new.rings;
+        if rings_changed && self.gains_evicted_keys(&old, &new) {
+            self.mark_spilled();
+        }
         let mut handoff: Vec<Blob> = Vec::new();
         let mut directed: Vec<(Replica, Blob)> = Vec::new();
         if rings_changed {
@@ -82,6 +85,21 @@ impl Shard {
             self.previous = vec![old, Arc::new(without_me)];
             self.settling_until_ms = self.clock.mono_ms().saturating_add(self.config.settle_ms);
         }
+    }
+
+    /// True if, going from `old` to `new`, this memory-tier worker may come to answer for
+    /// keys that a previous owner evicted to the disk tier: the memory tier's members
+    /// changed (a join moves ranges to the newcomer, a leave to those who stay) and there
+    /// is a disk tier. Hand-offs carry only what the previous owners held in RAM, and the
+    /// disk replicas send a key to a newcomer only when no old memory replica is left to
+    /// do it, so such a key would read as absent here. The worker is then marked spilled:
+    /// its misses fetch from the disk tier, as after an eviction of its own. Conservative
+    /// — a worker that only lost ranges is marked too, and pays a disk round trip for
+    /// reads of keys that exist nowhere — but it needs no word from the previous owners.
+    fn gains_evicted_keys(&self, old: &ViewState, new: &ViewState) -> bool {
+        !self.is_disk()
+            && new.view.tier_size(Tier::Disk) > 0
+            && memory_members(old) != memory_members(new)
     }
 
     /// [`set_view`](Self::set_view), then the whole comparison at once (unit tests).
@@ -155,6 +173,18 @@ impl Shard {
             None
         }
     }
+}
+
+/// The memory tier's members of `view` (ids and worker counts), sorted.
+fn memory_members(view: &ViewState) -> Vec<(&str, usize)> {
+    let mut members: Vec<(&str, usize)> = view
+        .view
+        .nodes()
+        .filter(|(_, n)| n.tier == Tier::Memory)
+        .map(|(_, n)| (n.id.as_str(), n.workers.len()))
+        .collect();
+    members.sort_unstable();
+    members
 }
 
 /// What a change from `old` to `new` means for `key` here: a hand-off if this worker
