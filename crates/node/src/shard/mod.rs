@@ -223,6 +223,9 @@ pub struct Shard {
     settling_until_ms: u64,
     /// True if the current view has a single worker in all (every key is local).
     single_worker: bool,
+    /// True if this worker is the memory tier's only worker: every key with a memory
+    /// replica has it here (as in `latticekv local`, a memory node beside a disk node).
+    sole_memory: bool,
     /// Deltas of replicated keys written here since the last gossip, merged per key; also
     /// full records of keys being handed off.
     changeset: Map<Blob, Record>,
@@ -293,6 +296,7 @@ impl Shard {
         let actor = rng.u64(..);
         let hasher = FixedState::with_seed(rng.u64(..));
         let single_worker = is_single_worker(&view, config.me);
+        let sole_memory = is_sole_memory_worker(&view, config.me);
         Shard {
             config,
             actor,
@@ -305,6 +309,7 @@ impl Shard {
             previous: Vec::new(),
             settling_until_ms: 0,
             single_worker,
+            sole_memory,
             reconcile: vec![None; store::PARTITIONS],
             reconcile_waiting: 0,
             changeset: Map::with_hasher(hasher.clone()),
@@ -390,7 +395,16 @@ impl Shard {
 
     /// True if this worker holds a replica of `key` under the current view.
     pub fn is_replica(&self, key: &[u8]) -> bool {
-        self.single_worker || self.view.is_replica(key, self.config.me)
+        self.single_worker
+            || self.holds_memory_replica(key)
+            || self.view.is_replica(key, self.config.me)
+    }
+
+    /// True if `key` has a memory-tier replica and this worker is the memory tier's only
+    /// worker, so that replica is here: no walk of the rings.
+    #[inline]
+    fn holds_memory_replica(&self, key: &[u8]) -> bool {
+        self.sole_memory && self.view.vector(key).memory.global > 0
     }
 
     /// True if this worker is `key`'s primary (first) replica.
@@ -424,7 +438,7 @@ impl Shard {
     /// True if `key` has replicas other than this worker (in the memory tier only, with
     /// `memory_only`).
     fn has_other_replicas(&self, key: &[u8], memory_only: bool) -> bool {
-        if self.single_worker {
+        if self.single_worker || (memory_only && self.sole_memory) {
             return false;
         }
         let mut count = 0;
@@ -441,7 +455,7 @@ impl Shard {
     /// Where a request for `key` should run: here if this worker holds a replica (in any
     /// tier), else a random one of the key's serving replicas (memory tier first).
     pub fn route(&mut self, key: &[u8]) -> Route {
-        if self.single_worker {
+        if self.single_worker || self.holds_memory_replica(key) {
             return Route::Local;
         }
         let vector = self.view.vector(key);
@@ -569,6 +583,19 @@ fn is_single_worker(view: &ViewState, me: Replica) -> bool {
     workers == 0 || (workers == 1 && view.has_node(me.node) && me.worker == 0)
 }
 
+/// True if `me` is the only worker of `view`'s memory tier.
+fn is_sole_memory_worker(view: &ViewState, me: Replica) -> bool {
+    let mut workers = 0;
+    let mut mine = false;
+    for (key, node) in view.view.nodes() {
+        if node.tier == Tier::Memory {
+            workers += node.workers.len();
+            mine |= *key == me.node;
+        }
+    }
+    workers == 1 && mine && me.worker == 0
+}
+
 #[cfg(test)]
 mod backlog_tests;
 #[cfg(test)]
@@ -577,6 +604,8 @@ mod disk_tests;
 mod handoff_tests;
 #[cfg(test)]
 mod keyspace_tests;
+#[cfg(test)]
+mod sole_tests;
 #[cfg(test)]
 mod tests;
 // ---- lists (helper B) ----

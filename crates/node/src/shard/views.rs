@@ -25,6 +25,7 @@ impl Shard {
     pub fn set_view(&mut self, next: Arc<ViewState>) {
         let old = std::mem::replace(&mut self.view, next);
         self.single_worker = super::is_single_worker(&self.view, self.config.me);
+        self.sole_memory = super::is_sole_memory_worker(&self.view, self.config.me);
         let new = self.view.clone();
         let me = self.config.me;
 
@@ -80,7 +81,10 @@ impl Shard {
             self.handoff.remove(&key);
         }
         self.apply_moves(handoff, directed);
-        if rings_changed || !changed_keys.is_empty() {
+        // Reads that miss ask the previous view's other replicas for a while; a previous
+        // view of this worker alone has none (as when `latticekv local`'s disk node joins
+        // its memory node), and settling would only keep reads off their fast path.
+        if (rings_changed || !changed_keys.is_empty()) && !super::is_single_worker(&old, me) {
             let without_me = new.without_node(me.node);
             self.previous = vec![old, Arc::new(without_me)];
             self.settling_until_ms = self.clock.mono_ms().saturating_add(self.config.settle_ms);

@@ -1,0 +1,59 @@
+//! A memory node beside disk nodes only (`latticekv local`'s shape): the memory tier's only
+//! worker routes every key with a memory replica here without walking the rings, and the
+//! disk node joining it starts no settling (nothing could be on its way here).
+
+use std::sync::Arc;
+
+use placement::NodeInfo;
+
+use super::tests::{config, fixed_clock, node};
+use super::*;
+use crate::view::{default_vector, ReplicationTable, ViewState};
+
+fn disk(id: &str) -> NodeInfo {
+    NodeInfo {
+        tier: Tier::Disk,
+        ..node(id, 1)
+    }
+}
+
+fn view(nodes: Vec<NodeInfo>) -> Arc<ViewState> {
+    let mut vector = default_vector(1, 1);
+    vector.disk = placement::Replication {
+        global: 1,
+        local: 1,
+    };
+    Arc::new(ViewState::of(nodes, ReplicationTable::new(), vector))
+}
+
+#[test]
+fn the_only_memory_worker_holds_every_memory_replica_and_a_joining_disk_node_settles_nothing() {
+    let mut s = Shard::new(config("m", 0), view(vec![node("m", 1)]), 1, fixed_clock());
+    s.set_view(view(vec![node("m", 1), disk("d")]));
+    assert!(
+        s.settling().is_none(),
+        "a view of this worker alone had nothing to hand over"
+    );
+    for i in 0..200 {
+        let key = format!("k{i}");
+        assert_eq!(s.route(key.as_bytes()), Route::Local, "{key}");
+        assert!(s.is_replica(key.as_bytes()));
+        // The disk replica is another replica; no other memory replica.
+        assert!(s.replicated(key.as_bytes()));
+    }
+}
+
+#[test]
+fn a_second_memory_node_ends_the_shortcut_and_a_change_from_it_settles() {
+    let mut s = Shard::new(config("m", 0), view(vec![node("m", 1)]), 1, fixed_clock());
+    s.set_view(view(vec![node("m", 1), node("m2", 1), disk("d")]));
+    // Some keys are m2's now: routed there, not here.
+    let remote = (0..200)
+        .map(|i| format!("k{i}"))
+        .filter(|k| s.route(k.as_bytes()) != Route::Local)
+        .count();
+    assert!(remote > 0, "every key stayed here with two memory nodes");
+    // m2 leaves: m may be missing keys m2 held, so reads that miss ask m2 for a while.
+    s.set_view(view(vec![node("m", 1), disk("d")]));
+    assert!(s.settling().is_some());
+}
