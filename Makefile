@@ -85,6 +85,7 @@ bench-smoke: build python-package
 	bench/security --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/elasticity --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/writeback --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
+	bench/background --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	$(PYTHON) bench/serverless --smoke --binary $(TARGET_DIR)/debug/latticekv --python $(PYTHON) > /dev/null
 
 ## The image to ship: a FROM-scratch image of the statically linked release binary, non-root,
@@ -114,6 +115,7 @@ bench: release python-package
 	bench/redis-benchmark
 	bench/security
 	bench/writeback
+	bench/background --write
 	$(PYTHON) bench/serverless --python $(PYTHON)
 
 ## The embedded default, as the README says.

@@ -226,6 +226,10 @@ pub struct DiskConfig {
     /// in the OS's buffers when acknowledged (it survives a crash of the process); this
     /// bounds what a power loss can take. Default: 1,000.
     pub fsync_ms: u64,
+    /// Largest memtable of a worker's LSM keyspace before it is flushed to a level-0 table,
+    /// bytes; at least 1 MiB (smaller values are raised to it). Fixed when the keyspace is
+    /// created (a store opened again keeps its size). Default: 64 MiB (fjall's).
+    pub memtable_bytes: u64,
 }
 
 impl Default for DiskConfig {
@@ -234,6 +238,7 @@ impl Default for DiskConfig {
             reserve_bytes: 64 << 20,
             cache_bytes: 64 << 20,
             fsync_ms: 1_000,
+            memtable_bytes: 64 << 20,
         }
     }
 }

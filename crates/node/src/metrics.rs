@@ -153,7 +153,7 @@ pub fn render(s: &Snapshot<'_>) -> String {
     }
     let w = s.workers;
     // A name ending in `_total` is a counter, any other a gauge.
-    let series: [Series; 18] = [
+    let series: [Series; 19] = [
         ("operations_total", "Operations executed.", |w| {
             w.core.shard.requests
         }),
@@ -181,6 +181,11 @@ pub fn render(s: &Snapshot<'_>) -> String {
             "anti_entropy_repairs_total",
             "Anti-entropy exchanges that found differences.",
             |w| w.core.repairs,
+        ),
+        (
+            "anti_entropy_sessions_total",
+            "Anti-entropy sessions completed (every bucket compared with one peer).",
+            |w| w.core.entropy_sessions,
         ),
         (
             "evictions_total",

@@ -243,6 +243,7 @@ impl Node {
                 let options = DiskOptions {
                     cache_bytes: config.disk.cache_bytes,
                     background_threads: 2,
+                    memtable_bytes: config.disk.memtable_bytes.max(1 << 20),
                 };
                 Some(DiskDb::open(&dir.join("lsm"), &options).map_err(StartError::Disk)?)
             }

@@ -155,6 +155,10 @@ pub struct DiskOptions {
     pub cache_bytes: u64,
     /// Background threads for flushes and compactions.
     pub background_threads: usize,
+    /// Largest memtable of a worker's keyspace before it is flushed to a table, bytes
+    /// (fjall's default, 64 MiB). Fixed when the keyspace is created: a store opened again
+    /// keeps the size it was created with.
+    pub memtable_bytes: u64,
 }
 
 impl Default for DiskOptions {
@@ -162,6 +166,7 @@ impl Default for DiskOptions {
         DiskOptions {
             cache_bytes: 64 << 20,
             background_threads: 2,
+            memtable_bytes: 64 << 20,
         }
     }
 }
@@ -171,6 +176,9 @@ impl Default for DiskOptions {
 pub struct DiskDb {
     db: Database,
     dir: std::path::PathBuf,
+    memtable_bytes: u64,
+    /// The workers' keyspaces opened so far (for [`DiskDb::table_counts`]).
+    opened: std::sync::Arc<std::sync::Mutex<Vec<Keyspace>>>,
 }
 
 impl DiskDb {
@@ -183,6 +191,8 @@ impl DiskDb {
         Ok(DiskDb {
             db,
             dir: dir.to_path_buf(),
+            memtable_bytes: options.memtable_bytes,
+            opened: Default::default(),
         })
     }
 
@@ -190,7 +200,10 @@ impl DiskDb {
     /// earlier layout into this one).
     pub fn shard(&self, worker: u32) -> Result<DiskStore, StoreError> {
         let name = format!("b{worker}");
-        let ks = self.db.keyspace(&name, KeyspaceCreateOptions::default)?;
+        let memtable = self.memtable_bytes;
+        let ks = self.db.keyspace(&name, || {
+            KeyspaceCreateOptions::default().max_memtable_size(memtable)
+        })?;
         let old = format!("w{worker}");
         if self.db.keyspace_exists(&old) {
             let old = self.db.keyspace(&old, KeyspaceCreateOptions::default)?;
@@ -214,6 +227,10 @@ impl DiskDb {
                 "disk store rewritten into the partitioned layout"
             );
         }
+        self.opened
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(ks.clone());
         let mut store = DiskStore {
             ks,
             live: 0,
@@ -261,6 +278,22 @@ impl DiskDb {
             .collect();
         out.sort_unstable();
         out
+    }
+
+    /// Tables (SST files) of the workers' keyspaces opened so far: (all, in level 0). Flushes
+    /// add level-0 tables and only compactions remove them, so a drop of the second shows a
+    /// compaction.
+    pub fn table_counts(&self) -> (u64, u64) {
+        let opened = self
+            .opened
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        opened.iter().fold((0, 0), |(all, l0), ks| {
+            (
+                all + ks.table_count() as u64,
+                l0 + ks.l0_table_count() as u64,
+            )
+        })
     }
 
     /// Bytes the database uses on disk (tables and journal).

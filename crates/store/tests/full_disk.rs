@@ -28,6 +28,7 @@ fn options() -> DiskOptions {
     DiskOptions {
         cache_bytes: 1 << 20,
         background_threads: 1,
+        ..DiskOptions::default()
     }
 }
 

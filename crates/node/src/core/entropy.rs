@@ -243,6 +243,7 @@ impl Core {
         s.differing.clear();
         if s.first >= BUCKETS {
             self.entropy.session = None;
+            self.entropy_sessions += 1;
         } else {
             s.stage = Stage::Digest;
         }

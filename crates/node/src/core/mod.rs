@@ -218,6 +218,8 @@ pub struct CoreStats {
     pub requests_in_flight: u64,
     /// Anti-entropy exchanges that found differing buckets.
     pub repairs: u64,
+    /// Anti-entropy sessions that walked every bucket with their peer.
+    pub entropy_sessions: u64,
     /// Client requests and forwards waiting for other workers or the disk.
     pub jobs: u64,
 }
@@ -271,6 +273,8 @@ pub struct Core {
     reclaim: reclaim::Reclaimer,
     timers: Timers,
     repairs: u64,
+    /// Anti-entropy sessions completed.
+    entropy_sessions: u64,
     /// When the rings or replication vectors last changed (monotonic ms): tombstones are
     /// reclaimed only once the view has been stable for the grace period.
     view_since: u64,
@@ -312,6 +316,7 @@ impl Core {
                 journal: None,
             },
             repairs: 0,
+            entropy_sessions: 0,
             view_since: now,
             stats,
             busy_meter: None,
@@ -358,6 +363,7 @@ impl Core {
             batches_in_flight: self.gossip.in_flight as u64,
             requests_in_flight: self.pending.len() as u64,
             repairs: self.repairs,
+            entropy_sessions: self.entropy_sessions,
             jobs: self.jobs.len() as u64,
         }
     }

@@ -99,6 +99,14 @@ impl Core {
             return;
         }
         self.shard.expire_retiring();
+        if self.reclaim.cursor == 0
+            && self.reclaim.found.is_empty()
+            && !self.shard.holds_tombstones()
+        {
+            // Nothing a pass could find: on a disk-tier shard a pass reads the whole LSM.
+            self.reclaim.next_sweep = now + SWEEP_EVERY_MS;
+            return;
+        }
         let grace = self.config.tombstone_grace_ms;
         for _ in 0..SWEEP_PARTITIONS {
             let p = self.reclaim.cursor;

@@ -136,6 +136,10 @@ pub struct LsmMetrics {
     pub fsync_micros: u64,
     /// Fsyncs by duration, buckets of [`store::wal::stats::FSYNC_BUCKETS_US`].
     pub fsync_histogram: [u64; store::wal::stats::FSYNC_BUCKETS_US.len() + 1],
+    /// Tables of the node's LSM, all levels.
+    pub tables: u64,
+    /// Tables in level 0: flushes add them, only compactions remove them.
+    pub l0_tables: u64,
 }
 
 impl WalJournal {
@@ -461,6 +465,8 @@ type SyncRequest = oneshot::Sender<Result<(), String>>;
 pub struct LsmSyncer {
     tx: std_mpsc::SyncSender<SyncRequest>,
     counters: Arc<FsyncCounters>,
+    /// The database, for its table counts.
+    db: DiskDb,
 }
 
 /// The syncer thread's counters (relaxed atomics, updated once per fsync).
@@ -481,18 +487,29 @@ impl LsmSyncer {
         let (tx, rx) = std_mpsc::sync_channel::<SyncRequest>(SYNC_QUEUE);
         let counters = Arc::new(FsyncCounters::default());
         let c = counters.clone();
+        let handle = db.clone();
         let thread = std::thread::Builder::new()
             .name("lkv-lsm-sync".into())
             .spawn(move || sync_loop(db, every, rx, &c))?;
-        Ok((LsmSyncer { tx, counters }, thread))
+        Ok((
+            LsmSyncer {
+                tx,
+                counters,
+                db: handle,
+            },
+            thread,
+        ))
     }
 
     /// Its fsyncs so far.
     fn metrics(&self) -> LsmMetrics {
         let c = &self.counters;
+        let (tables, l0_tables) = self.db.table_counts();
         let mut m = LsmMetrics {
             fsyncs: c.fsyncs.load(Ordering::Relaxed),
             fsync_micros: c.micros.load(Ordering::Relaxed),
+            tables,
+            l0_tables,
             ..LsmMetrics::default()
         };
         for (out, a) in m.fsync_histogram.iter_mut().zip(&c.histogram) {

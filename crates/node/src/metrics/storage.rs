@@ -141,6 +141,18 @@ fn lsm(o: &mut Out, workers: &[WorkerStats]) {
         "Fsyncs of the disk tier's LSM journal.",
         m.fsyncs,
     );
+    o.one(
+        "lsm_tables",
+        "gauge",
+        "Tables (SST files) of the disk tier's LSM, all levels.",
+        m.tables,
+    );
+    o.one(
+        "lsm_l0_tables",
+        "gauge",
+        "Tables in level 0 of the disk tier's LSM: flushes add them, compactions remove them.",
+        m.l0_tables,
+    );
     fsync_histogram(
         o,
         "lsm_fsync_duration_seconds",

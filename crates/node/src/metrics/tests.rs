@@ -203,6 +203,37 @@ fn renders_the_log_and_the_backing_store_only_where_they_exist() {
 }
 
 #[test]
+fn renders_the_lsm_tables_and_anti_entropy_sessions() {
+    let mut w0 = worker(0, 1, &[]);
+    w0.core.entropy_sessions = 4;
+    w0.lsm = Some(crate::driver::journal::LsmMetrics {
+        fsyncs: 1,
+        tables: 5,
+        l0_tables: 2,
+        ..Default::default()
+    });
+    let text = render(&Snapshot {
+        node_id: "d",
+        tier: "disk",
+        uptime_seconds: 1,
+        memory_budget_bytes: 1,
+        workers: &[w0],
+        members: Members::default(),
+        policy: None,
+        now_ms: 0,
+    });
+    let l = r#"node="d",tier="disk""#;
+    let v = |s: &str| value(&text, &format!("latticekv_{s}"));
+    assert_eq!(v(&format!("lsm_tables{{{l}}}")), 5.0);
+    assert_eq!(v(&format!("lsm_l0_tables{{{l}}}")), 2.0);
+    assert_eq!(
+        v(&format!("anti_entropy_sessions_total{{{l},worker=\"0\"}}")),
+        4.0
+    );
+    assert!(text.contains("# TYPE latticekv_lsm_l0_tables gauge"));
+}
+
+#[test]
 fn renders_the_monitors_report_once_one_came() {
     let workers = [worker(0, 1, &[])];
     let snapshot = |policy| Snapshot {

@@ -221,3 +221,24 @@ fn refreshing_a_deadline_keeps_one_index_entry_per_key() {
     assert_eq!(s.expire_step(10), 1);
     assert_eq!(s.deadlines_indexed(), 0);
 }
+
+/// The reclamation sweep skips its pass when this says there is nothing to find: only a
+/// stored tombstone makes it true.
+#[test]
+fn holds_tombstones_only_while_a_delete_is_stored() {
+    let (mut s, _clock) = shard_with_clock();
+    assert!(!s.holds_tombstones(), "an empty shard");
+    let set = |s: &mut Shard| {
+        s.execute(Op::Assign {
+            key: &b"k"[..],
+            value: &b"v"[..],
+            condition: Condition::Always,
+        })
+    };
+    assert_eq!(int(set(&mut s)), 1);
+    assert!(!s.holds_tombstones(), "a live key only");
+    assert_eq!(int(s.execute(Op::Delete { key: &b"k"[..] })), 1);
+    assert!(s.holds_tombstones(), "the delete's tombstone");
+    assert_eq!(int(set(&mut s)), 1);
+    assert!(!s.holds_tombstones(), "written again: live");
+}

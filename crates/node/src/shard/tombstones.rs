@@ -147,6 +147,12 @@ impl Shard {
             .map(|(epoch, _)| *epoch)
     }
 
+    /// True if this worker stores at least one tombstone (entries stored outnumber live
+    /// ones): a sweep for tombstones to reclaim can find something.
+    pub(crate) fn holds_tombstones(&self) -> bool {
+        self.stored_count() > self.live_key_count()
+    }
+
     /// Forgets retiring marks and reclaimed deletes whose time is up.
     pub fn expire_retiring(&mut self) {
         let now = self.clock.mono_ms();

@@ -209,3 +209,34 @@ fn put_merged_stores_the_copy_and_keeps_the_counts() {
         "the counts a reopen rebuilds"
     );
 }
+
+/// A keyspace created with small memtables flushes them to level-0 tables as it fills,
+/// and `table_counts` sees them; the size stays the one the keyspace was created with.
+#[test]
+fn small_memtables_flush_to_tables_that_table_counts_sees() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = DiskOptions {
+        memtable_bytes: 1 << 20,
+        ..DiskOptions::default()
+    };
+    let db = DiskDb::open(dir.path(), &options).unwrap();
+    let mut s = db.shard(0).unwrap();
+    assert_eq!(db.table_counts(), (0, 0));
+    let value = "v".repeat(1000);
+    // About 4 MiB: several memtables of 1 MiB.
+    for i in 0..4_000 {
+        s.merge(format!("key{i}").as_bytes(), lww(1, &value))
+            .unwrap();
+    }
+    // Flushes run on fjall's background threads: wait for the first table.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while db.table_counts().0 == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no table after 4 MiB of writes into 1 MiB memtables"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let (all, l0) = db.table_counts();
+    assert!(all >= l0, "{all} tables, {l0} in level 0");
+}
