@@ -32,6 +32,9 @@
 //! `LKV_BENCH_UPDATES` (updates per thread,
 //! default 200,000).
 //!
+//! Then the `cost/…` benches (`contention/costs.rs`): the per-operation costs the scaling
+//! model (`bench/scaling-model`) extrapolates from, one step per criterion iteration.
+//!
 //! Run: `cargo bench -p latticekv-node --bench contention`.
 
 /// The same allocator as the `latticekv` binary, so the numbers match the server's.
@@ -55,6 +58,9 @@ use node::Limits;
 use placement::key_hash;
 use placement::ring::DEFAULT_VNODES;
 use placement::{node_key, Replica};
+
+#[path = "contention/costs.rs"]
+mod costs;
 
 /// Keys in the table (the paper's 1M); `LKV_BENCH_KEYS` overrides it (CI smoke runs).
 fn keys() -> usize {
@@ -189,41 +195,19 @@ impl ShardSystem {
     /// T shards; shard 0 loads every key (a counter at 1) and gossips it to the others.
     fn new(work: &Workload) -> Self {
         let threads = work.threads();
-        let view = Arc::new(ViewState::single_node(
-            "bench",
-            threads,
-            DEFAULT_VNODES,
-            default_vector(1, threads as u32),
-        ));
         let mut shards: Vec<Shard> = (0..threads)
-            .map(|w| {
-                let config = ShardConfig {
-                    me: Replica {
-                        node: node_key("bench"),
-                        worker: w as u32,
-                    },
-                    limits: Limits::default(),
-                    memory_budget: 64 << 30,
-                    max_changeset_keys: GOSSIP_EVERY,
-                    settle_ms: 0,
-                    tombstone_memory_ms: 0,
-                    disk_copy: Default::default(),
-                };
-                Shard::new(
-                    config,
-                    view.clone(),
-                    FIRST_ACTOR + w as u64,
-                    Arc::new(SystemClock::default()),
-                )
-            })
+            .map(|w| new_shard(threads, threads, w))
             .collect();
         for k in &work.keys {
             counter_add(&mut shards[0], k);
         }
-        for out in shards[0].take_gossip() {
-            shards[out.to.worker as usize]
-                .merge_gossip(out.entries)
-                .expect("merged in memory");
+        // A round takes at most `MAX_ROUND_KEYS` keys: drain them all before timing.
+        while shards[0].has_gossip() {
+            for out in shards[0].take_gossip() {
+                shards[out.to.worker as usize]
+                    .merge_gossip(out.entries)
+                    .expect("merged in memory");
+            }
         }
         ShardSystem {
             shards,
@@ -280,6 +264,34 @@ impl ShardSystem {
         let expected = keys() as i128 + i128::from(self.applied);
         assert_eq!(total, expected, "shard-per-core lost updates");
     }
+}
+
+/// Worker `w` of a ring of `ring` workers on one node, each key on `replication` of them.
+fn new_shard(ring: usize, replication: usize, w: usize) -> Shard {
+    let view = Arc::new(ViewState::single_node(
+        "bench",
+        ring,
+        DEFAULT_VNODES,
+        default_vector(1, replication as u32),
+    ));
+    let config = ShardConfig {
+        me: Replica {
+            node: node_key("bench"),
+            worker: w as u32,
+        },
+        limits: Limits::default(),
+        memory_budget: 64 << 30,
+        max_changeset_keys: GOSSIP_EVERY,
+        settle_ms: 0,
+        tombstone_memory_ms: 0,
+        disk_copy: Default::default(),
+    };
+    Shard::new(
+        config,
+        view,
+        FIRST_ACTOR + w as u64,
+        Arc::new(SystemClock::default()),
+    )
 }
 
 fn counter_add(shard: &mut Shard, k: &Key) {
@@ -511,6 +523,7 @@ fn main() {
         .into_iter()
         .map(|theta| contention(&mut c, theta, threads, per_thread))
         .collect();
+    costs::costs(&mut c, threads, per_thread);
     c.final_summary();
     let total = (threads * per_thread) as f64;
     for o in outcomes {

@@ -1,0 +1,317 @@
+//! Per-operation costs for the scaling model (`bench/scaling-model`, docs/performance.md
+//! "Scaling past this machine"): what one core pays for each step of the contention
+//! experiment, measured single-threaded where possible so the machine's noise matters less.
+//!
+//! Each bench's unit (its criterion "iteration") is one step, so the median it reports is
+//! nanoseconds per step. Per θ ∈ {0.5, 1, 2, 4}, keys drawn as in the contention bench
+//! (same table, same sampler), one thread:
+//!
+//! - `cost/zipf<θ>/shard-update-rep1`: `Shard::execute` of a counter increment on a shard
+//!   that owns every key and replicates none (latticekv's default `local = 1`): no
+//!   changeset. Unit: one update.
+//! - `cost/zipf<θ>/shard-update-full`: the same on worker 0 of a ring of 2 workers with
+//!   every key on both (full replication): each update also merges its delta into the
+//!   changeset. Every 1,000 updates the changeset is taken and dropped, outside timing.
+//!   Unit: one update. `…-full-r8`: a ring of 8 (θ = 0.5 and 4 only), to see whether the
+//!   write path grows with the replica count.
+//! - `cost/zipf<θ>/take-gossip`: `take_gossip` after each 1,000 updates (those untimed).
+//!   Unit: one record for one destination. `…-r8`: the ring of 8 (7 destinations).
+//! - `cost/zipf<θ>/merge-gossip`: `merge_gossip` of those batches into worker 1 (a full
+//!   replica). Unit: one record merged.
+//! - `cost/zipf<θ>/locked-update`: the contention bench's striped-lock update, one thread
+//!   (never contended). Unit: one update.
+//!
+//! Independent of θ:
+//!
+//! - `cost/hot/locked-update`: one thread updating one key of the striped map (the
+//!   uncontended cost of a hot-key update).
+//! - `cost/hot/locked-handoff`: T threads (`LKV_BENCH_THREADS`) updating that one key.
+//!   Unit: one update, wall time over all threads: the lock serialises them, so this minus
+//!   `hot/locked-update` is what a contended hand-off adds per update.
+//! - `cost/key-hash`: hashing an 8-byte key (the part of a locked update outside the lock).
+//! - `cost/atomic/uncontended`, `cost/atomic/contended`: `fetch_add` on one cache line by
+//!   one thread, and by T threads (wall time per add): the bare cache-line transfer.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkGroup, Criterion, SamplingMode, Throughput};
+use lattice::{Record, Value};
+use node::shard::Shard;
+use placement::key_hash;
+
+use super::{
+    counter_add, key, locked_update, new_shard, Key, Stripe, Workload, GOSSIP_EVERY, LOADER,
+    STRIPES,
+};
+
+/// The θs of the model (the paper's 0.5 and 4, and two between).
+const THETAS: [f64; 4] = [0.5, 1.0, 2.0, 4.0];
+/// The θs whose write path is also measured on a ring of 8.
+const THETAS_R8: [f64; 2] = [0.5, 4.0];
+
+type Group<'a> = BenchmarkGroup<'a, criterion::measurement::WallTime>;
+
+/// Runs every cost bench.
+pub(crate) fn costs(c: &mut Criterion, threads: usize, per_thread: usize) {
+    let mut group = c.benchmark_group("cost");
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(1))
+        .throughput(Throughput::Elements(1));
+    for theta in THETAS {
+        // One thread's stream of updates, drawn as the contention bench draws them.
+        let work = Workload::new(theta, 1, per_thread);
+        per_theta(&mut group, &work, 2);
+        if THETAS_R8.contains(&theta) {
+            per_theta(&mut group, &work, 8);
+        }
+    }
+    hot(&mut group, threads);
+    group.finish();
+}
+
+/// Worker 0 and worker 1 of a ring of `ring`, every key on every worker, both loaded.
+fn replicated(work: &Workload, ring: usize) -> (Shard, Shard) {
+    let mut src = new_shard(ring, ring, 0);
+    let mut dst = new_shard(ring, ring, 1);
+    for k in &work.keys {
+        counter_add(&mut src, k);
+    }
+    while src.has_gossip() {
+        for out in src.take_gossip() {
+            if out.to.worker == 1 {
+                dst.merge_gossip(out.entries).expect("merged in memory");
+            }
+        }
+    }
+    (src, dst)
+}
+
+/// Cycles through a stream of keys.
+struct Cursor<'a> {
+    keys: &'a [Key],
+    next: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(keys: &'a [Key]) -> Self {
+        Cursor { keys, next: 0 }
+    }
+
+    fn take(&mut self) -> &'a Key {
+        let k = &self.keys[self.next];
+        self.next = (self.next + 1) % self.keys.len();
+        k
+    }
+}
+
+/// `GOSSIP_EVERY` untimed updates on `src`; its gossip batches, with the time `take_gossip`
+/// took and the records for the destinations it made.
+fn round(src: &mut Shard, cursor: &mut Cursor) -> (Vec<node::shard::Outgoing>, Duration, u64) {
+    for _ in 0..GOSSIP_EVERY {
+        counter_add(src, cursor.take());
+    }
+    let start = Instant::now();
+    let out = src.take_gossip();
+    let took = start.elapsed();
+    let records = out.iter().map(|o| o.entries.len() as u64).sum();
+    (out, took, records)
+}
+
+/// Scales the time of `done` units to `iters` units (criterion asked for `iters`; rounds
+/// come in whole batches).
+fn per_iters(time: Duration, done: u64, iters: u64) -> Duration {
+    time.mul_f64(iters as f64 / done.max(1) as f64)
+}
+
+fn per_theta(group: &mut Group, work: &Workload, ring: usize) {
+    let theta = work.theta;
+    let stream = &work.updates[0];
+    let suffix = if ring == 2 {
+        String::new()
+    } else {
+        format!("-r{ring}")
+    };
+    let (mut src, mut dst) = replicated(work, ring);
+
+    let mut cursor = Cursor::new(stream);
+    group.bench_function(format!("zipf{theta}/shard-update-full{suffix}"), |b| {
+        b.iter_custom(|iters| {
+            let mut time = Duration::ZERO;
+            let mut done = 0;
+            while done < iters {
+                let n = (iters - done).min(GOSSIP_EVERY as u64);
+                let start = Instant::now();
+                for _ in 0..n {
+                    counter_add(&mut src, cursor.take());
+                }
+                time += start.elapsed();
+                done += n;
+                drop(src.take_gossip());
+            }
+            time
+        })
+    });
+
+    group.bench_function(format!("zipf{theta}/take-gossip{suffix}"), |b| {
+        b.iter_custom(|iters| {
+            let (mut time, mut done) = (Duration::ZERO, 0);
+            while done < iters {
+                let (_, took, records) = round(&mut src, &mut cursor);
+                time += took;
+                done += records;
+            }
+            per_iters(time, done, iters)
+        })
+    });
+    if ring != 2 {
+        return;
+    }
+
+    group.bench_function(format!("zipf{theta}/merge-gossip"), |b| {
+        b.iter_custom(|iters| {
+            let (mut time, mut done) = (Duration::ZERO, 0);
+            while done < iters {
+                let (out, _, _) = round(&mut src, &mut cursor);
+                for o in out.into_iter().filter(|o| o.to.worker == 1) {
+                    done += o.entries.len() as u64;
+                    let start = Instant::now();
+                    dst.merge_gossip(o.entries).expect("merged in memory");
+                    time += start.elapsed();
+                }
+            }
+            per_iters(time, done, iters)
+        })
+    });
+    drop((src, dst));
+
+    let mut rep1 = new_shard(1, 1, 0);
+    for k in &work.keys {
+        counter_add(&mut rep1, k);
+    }
+    group.bench_function(format!("zipf{theta}/shard-update-rep1"), |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                counter_add(&mut rep1, cursor.take());
+            }
+            start.elapsed()
+        })
+    });
+    drop(rep1);
+
+    let stripes = loaded_stripes(&work.keys);
+    group.bench_function(format!("zipf{theta}/locked-update"), |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                locked_update(&stripes, LOADER + 1, cursor.take());
+            }
+            start.elapsed()
+        })
+    });
+}
+
+fn loaded_stripes(keys: &[Key]) -> Vec<Stripe> {
+    let stripes: Vec<Stripe> = (0..STRIPES).map(|_| Mutex::default()).collect();
+    for k in keys {
+        locked_update(&stripes, LOADER, k);
+    }
+    stripes
+}
+
+/// `threads` threads each running `work(thread, n)` with `n` = `iters / threads` (at least
+/// 1), released together; the wall time until the last is done.
+fn together<F>(threads: usize, iters: u64, work: F) -> Duration
+where
+    F: Fn(usize, u64) + Sync,
+{
+    let each = (iters / threads as u64).max(1);
+    let barrier = Barrier::new(threads + 1);
+    thread::scope(|s| {
+        for t in 0..threads {
+            let (barrier, work) = (&barrier, &work);
+            s.spawn(move || {
+                barrier.wait();
+                work(t, each);
+            });
+        }
+        barrier.wait();
+        let start = Instant::now();
+        // The scope joins every thread before it returns.
+        start
+    })
+    .elapsed()
+    .mul_f64(iters as f64 / (each * threads as u64) as f64)
+}
+
+fn hot(group: &mut Group, threads: usize) {
+    let hot_key = key(0);
+    let stripes: Vec<Stripe> = (0..STRIPES).map(|_| Mutex::default()).collect();
+    let hot_updates = AtomicU64::new(0);
+    group.bench_function("hot/locked-update", |b| {
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                locked_update(&stripes, LOADER + 1, &hot_key);
+            }
+            let took = start.elapsed();
+            hot_updates.fetch_add(iters, Ordering::Relaxed);
+            took
+        })
+    });
+    group.bench_function("hot/locked-handoff", |b| {
+        b.iter_custom(|iters| {
+            together(threads, iters, |t, n| {
+                for _ in 0..n {
+                    locked_update(&stripes, LOADER + 2 + t as u64, &hot_key);
+                }
+                hot_updates.fetch_add(n, Ordering::Relaxed);
+            })
+        })
+    });
+    group.bench_function("key-hash", |b| b.iter(|| key_hash(black_box(&hot_key[..]))));
+
+    let line = AtomicU64::new(0);
+    group.bench_function("atomic/uncontended", |b| {
+        b.iter(|| line.fetch_add(1, Ordering::AcqRel))
+    });
+    group.bench_function("atomic/contended", |b| {
+        b.iter_custom(|iters| {
+            together(threads, iters, |_, n| {
+                for _ in 0..n {
+                    line.fetch_add(1, Ordering::AcqRel);
+                }
+            })
+        })
+    });
+    // The hot benches touched one key, and every increment of it counted.
+    let total: u64 = line.load(Ordering::Acquire);
+    assert!(total > 0, "the atomic benches ran");
+    let stored: Vec<i128> = stripes
+        .iter()
+        .flat_map(|s| {
+            let map = s.lock().expect("stripe poisoned");
+            map.values().map(counter_of).collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(stored.len(), 1, "the hot benches touch one key");
+    assert_eq!(
+        stored[0],
+        i128::from(hot_updates.load(Ordering::Acquire)),
+        "hot-key updates lost"
+    );
+}
+
+fn counter_of(record: &Record) -> i128 {
+    match &record.value {
+        Some(Value::Counter(c)) => c.value(),
+        other => panic!("not a counter: {other:?}"),
+    }
+}
