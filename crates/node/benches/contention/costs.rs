@@ -3,7 +3,11 @@
 //! experiment, measured single-threaded where possible so the machine's noise matters less.
 //!
 //! Each bench's unit (its criterion "iteration") is one step, so the median it reports is
-//! nanoseconds per step. Per θ ∈ {0.5, 1, 2, 4}, keys drawn as in the contention bench
+//! nanoseconds per step. The single-threaded benches count the thread's CPU time
+//! (`CLOCK_THREAD_CPUTIME_ID`, less the clock's own cost), not wall time: on this shared
+//! 2-vCPU machine other jobs take the core away for whole time slices, and the model wants
+//! what a step costs a core it has to itself. The T-thread benches are wall time (waiting
+//! for the lock is their cost). Per θ ∈ {0.5, 1, 2, 4}, keys drawn as in the contention bench
 //! (same table, same sampler), one thread:
 //!
 //! - `cost/zipf<θ>/shard-update-rep1`: `Shard::execute` of a counter increment on a shard
@@ -40,12 +44,12 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkGroup, Criterion, SamplingMode, Throughput};
 use lattice::{Record, Value};
-use node::shard::Shard;
+use node::shard::{GossipBatch, Shard};
 use placement::key_hash;
 
 use super::{
-    counter_add, key, locked_update, new_shard, Key, Stripe, Workload, GOSSIP_EVERY, LOADER,
-    STRIPES,
+    counter_add, key, locked_update, new_shard, preload_batch, Key, Stripe, Workload, GOSSIP_EVERY,
+    LOADER, STRIPES,
 };
 
 /// The θs of the model (the paper's 0.5 and 4, and two between).
@@ -64,33 +68,70 @@ pub(crate) fn costs(c: &mut Criterion, threads: usize, per_thread: usize) {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(1))
         .throughput(Throughput::Elements(1));
+    let clock = CpuClock::new();
     for theta in THETAS {
         // One thread's stream of updates, drawn as the contention bench draws them.
         let work = Workload::new(theta, 1, per_thread);
-        per_theta(&mut group, &work, 2);
+        let load = preload_batch(&work.keys);
+        per_theta(&mut group, clock, &work, &load, 2);
         if THETAS_R8.contains(&theta) {
-            per_theta(&mut group, &work, 8);
+            per_theta(&mut group, clock, &work, &load, 8);
         }
     }
-    hot(&mut group, threads);
+    hot(&mut group, clock, threads);
     group.finish();
 }
 
-/// Worker 0 and worker 1 of a ring of `ring`, every key on every worker, both loaded.
-fn replicated(work: &Workload, ring: usize) -> (Shard, Shard) {
+/// Worker 0 and worker 1 of a ring of `ring`, every key on every worker, both loaded
+/// (by gossip: see `preload_batch`).
+fn replicated(load: &GossipBatch, ring: usize) -> (Shard, Shard) {
     let mut src = new_shard(ring, ring, 0);
     let mut dst = new_shard(ring, ring, 1);
-    for k in &work.keys {
-        counter_add(&mut src, k);
-    }
-    while src.has_gossip() {
-        for out in src.take_gossip() {
-            if out.to.worker == 1 {
-                dst.merge_gossip(out.entries).expect("merged in memory");
-            }
+    src.merge_gossip(load.clone()).expect("merged in memory");
+    dst.merge_gossip(load.clone()).expect("merged in memory");
+    (src, dst)
+}
+
+/// Times closures by the calling thread's CPU time.
+#[derive(Clone, Copy)]
+struct CpuClock {
+    /// What reading the clock twice costs (the median of many reads), subtracted.
+    overhead: Duration,
+}
+
+impl CpuClock {
+    fn new() -> Self {
+        let mut reads: Vec<Duration> = (0..1_001)
+            .map(|_| {
+                let a = thread_cpu();
+                thread_cpu().saturating_sub(a)
+            })
+            .collect();
+        reads.sort();
+        CpuClock {
+            overhead: reads[reads.len() / 2],
         }
     }
-    (src, dst)
+
+    /// Runs `f`; its result and the CPU time it took.
+    fn time<R>(&self, f: impl FnOnce() -> R) -> (R, Duration) {
+        let start = thread_cpu();
+        let r = f();
+        let took = thread_cpu().saturating_sub(start);
+        (r, took.saturating_sub(self.overhead))
+    }
+}
+
+/// The CPU time the calling thread has used.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through the valid pointer we pass.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// Cycles through a stream of keys.
@@ -113,13 +154,15 @@ impl<'a> Cursor<'a> {
 
 /// `GOSSIP_EVERY` untimed updates on `src`; its gossip batches, with the time `take_gossip`
 /// took and the records for the destinations it made.
-fn round(src: &mut Shard, cursor: &mut Cursor) -> (Vec<node::shard::Outgoing>, Duration, u64) {
+fn round(
+    clock: CpuClock,
+    src: &mut Shard,
+    cursor: &mut Cursor,
+) -> (Vec<node::shard::Outgoing>, Duration, u64) {
     for _ in 0..GOSSIP_EVERY {
         counter_add(src, cursor.take());
     }
-    let start = Instant::now();
-    let out = src.take_gossip();
-    let took = start.elapsed();
+    let (out, took) = clock.time(|| src.take_gossip());
     let records = out.iter().map(|o| o.entries.len() as u64).sum();
     (out, took, records)
 }
@@ -130,7 +173,7 @@ fn per_iters(time: Duration, done: u64, iters: u64) -> Duration {
     time.mul_f64(iters as f64 / done.max(1) as f64)
 }
 
-fn per_theta(group: &mut Group, work: &Workload, ring: usize) {
+fn per_theta(group: &mut Group, clock: CpuClock, work: &Workload, load: &GossipBatch, ring: usize) {
     let theta = work.theta;
     let stream = &work.updates[0];
     let suffix = if ring == 2 {
@@ -138,7 +181,7 @@ fn per_theta(group: &mut Group, work: &Workload, ring: usize) {
     } else {
         format!("-r{ring}")
     };
-    let (mut src, mut dst) = replicated(work, ring);
+    let (mut src, mut dst) = replicated(load, ring);
 
     let mut cursor = Cursor::new(stream);
     group.bench_function(format!("zipf{theta}/shard-update-full{suffix}"), |b| {
@@ -147,11 +190,13 @@ fn per_theta(group: &mut Group, work: &Workload, ring: usize) {
             let mut done = 0;
             while done < iters {
                 let n = (iters - done).min(GOSSIP_EVERY as u64);
-                let start = Instant::now();
-                for _ in 0..n {
-                    counter_add(&mut src, cursor.take());
-                }
-                time += start.elapsed();
+                time += clock
+                    .time(|| {
+                        for _ in 0..n {
+                            counter_add(&mut src, cursor.take());
+                        }
+                    })
+                    .1;
                 done += n;
                 drop(src.take_gossip());
             }
@@ -163,7 +208,7 @@ fn per_theta(group: &mut Group, work: &Workload, ring: usize) {
         b.iter_custom(|iters| {
             let (mut time, mut done) = (Duration::ZERO, 0);
             while done < iters {
-                let (_, took, records) = round(&mut src, &mut cursor);
+                let (_, took, records) = round(clock, &mut src, &mut cursor);
                 time += took;
                 done += records;
             }
@@ -178,12 +223,13 @@ fn per_theta(group: &mut Group, work: &Workload, ring: usize) {
         b.iter_custom(|iters| {
             let (mut time, mut done) = (Duration::ZERO, 0);
             while done < iters {
-                let (out, _, _) = round(&mut src, &mut cursor);
+                let (out, _, _) = round(clock, &mut src, &mut cursor);
                 for o in out.into_iter().filter(|o| o.to.worker == 1) {
                     done += o.entries.len() as u64;
-                    let start = Instant::now();
-                    dst.merge_gossip(o.entries).expect("merged in memory");
-                    time += start.elapsed();
+                    let batch = o.entries;
+                    let (merged, took) = clock.time(|| dst.merge_gossip(batch));
+                    merged.expect("merged in memory");
+                    time += took;
                 }
             }
             per_iters(time, done, iters)
@@ -192,16 +238,18 @@ fn per_theta(group: &mut Group, work: &Workload, ring: usize) {
     drop((src, dst));
 
     let mut rep1 = new_shard(1, 1, 0);
-    for k in &work.keys {
-        counter_add(&mut rep1, k);
-    }
+    rep1.merge_gossip(load.clone()).expect("merged in memory");
     group.bench_function(format!("zipf{theta}/shard-update-rep1"), |b| {
         b.iter_custom(|iters| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                counter_add(&mut rep1, cursor.take());
-            }
-            start.elapsed()
+            let rep1 = &mut rep1;
+            let cursor = &mut cursor;
+            clock
+                .time(|| {
+                    for _ in 0..iters {
+                        counter_add(rep1, cursor.take());
+                    }
+                })
+                .1
         })
     });
     drop(rep1);
@@ -209,11 +257,14 @@ fn per_theta(group: &mut Group, work: &Workload, ring: usize) {
     let stripes = loaded_stripes(&work.keys);
     group.bench_function(format!("zipf{theta}/locked-update"), |b| {
         b.iter_custom(|iters| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                locked_update(&stripes, LOADER + 1, cursor.take());
-            }
-            start.elapsed()
+            let cursor = &mut cursor;
+            clock
+                .time(|| {
+                    for _ in 0..iters {
+                        locked_update(&stripes, LOADER + 1, cursor.take());
+                    }
+                })
+                .1
         })
     });
 }
@@ -251,17 +302,17 @@ where
     .mul_f64(iters as f64 / (each * threads as u64) as f64)
 }
 
-fn hot(group: &mut Group, threads: usize) {
+fn hot(group: &mut Group, clock: CpuClock, threads: usize) {
     let hot_key = key(0);
     let stripes: Vec<Stripe> = (0..STRIPES).map(|_| Mutex::default()).collect();
     let hot_updates = AtomicU64::new(0);
     group.bench_function("hot/locked-update", |b| {
         b.iter_custom(|iters| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                locked_update(&stripes, LOADER + 1, &hot_key);
-            }
-            let took = start.elapsed();
+            let (_, took) = clock.time(|| {
+                for _ in 0..iters {
+                    locked_update(&stripes, LOADER + 1, &hot_key);
+                }
+            });
             hot_updates.fetch_add(iters, Ordering::Relaxed);
             took
         })
@@ -280,7 +331,15 @@ fn hot(group: &mut Group, threads: usize) {
 
     let line = AtomicU64::new(0);
     group.bench_function("atomic/uncontended", |b| {
-        b.iter(|| line.fetch_add(1, Ordering::AcqRel))
+        b.iter_custom(|iters| {
+            clock
+                .time(|| {
+                    for _ in 0..iters {
+                        line.fetch_add(1, Ordering::AcqRel);
+                    }
+                })
+                .1
+        })
     });
     group.bench_function("atomic/contended", |b| {
         b.iter_custom(|iters| {
