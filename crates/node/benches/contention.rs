@@ -189,6 +189,8 @@ struct ShardSystem {
     shards: Vec<Shard>,
     applied: u64,
     runs: Vec<Duration>,
+    /// Per run, the CPU time of all its threads.
+    cpu: Vec<Duration>,
 }
 
 impl ShardSystem {
@@ -206,6 +208,7 @@ impl ShardSystem {
             shards,
             applied: 0,
             runs: Vec::new(),
+            cpu: Vec::new(),
         }
     }
 
@@ -230,10 +233,11 @@ impl ShardSystem {
                 .collect();
             barrier.wait();
             let start = Instant::now();
-            let shards: Vec<Shard> = handles
+            let (shards, cpu): (Vec<Shard>, Vec<Duration>) = handles
                 .into_iter()
                 .map(|h| h.join().expect("shard thread panicked"))
-                .collect();
+                .unzip();
+            self.cpu.push(cpu.into_iter().sum());
             (start.elapsed(), shards)
         });
         self.shards = shards;
@@ -351,9 +355,10 @@ fn shard_thread(
     peers: &[Sender<Msg>],
     inbox: Receiver<Msg>,
     barrier: &Barrier,
-) -> Shard {
+) -> (Shard, Duration) {
     let mut done = 0;
     barrier.wait();
+    let cpu = thread_cpu();
     for chunk in keys.chunks(GOSSIP_EVERY) {
         for k in chunk {
             counter_add(&mut shard, k);
@@ -374,7 +379,7 @@ fn shard_thread(
         let msg = inbox.recv().expect("peers send Done before hanging up");
         done += receive(&mut shard, msg);
     }
-    shard
+    (shard, thread_cpu().saturating_sub(cpu))
 }
 
 // ---- locked baseline ----------------------------------------------------------------------
@@ -386,6 +391,8 @@ struct Locked {
     stripes: Vec<Stripe>,
     applied: u64,
     runs: Vec<Duration>,
+    /// Per run, the CPU time of all its threads.
+    cpu: Vec<Duration>,
 }
 
 fn stripe_of<'a>(stripes: &'a [Stripe], k: &[u8]) -> &'a Stripe {
@@ -426,12 +433,14 @@ impl Locked {
             stripes,
             applied: 0,
             runs: Vec::new(),
+            cpu: Vec::new(),
         }
     }
 
     fn run(&mut self, work: &Workload) -> Duration {
         let barrier = Barrier::new(work.threads() + 1);
         let stripes = &self.stripes;
+        let cpu = &mut self.cpu;
         let elapsed = thread::scope(|s| {
             let handles: Vec<_> = work
                 .updates
@@ -442,17 +451,21 @@ impl Locked {
                     s.spawn(move || {
                         let actor = FIRST_ACTOR + me as u64;
                         barrier.wait();
+                        let cpu = thread_cpu();
                         for k in keys {
                             locked_update(stripes, actor, k);
                         }
+                        thread_cpu().saturating_sub(cpu)
                     })
                 })
                 .collect();
             barrier.wait();
             let start = Instant::now();
-            for h in handles {
-                h.join().expect("locked thread panicked");
-            }
+            let used = handles
+                .into_iter()
+                .map(|h| h.join().expect("locked thread panicked"))
+                .sum();
+            cpu.push(used);
             start.elapsed()
         });
         self.applied += work.total_updates();
@@ -482,11 +495,13 @@ impl Locked {
 
 // ---- driver -------------------------------------------------------------------------------
 
-/// Median wall times of one θ.
+/// Median wall times, and CPU times of all threads, of one θ.
 struct Outcome {
     theta: f64,
     shard: Option<Duration>,
     locked: Option<Duration>,
+    shard_cpu: Option<Duration>,
+    locked_cpu: Option<Duration>,
 }
 
 fn contention(c: &mut Criterion, theta: f64, threads: usize, per_thread: usize) -> Outcome {
@@ -510,7 +525,7 @@ fn contention(c: &mut Criterion, theta: f64, threads: usize, per_thread: usize) 
         b.iter_custom(|iters| (0..iters).map(|_| shards.run(&work)).sum())
     });
     shards.check(&work);
-    let shard = median(&shards.runs);
+    let (shard, shard_cpu) = (median(&shards.runs), median(&shards.cpu));
     drop(shards);
 
     let mut locked = Locked::new(&work);
@@ -518,12 +533,13 @@ fn contention(c: &mut Criterion, theta: f64, threads: usize, per_thread: usize) 
         b.iter_custom(|iters| (0..iters).map(|_| locked.run(&work)).sum())
     });
     locked.check();
-    let locked_median = median(&locked.runs);
     group.finish();
     Outcome {
         theta,
         shard,
-        locked: locked_median,
+        locked: median(&locked.runs),
+        shard_cpu,
+        locked_cpu: median(&locked.cpu),
     }
 }
 
@@ -553,5 +569,28 @@ fn main() {
             locked,
             rate(locked),
         );
+        // CPU per update (all threads' CPU time): what the design costs, whatever else
+        // ran on the machine (the scaling model's validation uses it).
+        if let (Some(sc), Some(lc)) = (o.shard_cpu, o.locked_cpu) {
+            let per = |d: Duration| d.as_secs_f64() * 1e9 / total;
+            eprintln!(
+                "contention zipf {} cpu: shard-per-core {:.1} ns/update, locked {:.1} ns/update",
+                o.theta,
+                per(sc),
+                per(lc)
+            );
+        }
     }
+}
+
+/// The CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through the valid pointer we pass.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }

@@ -48,8 +48,8 @@ use node::shard::{GossipBatch, Shard};
 use placement::key_hash;
 
 use super::{
-    counter_add, key, locked_update, new_shard, preload_batch, Key, Stripe, Workload, GOSSIP_EVERY,
-    LOADER, STRIPES,
+    counter_add, key, locked_update, new_shard, preload_batch, thread_cpu, Key, Stripe, Workload,
+    GOSSIP_EVERY, LOADER, STRIPES,
 };
 
 /// The θs of the model (the paper's 0.5 and 4, and two between).
@@ -120,18 +120,6 @@ impl CpuClock {
         let took = thread_cpu().saturating_sub(start);
         (r, took.saturating_sub(self.overhead))
     }
-}
-
-/// The CPU time the calling thread has used.
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through the valid pointer we pass.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// Cycles through a stream of keys.
