@@ -35,6 +35,11 @@
 //! - `cost/key-hash`: hashing an 8-byte key (the part of a locked update outside the lock).
 //! - `cost/atomic/uncontended`, `cost/atomic/contended`: `fetch_add` on one cache line by
 //!   one thread, and by T threads (wall time per add): the bare cache-line transfer.
+//! - `cost/atomic/ping-pong`: two threads take turns writing one cache line, spinning;
+//!   unit: one transfer of the line from one core to the other. Thread 0 times batches of
+//!   round trips and the bench keeps the 10th percentile batch: a batch during which the
+//!   other thread was descheduled (this VM's other jobs) can only be slower, so the low
+//!   batches are the ones where both cores ran.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -265,6 +270,53 @@ fn loaded_stripes(keys: &[Key]) -> Vec<Stripe> {
     stripes
 }
 
+/// Round trips per timed batch of the ping-pong.
+const PING_BATCH: u64 = 64;
+
+/// Two threads bounce `turn` `rounds` times (thread 0 writes odd values, thread 1 even
+/// ones, each spinning until the other has written); thread 0's time per batch of
+/// `PING_BATCH` round trips.
+fn ping_pong(turn: &AtomicU64, rounds: u64) -> Vec<Duration> {
+    let wait_for = |parity: u64| loop {
+        let v = turn.load(Ordering::Acquire);
+        if v % 2 == parity {
+            return v;
+        }
+        std::hint::spin_loop();
+    };
+    thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..rounds {
+                let v = wait_for(1);
+                turn.store(v + 1, Ordering::Release);
+            }
+        });
+        let mut batches = Vec::new();
+        let mut done = 0;
+        while done < rounds {
+            let n = PING_BATCH.min(rounds - done);
+            let start = Instant::now();
+            for _ in 0..n {
+                let v = wait_for(0);
+                turn.store(v + 1, Ordering::Release);
+            }
+            // The last round trip of the batch: wait for the answer.
+            wait_for(0);
+            if n == PING_BATCH {
+                batches.push(start.elapsed());
+            }
+            done += n;
+        }
+        batches
+    })
+}
+
+/// The 10th percentile of `times`.
+fn low_decile(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times.get(times.len() / 10).copied().unwrap_or_default()
+}
+
 /// `threads` threads each running `work(thread, n)` with `n` = `iters / threads` (at least
 /// 1), released together; the wall time until the last is done.
 fn together<F>(threads: usize, iters: u64, work: F) -> Duration
@@ -336,6 +388,15 @@ fn hot(group: &mut Group, clock: CpuClock, threads: usize) {
                     line.fetch_add(1, Ordering::AcqRel);
                 }
             })
+        })
+    });
+    group.bench_function("atomic/ping-pong", |b| {
+        b.iter_custom(|iters| {
+            let turn = AtomicU64::new(0);
+            let rounds = (iters / 2).max(PING_BATCH);
+            let batches = ping_pong(&turn, rounds);
+            assert_eq!(turn.load(Ordering::Acquire), 2 * rounds, "a turn was lost");
+            low_decile(batches).mul_f64(iters as f64 / (2 * PING_BATCH) as f64)
         })
     });
     // The hot benches touched one key, and every increment of it counted.
