@@ -16,10 +16,10 @@
 //! - `cost/zipf<θ>/shard-update-full`: the same on worker 0 of a ring of 2 workers with
 //!   every key on both (full replication): each update also merges its delta into the
 //!   changeset. Every 1,000 updates the changeset is taken and dropped, outside timing.
-//!   Unit: one update. `…-full-r8`: a ring of 8 (θ = 0.5 and 4 only), to see whether the
-//!   write path grows with the replica count.
+//!   Unit: one update. `…-full-r8`, `…-full-r64`: rings of 8 and 64 (θ = 0.5 and 4 only):
+//!   the write path grows with the replica count.
 //! - `cost/zipf<θ>/take-gossip`: `take_gossip` after each 1,000 updates (those untimed).
-//!   Unit: one record for one destination. `…-r8`: the ring of 8 (7 destinations).
+//!   Unit: one record for one destination. `…-r8`, `…-r64`: the rings of 8 and 64.
 //! - `cost/zipf<θ>/merge-gossip`: `merge_gossip` of those batches into worker 1 (a full
 //!   replica). Unit: one record merged.
 //! - `cost/zipf<θ>/locked-update`: the contention bench's striped-lock update, one thread
@@ -59,8 +59,9 @@ use super::{
 
 /// The θs of the model (the paper's 0.5 and 4, and two between).
 const THETAS: [f64; 4] = [0.5, 1.0, 2.0, 4.0];
-/// The θs whose write path is also measured on a ring of 8.
-const THETAS_R8: [f64; 2] = [0.5, 4.0];
+/// The θs whose write path is also measured on bigger rings, and those rings.
+const THETAS_RINGS: [f64; 2] = [0.5, 4.0];
+const RINGS: [usize; 2] = [8, 64];
 
 type Group<'a> = BenchmarkGroup<'a, criterion::measurement::WallTime>;
 
@@ -79,8 +80,10 @@ pub(crate) fn costs(c: &mut Criterion, threads: usize, per_thread: usize) {
         let work = Workload::new(theta, 1, per_thread);
         let load = preload_batch(&work.keys);
         per_theta(&mut group, clock, &work, &load, 2);
-        if THETAS_R8.contains(&theta) {
-            per_theta(&mut group, clock, &work, &load, 8);
+        if THETAS_RINGS.contains(&theta) {
+            for ring in RINGS {
+                per_theta(&mut group, clock, &work, &load, ring);
+            }
         }
     }
     hot(&mut group, clock, threads);
