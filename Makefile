@@ -87,6 +87,7 @@ bench-smoke: build python-package
 	bench/writeback --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/background --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	$(PYTHON) bench/serverless --smoke --binary $(TARGET_DIR)/debug/latticekv --python $(PYTHON) > /dev/null
+	$(PYTHON) bench/scaling-model --smoke > /dev/null
 
 ## The image to ship: a FROM-scratch image of the statically linked release binary, non-root,
 ## state in the /data volume, tagged latticekv:dev (no registry; docs/operations.md).

@@ -32,6 +32,9 @@
 //! `LKV_BENCH_UPDATES` (updates per thread,
 //! default 200,000).
 //!
+//! Then the `cost/…` benches (`contention/costs.rs`): the per-operation costs the scaling
+//! model (`bench/scaling-model`) extrapolates from, one step per criterion iteration.
+//!
 //! Run: `cargo bench -p latticekv-node --bench contention`.
 
 /// The same allocator as the `latticekv` binary, so the numbers match the server's.
@@ -55,6 +58,9 @@ use node::Limits;
 use placement::key_hash;
 use placement::ring::DEFAULT_VNODES;
 use placement::{node_key, Replica};
+
+#[path = "contention/costs.rs"]
+mod costs;
 
 /// Keys in the table (the paper's 1M); `LKV_BENCH_KEYS` overrides it (CI smoke runs).
 fn keys() -> usize {
@@ -183,52 +189,26 @@ struct ShardSystem {
     shards: Vec<Shard>,
     applied: u64,
     runs: Vec<Duration>,
+    /// Per run, the CPU time of all its threads.
+    cpu: Vec<Duration>,
 }
 
 impl ShardSystem {
-    /// T shards; shard 0 loads every key (a counter at 1) and gossips it to the others.
+    /// T shards, each loaded with every key (a counter at 1) by gossip.
     fn new(work: &Workload) -> Self {
         let threads = work.threads();
-        let view = Arc::new(ViewState::single_node(
-            "bench",
-            threads,
-            DEFAULT_VNODES,
-            default_vector(1, threads as u32),
-        ));
         let mut shards: Vec<Shard> = (0..threads)
-            .map(|w| {
-                let config = ShardConfig {
-                    me: Replica {
-                        node: node_key("bench"),
-                        worker: w as u32,
-                    },
-                    limits: Limits::default(),
-                    memory_budget: 64 << 30,
-                    max_changeset_keys: GOSSIP_EVERY,
-                    settle_ms: 0,
-                    tombstone_memory_ms: 0,
-                    disk_copy: Default::default(),
-                };
-                Shard::new(
-                    config,
-                    view.clone(),
-                    FIRST_ACTOR + w as u64,
-                    Arc::new(SystemClock::default()),
-                )
-            })
+            .map(|w| new_shard(threads, threads, w))
             .collect();
-        for k in &work.keys {
-            counter_add(&mut shards[0], k);
-        }
-        for out in shards[0].take_gossip() {
-            shards[out.to.worker as usize]
-                .merge_gossip(out.entries)
-                .expect("merged in memory");
+        let load = preload_batch(&work.keys);
+        for shard in &mut shards {
+            shard.merge_gossip(load.clone()).expect("merged in memory");
         }
         ShardSystem {
             shards,
             applied: 0,
             runs: Vec::new(),
+            cpu: Vec::new(),
         }
     }
 
@@ -253,10 +233,11 @@ impl ShardSystem {
                 .collect();
             barrier.wait();
             let start = Instant::now();
-            let shards: Vec<Shard> = handles
+            let (shards, cpu): (Vec<Shard>, Vec<Duration>) = handles
                 .into_iter()
                 .map(|h| h.join().expect("shard thread panicked"))
-                .collect();
+                .unzip();
+            self.cpu.push(cpu.into_iter().sum());
             (start.elapsed(), shards)
         });
         self.shards = shards;
@@ -280,6 +261,53 @@ impl ShardSystem {
         let expected = keys() as i128 + i128::from(self.applied);
         assert_eq!(total, expected, "shard-per-core lost updates");
     }
+}
+
+/// Worker `w` of a ring of `ring` workers on one node, each key on `replication` of them.
+fn new_shard(ring: usize, replication: usize, w: usize) -> Shard {
+    new_shard_seeded(ring, replication, w, FIRST_ACTOR + w as u64)
+}
+
+/// Every key as a counter at 1, as gossip records (from a loader shard of its own actor).
+///
+/// Loading a shard by gossip rather than by executing the writes on it keeps its
+/// changeset small: the changeset keeps its capacity (`take_gossip`), and one that once
+/// held every key makes each later gossip round scan a million empty buckets.
+fn preload_batch(keys: &[Key]) -> GossipBatch {
+    let mut loader = new_shard_seeded(2, 2, 1, LOADER);
+    for k in keys {
+        counter_add(&mut loader, k);
+    }
+    let mut batch = GossipBatch::new();
+    while loader.has_gossip() {
+        for out in loader.take_gossip() {
+            batch.extend(out.entries);
+        }
+    }
+    batch
+}
+
+/// `new_shard` with the shard's seed (its actor id) given.
+fn new_shard_seeded(ring: usize, replication: usize, w: usize, seed: u64) -> Shard {
+    let view = Arc::new(ViewState::single_node(
+        "bench",
+        ring,
+        DEFAULT_VNODES,
+        default_vector(1, replication as u32),
+    ));
+    let config = ShardConfig {
+        me: Replica {
+            node: node_key("bench"),
+            worker: w as u32,
+        },
+        limits: Limits::default(),
+        memory_budget: 64 << 30,
+        max_changeset_keys: GOSSIP_EVERY,
+        settle_ms: 0,
+        tombstone_memory_ms: 0,
+        disk_copy: Default::default(),
+    };
+    Shard::new(config, view, seed, Arc::new(SystemClock::default()))
 }
 
 fn counter_add(shard: &mut Shard, k: &Key) {
@@ -327,9 +355,10 @@ fn shard_thread(
     peers: &[Sender<Msg>],
     inbox: Receiver<Msg>,
     barrier: &Barrier,
-) -> Shard {
+) -> (Shard, Duration) {
     let mut done = 0;
     barrier.wait();
+    let cpu = thread_cpu();
     for chunk in keys.chunks(GOSSIP_EVERY) {
         for k in chunk {
             counter_add(&mut shard, k);
@@ -350,7 +379,7 @@ fn shard_thread(
         let msg = inbox.recv().expect("peers send Done before hanging up");
         done += receive(&mut shard, msg);
     }
-    shard
+    (shard, thread_cpu().saturating_sub(cpu))
 }
 
 // ---- locked baseline ----------------------------------------------------------------------
@@ -362,6 +391,8 @@ struct Locked {
     stripes: Vec<Stripe>,
     applied: u64,
     runs: Vec<Duration>,
+    /// Per run, the CPU time of all its threads.
+    cpu: Vec<Duration>,
 }
 
 fn stripe_of<'a>(stripes: &'a [Stripe], k: &[u8]) -> &'a Stripe {
@@ -402,12 +433,14 @@ impl Locked {
             stripes,
             applied: 0,
             runs: Vec::new(),
+            cpu: Vec::new(),
         }
     }
 
     fn run(&mut self, work: &Workload) -> Duration {
         let barrier = Barrier::new(work.threads() + 1);
         let stripes = &self.stripes;
+        let cpu = &mut self.cpu;
         let elapsed = thread::scope(|s| {
             let handles: Vec<_> = work
                 .updates
@@ -418,17 +451,21 @@ impl Locked {
                     s.spawn(move || {
                         let actor = FIRST_ACTOR + me as u64;
                         barrier.wait();
+                        let cpu = thread_cpu();
                         for k in keys {
                             locked_update(stripes, actor, k);
                         }
+                        thread_cpu().saturating_sub(cpu)
                     })
                 })
                 .collect();
             barrier.wait();
             let start = Instant::now();
-            for h in handles {
-                h.join().expect("locked thread panicked");
-            }
+            let used = handles
+                .into_iter()
+                .map(|h| h.join().expect("locked thread panicked"))
+                .sum();
+            cpu.push(used);
             start.elapsed()
         });
         self.applied += work.total_updates();
@@ -458,11 +495,13 @@ impl Locked {
 
 // ---- driver -------------------------------------------------------------------------------
 
-/// Median wall times of one θ.
+/// Median wall times, and CPU times of all threads, of one θ.
 struct Outcome {
     theta: f64,
     shard: Option<Duration>,
     locked: Option<Duration>,
+    shard_cpu: Option<Duration>,
+    locked_cpu: Option<Duration>,
 }
 
 fn contention(c: &mut Criterion, theta: f64, threads: usize, per_thread: usize) -> Outcome {
@@ -486,7 +525,7 @@ fn contention(c: &mut Criterion, theta: f64, threads: usize, per_thread: usize) 
         b.iter_custom(|iters| (0..iters).map(|_| shards.run(&work)).sum())
     });
     shards.check(&work);
-    let shard = median(&shards.runs);
+    let (shard, shard_cpu) = (median(&shards.runs), median(&shards.cpu));
     drop(shards);
 
     let mut locked = Locked::new(&work);
@@ -494,12 +533,13 @@ fn contention(c: &mut Criterion, theta: f64, threads: usize, per_thread: usize) 
         b.iter_custom(|iters| (0..iters).map(|_| locked.run(&work)).sum())
     });
     locked.check();
-    let locked_median = median(&locked.runs);
     group.finish();
     Outcome {
         theta,
         shard,
-        locked: locked_median,
+        locked: median(&locked.runs),
+        shard_cpu,
+        locked_cpu: median(&locked.cpu),
     }
 }
 
@@ -511,6 +551,7 @@ fn main() {
         .into_iter()
         .map(|theta| contention(&mut c, theta, threads, per_thread))
         .collect();
+    costs::costs(&mut c, threads, per_thread);
     c.final_summary();
     let total = (threads * per_thread) as f64;
     for o in outcomes {
@@ -528,5 +569,28 @@ fn main() {
             locked,
             rate(locked),
         );
+        // CPU per update (all threads' CPU time): what the design costs, whatever else
+        // ran on the machine (the scaling model's validation uses it).
+        if let (Some(sc), Some(lc)) = (o.shard_cpu, o.locked_cpu) {
+            let per = |d: Duration| d.as_secs_f64() * 1e9 / total;
+            eprintln!(
+                "contention zipf {} cpu: shard-per-core {:.1} ns/update, locked {:.1} ns/update",
+                o.theta,
+                per(sc),
+                per(lc)
+            );
+        }
     }
+}
+
+/// The CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through the valid pointer we pass.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
