@@ -601,6 +601,8 @@ mod backlog_tests;
 #[cfg(test)]
 mod disk_tests;
 #[cfg(test)]
+mod gossip_tests;
+#[cfg(test)]
 mod handoff_tests;
 #[cfg(test)]
 mod keyspace_tests;

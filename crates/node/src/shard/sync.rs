@@ -60,8 +60,10 @@ impl Shard {
 
     /// Takes up to `MAX_ROUND_KEYS` keys (and about `MAX_ROUND_BYTES`) of the changeset
     /// and the outbox, as one batch per destination; the rest stays for the next round
-    /// ([`Shard::has_gossip`] says whether there is more). The changeset keeps its
-    /// capacity: the same hot keys come back every period.
+    /// ([`Shard::has_gossip`] says whether there is more). The changeset keeps a round's
+    /// worth of capacity — the same hot keys come back every period — but not what a
+    /// bulk load grew it to: iterating a map walks its whole capacity, so every later round
+    /// would pay for the load's size.
     pub fn take_gossip(&mut self) -> Vec<Outgoing> {
         let mut batches: Map<Replica, BatchBuilding> =
             Map::with_hasher(self.changeset.hasher().clone());
@@ -79,6 +81,9 @@ impl Shard {
                 .collect()
         };
         budget_keys -= taken.len();
+        if self.changeset.is_empty() && self.changeset.capacity() > 4 * MAX_ROUND_KEYS {
+            self.changeset.shrink_to(MAX_ROUND_KEYS);
+        }
         let mut unsent: Vec<(Bytes, Record)> = Vec::new();
         let mut all_acked: Vec<Bytes> = Vec::new();
         for (key, record) in taken {
