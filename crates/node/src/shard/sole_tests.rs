@@ -57,3 +57,18 @@ fn a_second_memory_node_ends_the_shortcut_and_a_change_from_it_settles() {
     s.set_view(view(vec![node("m", 1), disk("d")]));
     assert!(s.settling().is_some());
 }
+
+#[test]
+fn a_disk_node_joining_a_two_worker_memory_node_settles_nothing_until_it_spilled() {
+    let mut w0 = Shard::new(config("m", 0), view(vec![node("m", 2)]), 1, fixed_clock());
+    w0.set_view(view(vec![node("m", 2), disk("d")]));
+    assert!(
+        w0.settling().is_none(),
+        "the memory tier is the same: every key's memory replicas are where they were"
+    );
+    // A second disk node joins a worker that has evicted: a key it evicted may be moving
+    // between disk nodes, so its misses ask the previous view too.
+    w0.mark_spilled();
+    w0.set_view(view(vec![node("m", 2), disk("d"), disk("d2")]));
+    assert!(w0.settling().is_some());
+}

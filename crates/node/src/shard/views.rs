@@ -81,14 +81,27 @@ impl Shard {
             self.handoff.remove(&key);
         }
         self.apply_moves(handoff, directed);
-        // Reads that miss ask the previous view's other replicas for a while; a previous
-        // view of this worker alone has none (as when `latticekv local`'s disk node joins
-        // its memory node), and settling would only keep reads off their fast path.
-        if (rings_changed || !changed_keys.is_empty()) && !super::is_single_worker(&old, me) {
+        if (rings_changed || !changed_keys.is_empty())
+            && self.may_miss_moving_keys(&old, &new, !changed_keys.is_empty())
+        {
             let without_me = new.without_node(me.node);
             self.previous = vec![old, Arc::new(without_me)];
             self.settling_until_ms = self.clock.mono_ms().saturating_add(self.config.settle_ms);
         }
+    }
+
+    /// True if, after the change from `old` to `new`, a read that misses here may be for a
+    /// key still on its way, so that for `settle_ms` it also asks `old`'s replicas (which
+    /// keeps reads off their fast path meanwhile). Not if `old` was this worker alone
+    /// (nobody to ask: as when `latticekv local`'s disk node joins its memory node), nor if
+    /// only other tiers' members changed under a memory worker that never evicted: its
+    /// keys' memory replicas are the same as before, and its log holds every key it
+    /// replicates, so a miss is a miss.
+    fn may_miss_moving_keys(&self, old: &ViewState, new: &ViewState, vectors: bool) -> bool {
+        if super::is_single_worker(old, self.config.me) {
+            return false;
+        }
+        vectors || self.is_disk() || self.spilled() || memory_members(old) != memory_members(new)
     }
 
     /// True if, going from `old` to `new`, this memory-tier worker may come to answer for
@@ -179,13 +192,13 @@ impl Shard {
     }
 }
 
-/// The memory tier's members of `view` (ids and worker counts), sorted.
-fn memory_members(view: &ViewState) -> Vec<(&str, usize)> {
-    let mut members: Vec<(&str, usize)> = view
+/// The memory tier's members of `view` (ids, worker counts, virtual nodes), sorted.
+fn memory_members(view: &ViewState) -> Vec<(&str, usize, u32)> {
+    let mut members: Vec<(&str, usize, u32)> = view
         .view
         .nodes()
         .filter(|(_, n)| n.tier == Tier::Memory)
-        .map(|(_, n)| (n.id.as_str(), n.workers.len()))
+        .map(|(_, n)| (n.id.as_str(), n.workers.len(), n.vnodes))
         .collect();
     members.sort_unstable();
     members
