@@ -1,6 +1,7 @@
 //! A memory node beside disk nodes only (`latticekv local`'s shape): the memory tier's only
 //! worker routes every key with a memory replica here without walking the rings, and the
-//! disk node joining it starts no settling (nothing could be on its way here).
+//! disk node joining it starts no settling (nothing could be on its way here); a memory
+//! node joining another one does settle.
 
 use std::sync::Arc;
 
@@ -32,7 +33,7 @@ fn the_only_memory_worker_holds_every_memory_replica_and_a_joining_disk_node_set
     s.set_view(view(vec![node("m", 1), disk("d")]));
     assert!(
         s.settling().is_none(),
-        "a view of this worker alone had nothing to hand over"
+        "the memory tier is the same, and this worker never evicted"
     );
     for i in 0..200 {
         let key = format!("k{i}");
@@ -71,4 +72,13 @@ fn a_disk_node_joining_a_two_worker_memory_node_settles_nothing_until_it_spilled
     w0.mark_spilled();
     w0.set_view(view(vec![node("m", 2), disk("d"), disk("d2")]));
     assert!(w0.settling().is_some());
+}
+
+#[test]
+fn a_memory_node_joining_another_settles() {
+    // n2 starts alone, then joins m: keys are on their way to it from m, so its misses
+    // ask m for a while.
+    let mut s = Shard::new(config("n2", 0), view(vec![node("n2", 1)]), 1, fixed_clock());
+    s.set_view(view(vec![node("m", 1), node("n2", 1)]));
+    assert!(s.settling().is_some());
 }

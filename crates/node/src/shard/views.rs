@@ -91,16 +91,13 @@ impl Shard {
     }
 
     /// True if, after the change from `old` to `new`, a read that misses here may be for a
-    /// key still on its way, so that for `settle_ms` it also asks `old`'s replicas (which
-    /// keeps reads off their fast path meanwhile). Not if `old` was this worker alone
-    /// (nobody to ask: as when `latticekv local`'s disk node joins its memory node), nor if
-    /// only other tiers' members changed under a memory worker that never evicted: its
-    /// keys' memory replicas are the same as before, and its log holds every key it
-    /// replicates, so a miss is a miss.
+    /// key still on its way, so that for `settle_ms` it also asks the key's other replicas
+    /// under `old` and `new` (which keeps reads off their fast path meanwhile). Not if only
+    /// other tiers' members changed under a memory worker that never evicted (as when
+    /// `latticekv local`'s disk node joins its memory node): its keys' memory replicas are
+    /// the same as before, and its log holds every key it replicates, so a miss is a miss.
+    /// A worker joining other memory nodes does settle: keys are on their way to it.
     fn may_miss_moving_keys(&self, old: &ViewState, new: &ViewState, vectors: bool) -> bool {
-        if super::is_single_worker(old, self.config.me) {
-            return false;
-        }
         vectors || self.is_disk() || self.spilled() || memory_members(old) != memory_members(new)
     }
 
