@@ -84,6 +84,14 @@ def systems_tables(m, text):
     return [common.systems_table("case", labels).render(rows)], rows
 
 
+def redis_benchmark_tables(m, text):
+    """Both comparisons of bench/redis-benchmark (with and without persistence)."""
+    data = m.parse(text)
+    assert [key for key, _, _ in data] == [m.PERSISTENT[0], m.VOLATILE[0]]
+    return ([m.table(key, labels).render(rows) for key, labels, rows in data],
+            [row for _, _, rows in data for row in rows])
+
+
 def one(table):
     def tables(m, text):
         rows = getattr(m, table).parse(text)
@@ -99,7 +107,7 @@ SECTIONS = [
     ("cluster", "cluster", one("SCALE")),
     ("cluster", "cluster-join", join_tables),
     ("consistency", "consistency", one("TABLE")),
-    ("redis-benchmark", "redis-benchmark", systems_tables),
+    ("redis-benchmark", "redis-benchmark", redis_benchmark_tables),
     ("security", "security", one("TABLE")),
     ("redis-families", "redis-families", systems_tables),
 ]
@@ -163,14 +171,22 @@ def test_more_reports_from_fake_results_parse_back():
     from types import SimpleNamespace
 
     m = script("redis-benchmark")
-    systems = [("Redis (AOF everysec)", None), ("latticekv", "x"), ("latticekv previous", "y")]
-    results = {(label, case): [(90_000.0 - 1000 * k, 0.8 + k), (91_000.0, 0.9)]
-               for k, (label, _) in enumerate(systems) for case in m.CASES}
+    groups = [(m.PERSISTENT, ["Redis (AOF everysec)", "latticekv", "latticekv previous"]),
+              (m.VOLATILE, ["Redis (no persistence)", "latticekv --disk-nodes 0"])]
+    results = {(label, case): [(90_000.0 - 1000 * k, 0.8 + k, 5.0 + k), (91_000.0, 0.9, 6.0)]
+               for _, labels in groups for k, label in enumerate(labels) for case in m.CASES}
     args = SimpleNamespace(baseline_binary="y", rounds=2)
-    text, (labels, rows) = m.report(args, systems, results)
-    assert m.parse(text)[0] == labels == [label for label, _ in systems]
-    for p, b in zip(m.parse(text)[1], rows, strict=True):
-        close(p, b)
+    text, data = m.report(args, groups, results)
+    parsed = m.parse(text)
+    assert [(k, labels) for k, labels, _ in parsed] == [(k, labels) for k, labels, _ in data]
+    assert [labels for _, labels in groups] == [labels for _, labels, _ in data]
+    for (_, _, p_rows), (_, _, b_rows) in zip(parsed, data, strict=True):
+        for p, b in zip(p_rows, b_rows, strict=True):
+            close(p, b)
+    # The CPU ratio is against the same table's Redis (medians: 5.5, 6.0 and 6.5 µs).
+    assert parsed[0][2][0]["cpuratio1"] == pytest.approx(6.0 / 5.5, abs=0.01)
+    assert parsed[0][2][0]["cpuratio2"] == pytest.approx(6.5 / 5.5, abs=0.01)
+    assert parsed[1][2][0]["cpuratio1"] == pytest.approx(6.0 / 5.5, abs=0.01)
 
     m = script("security")
     results = {(system, mode, case): [(50_000.0 + 1000 * j + i, 3.0 + j)]
