@@ -52,14 +52,16 @@ class Latticekv:
     plus `extra` flags, on ports the OS picks (read from what it prints): `port` (RESP),
     `resp` and `native` (addresses). `workers=None` leaves the flag out (one worker per core
     the process may run on: one, pinned to CPU 0). With `log`, a file path, the node's log
-    (at `log_level`) goes there instead of being discarded."""
+    (at `log_level`) goes there instead of being discarded. `data=None` runs it without a
+    data directory: nothing on disk, no write-ahead log."""
 
     def __init__(self, binary, data, extra=(), workers=1, log=None, log_level="warn"):
         flags = ["--workers", str(workers)] if workers is not None else []
         self.log = open(log, "a") if log else None
         self.proc = subprocess.Popen(
             pin(0) + [binary, "local", *flags, "--listen", "127.0.0.1:0",
-                      "--resp", "127.0.0.1:0", "--data-dir", data, *extra],
+                      "--resp", "127.0.0.1:0", *(["--data-dir", data] if data else []),
+                      *extra],
             stdout=subprocess.PIPE, stderr=self.log or subprocess.STDOUT, text=True,
             env={**os.environ, "LATTICEKV_LOG": log_level})
         self.port, self.native, seen = None, None, []
