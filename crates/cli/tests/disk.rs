@@ -222,7 +222,10 @@ fn local_serves_every_key_right_after_a_restart() {
     ];
     {
         let node = NodeProc::start(&flags);
-        rt.block_on(assign_all(&node, &keys));
+        rt.block_on(async {
+            let c = Client::connect(&node.native.to_string()).await.unwrap();
+            assign_all(&c, &keys).await;
+        });
         let disk = workers_of(node.native, "disk");
         assert!(!disk.is_empty(), "local runs a disk node");
         assert!(
@@ -497,9 +500,7 @@ fn local_default_serves_every_key_from_its_log_after_a_kill() {
                 .await
                 .unwrap();
             wait_for_disk_node(&c).await;
-            for k in &keys {
-                c.assign(k, format!("v-{k}")).await.unwrap();
-            }
+            assign_all(&c, &keys).await;
         });
         let disk = workers_of(node.native, "disk");
         assert!(!disk.is_empty(), "local runs a disk node");
@@ -515,9 +516,8 @@ fn local_default_serves_every_key_from_its_log_after_a_kill() {
     assert_eq!(held(&node.workers, &keys), keys.len());
 }
 
-/// Writes `v-<key>` to every key of `keys`.
-async fn assign_all(node: &NodeProc, keys: &[String]) {
-    let c = Client::connect(&node.native.to_string()).await.unwrap();
+/// Writes `v-<key>` to every key of `keys` through `c`.
+async fn assign_all(c: &Client, keys: &[String]) {
     for k in keys {
         c.assign(k, format!("v-{k}")).await.unwrap();
     }

@@ -177,8 +177,9 @@ pub struct DiskDb {
     db: Database,
     dir: std::path::PathBuf,
     memtable_bytes: u64,
-    /// The workers' keyspaces opened so far (for [`DiskDb::table_counts`]).
-    opened: std::sync::Arc<std::sync::Mutex<Vec<Keyspace>>>,
+    /// The workers' keyspaces opened so far, by worker (for [`DiskDb::table_counts`]; a
+    /// worker's keyspace opened again replaces its entry).
+    opened: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<u32, Keyspace>>>,
 }
 
 impl DiskDb {
@@ -230,7 +231,7 @@ impl DiskDb {
         self.opened
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(ks.clone());
+            .insert(worker, ks.clone());
         let mut store = DiskStore {
             ks,
             live: 0,
@@ -288,7 +289,7 @@ impl DiskDb {
             .opened
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        opened.iter().fold((0, 0), |(all, l0), ks| {
+        opened.values().fold((0, 0), |(all, l0), ks| {
             (
                 all + ks.table_count() as u64,
                 l0 + ks.l0_table_count() as u64,

@@ -6,22 +6,11 @@ use super::*;
 
 /// The tier tests' view with a second memory node, `m2`.
 fn with_second_memory_node() -> Arc<ViewState> {
-    let one = Replication {
-        global: 1,
-        local: 1,
-    };
-    Arc::new(ViewState::of(
-        vec![
-            info("m", Tier::Memory),
-            info("m2", Tier::Memory),
-            info("d", Tier::Disk),
-        ],
-        ReplicationTable::new(),
-        ReplicationVector {
-            memory: one,
-            disk: one,
-        },
-    ))
+    view_of(vec![
+        info("m", Tier::Memory),
+        info("m2", Tier::Memory),
+        info("d", Tier::Disk),
+    ])
 }
 
 /// A key of `view` that this worker (`m`/0) replicates.
@@ -66,23 +55,12 @@ fn a_change_of_memory_members_makes_misses_fetch_from_the_disk_tier() {
 #[test]
 fn a_disk_node_joining_leaves_the_memory_worker_authoritative() {
     let mut rig = Rig::new(1 << 20);
-    let one = Replication {
-        global: 1,
-        local: 1,
-    };
     // A second disk node: the memory tier is unchanged (as when `latticekv local`'s disk
     // node joins its memory node).
-    rig.core.set_view(Arc::new(ViewState::of(
-        vec![
-            info("m", Tier::Memory),
-            info("d", Tier::Disk),
-            info("d2", Tier::Disk),
-        ],
-        ReplicationTable::new(),
-        ReplicationVector {
-            memory: one,
-            disk: one,
-        },
-    )));
+    rig.core.set_view(view_of(vec![
+        info("m", Tier::Memory),
+        info("d", Tier::Disk),
+        info("d2", Tier::Disk),
+    ]));
     assert!(!rig.core.shard().spilled());
 }

@@ -39,12 +39,17 @@ fn disk() -> Replica {
 
 /// One memory node and one disk node; every key has one replica on each.
 fn view() -> Arc<ViewState> {
+    view_of(vec![info("m", Tier::Memory), info("d", Tier::Disk)])
+}
+
+/// A view of `nodes` where every key has one replica in each tier.
+fn view_of(nodes: Vec<NodeInfo>) -> Arc<ViewState> {
     let one = Replication {
         global: 1,
         local: 1,
     };
     Arc::new(ViewState::of(
-        vec![info("m", Tier::Memory), info("d", Tier::Disk)],
+        nodes,
         ReplicationTable::new(),
         ReplicationVector {
             memory: one,

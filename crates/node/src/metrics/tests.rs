@@ -26,6 +26,20 @@ fn worker(i: u32, requests: u64, latencies_us: &[u64]) -> WorkerStats {
     }
 }
 
+/// The text of a node `node_id` of `tier` with `workers`, no members, no monitor report.
+fn render_one(node_id: &str, tier: &str, workers: &[WorkerStats]) -> String {
+    render(&Snapshot {
+        node_id,
+        tier,
+        uptime_seconds: 1,
+        memory_budget_bytes: 1,
+        workers,
+        members: Members::default(),
+        policy: None,
+        now_ms: 0,
+    })
+}
+
 fn value(text: &str, series: &str) -> f64 {
     text.lines()
         .find(|l| l.starts_with(series))
@@ -113,16 +127,7 @@ fn renders_counters_per_worker_and_one_histogram_for_the_node() {
 #[test]
 fn renders_the_log_and_the_backing_store_only_where_they_exist() {
     let bare = [worker(0, 1, &[])];
-    let text = render(&Snapshot {
-        node_id: "n",
-        tier: "memory",
-        uptime_seconds: 1,
-        memory_budget_bytes: 1,
-        workers: &bare,
-        members: Members::default(),
-        policy: None,
-        now_ms: 0,
-    });
+    let text = render_one("n", "memory", &bare);
     assert!(!text.contains("latticekv_wal_"), "{text}");
     assert!(!text.contains("latticekv_backing_"), "{text}");
 
@@ -149,16 +154,7 @@ fn renders_the_log_and_the_backing_store_only_where_they_exist() {
         ..Default::default()
     });
     w0.backing_latency.record(2_000_000, 3);
-    let text = render(&Snapshot {
-        node_id: "n",
-        tier: "memory",
-        uptime_seconds: 1,
-        memory_budget_bytes: 1,
-        workers: &[w0],
-        members: Members::default(),
-        policy: None,
-        now_ms: 0,
-    });
+    let text = render_one("n", "memory", &[w0]);
     let l = r#"node="n",tier="memory""#;
     let v = |s: &str| value(&text, &format!("latticekv_{s}"));
     assert_eq!(
@@ -212,16 +208,7 @@ fn renders_the_lsm_tables_and_anti_entropy_sessions() {
         l0_tables: 2,
         ..Default::default()
     });
-    let text = render(&Snapshot {
-        node_id: "d",
-        tier: "disk",
-        uptime_seconds: 1,
-        memory_budget_bytes: 1,
-        workers: &[w0],
-        members: Members::default(),
-        policy: None,
-        now_ms: 0,
-    });
+    let text = render_one("d", "disk", &[w0]);
     let l = r#"node="d",tier="disk""#;
     let v = |s: &str| value(&text, &format!("latticekv_{s}"));
     assert_eq!(v(&format!("lsm_tables{{{l}}}")), 5.0);

@@ -50,7 +50,17 @@ impl Shard {
         }
 
         let rings_changed = old.rings != new.rings;
-        if rings_changed && self.gains_evicted_keys(&old, &new) {
+        // The memory tier's members changed (a join moves ranges to the newcomer, a leave to
+        // those who stay): this memory worker may come to answer for keys a previous owner
+        // evicted to the disk tier. Hand-offs carry only what the previous owners held in
+        // RAM, and the disk replicas send a key to a newcomer only when no old memory
+        // replica is left to do it, so such a key would read as absent here: the worker is
+        // marked spilled, and its misses fetch from the disk tier as after an eviction of
+        // its own. Conservative — a worker that only lost ranges is marked too, and pays a
+        // disk round trip for reads of keys that exist nowhere — but it needs no word from
+        // the previous owners.
+        let memory_changed = rings_changed && memory_members(&old) != memory_members(&new);
+        if memory_changed && !self.is_disk() && new.view.tier_size(Tier::Disk) > 0 {
             self.mark_spilled();
         }
         let mut handoff: Vec<Blob> = Vec::new();
@@ -81,39 +91,19 @@ impl Shard {
             self.handoff.remove(&key);
         }
         self.apply_moves(handoff, directed);
-        if (rings_changed || !changed_keys.is_empty())
-            && self.may_miss_moving_keys(&old, &new, !changed_keys.is_empty())
+        // For `settle_ms` a read that misses also asks the key's other replicas under `old`
+        // and `new` (keeping reads off their fast path meanwhile): a key may be on its way
+        // here. Not if only other tiers' members changed under a memory worker that never
+        // evicted (as when `latticekv local`'s disk node joins its memory node): its keys'
+        // memory replicas are where they were, and its log holds every key it replicates.
+        let vectors_changed = !changed_keys.is_empty();
+        if vectors_changed
+            || (rings_changed && (self.is_disk() || self.spilled() || memory_changed))
         {
             let without_me = new.without_node(me.node);
             self.previous = vec![old, Arc::new(without_me)];
             self.settling_until_ms = self.clock.mono_ms().saturating_add(self.config.settle_ms);
         }
-    }
-
-    /// True if, after the change from `old` to `new`, a read that misses here may be for a
-    /// key still on its way, so that for `settle_ms` it also asks the key's other replicas
-    /// under `old` and `new` (which keeps reads off their fast path meanwhile). Not if only
-    /// other tiers' members changed under a memory worker that never evicted (as when
-    /// `latticekv local`'s disk node joins its memory node): its keys' memory replicas are
-    /// the same as before, and its log holds every key it replicates, so a miss is a miss.
-    /// A worker joining other memory nodes does settle: keys are on their way to it.
-    fn may_miss_moving_keys(&self, old: &ViewState, new: &ViewState, vectors: bool) -> bool {
-        vectors || self.is_disk() || self.spilled() || memory_members(old) != memory_members(new)
-    }
-
-    /// True if, going from `old` to `new`, this memory-tier worker may come to answer for
-    /// keys that a previous owner evicted to the disk tier: the memory tier's members
-    /// changed (a join moves ranges to the newcomer, a leave to those who stay) and there
-    /// is a disk tier. Hand-offs carry only what the previous owners held in RAM, and the
-    /// disk replicas send a key to a newcomer only when no old memory replica is left to
-    /// do it, so such a key would read as absent here. The worker is then marked spilled:
-    /// its misses fetch from the disk tier, as after an eviction of its own. Conservative
-    /// — a worker that only lost ranges is marked too, and pays a disk round trip for
-    /// reads of keys that exist nowhere — but it needs no word from the previous owners.
-    fn gains_evicted_keys(&self, old: &ViewState, new: &ViewState) -> bool {
-        !self.is_disk()
-            && new.view.tier_size(Tier::Disk) > 0
-            && memory_members(old) != memory_members(new)
     }
 
     /// [`set_view`](Self::set_view), then the whole comparison at once (unit tests).
