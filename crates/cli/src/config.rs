@@ -72,8 +72,9 @@ pub struct NodeArgs {
     /// fewer (all RESP writes).
     #[arg(long, env = "LATTICEKV_ACK_REPLICAS")]
     pub(crate) ack_replicas: Option<u32>,
-    /// Write-ahead log fsync policy: `always` (group commit), `periodic` / `periodic:250ms`,
-    /// or `never` (the OS decides).
+    /// Write-ahead log fsync policy for writes acknowledged below the durable level (durable
+    /// ones are always fsynced before their answer): `periodic` (100 ms, the default) /
+    /// `periodic:250ms`, `always` (an fsync per batch), or `never` (the OS decides).
     #[arg(long, env = "LATTICEKV_FSYNC")]
     pub(crate) fsync: Option<String>,
     /// Memory budget in bytes (0 = half of RAM).

@@ -82,7 +82,9 @@ pub struct NodeConfig {
     /// fewer (every RESP write): 0 or 1 is the replica that ran it alone. Default: 0.
     pub ack_replicas: u32,
     /// The write-ahead log of memory-tier workers, kept under `data_dir/wal/worker-<i>` when
-    /// `data_dir` is set (fsync policy `always` by default: see docs/durability.md).
+    /// `data_dir` is set. Fsync policy `periodic` (100 ms) by default: a write acknowledged
+    /// at the durable level always waits for an fsync (group commit), so the policy only
+    /// bounds the power-loss window of writes acknowledged below it (docs/durability.md).
     pub wal: store::wal::WalOptions,
     /// Snapshot a memory-tier worker's state (and drop the log it covers) once this many
     /// bytes of log were written since the last snapshot. Default: 256 MiB.
@@ -319,7 +321,12 @@ impl Default for NodeConfig {
             disk: DiskConfig::default(),
             ack: crate::ack::AckLevel::Merged,
             ack_replicas: 0,
-            wal: store::wal::WalOptions::default(),
+            wal: store::wal::WalOptions {
+                fsync: store::wal::FsyncPolicy::Periodic {
+                    interval: store::wal::DEFAULT_PERIODIC_INTERVAL,
+                },
+                ..store::wal::WalOptions::default()
+            },
             snapshot_after_bytes: 256 << 20,
             clock_skew_ms: 0,
             users: Vec::new(),
