@@ -2,9 +2,10 @@
 local`: a memory node with two workers and a disk node; every key has a memory and a
 disk replica).
 
-Transactional and plain pipelines, `Lock`, `scan_iter` over thousands of keys, TTLs,
+Transactional and plain pipelines, optimistic locking with `WATCH`, `Lock`, `scan_iter` over thousands of keys, TTLs,
 `info()`, `client_list()`, `flushdb()`, `keys()`, `dbsize()`.
 """
+import threading
 import time
 
 import pytest
@@ -64,6 +65,56 @@ def test_set_ex_incr_expire_ttl(r):
     while r.exists("ttl:b") and time.time() < deadline:
         time.sleep(0.05)
     assert r.get("ttl:b") is None
+
+
+def test_watch_retry_loop_counts_every_increment(shared_node):
+    # redis-py's optimistic-locking pattern on a string counter, two clients at once:
+    # WATCH, read, MULTI, SET, EXEC, retry on WatchError. Every increment lands.
+    setup = redis.Redis(host=shared_node.resp_host, port=shared_node.resp_port)
+    setup.set("idiom:counter", "0")
+    retries = []
+    errors = []
+
+    def worker():
+        c = redis.Redis(host=shared_node.resp_host, port=shared_node.resp_port)
+        mine = 0
+        try:
+            for _ in range(200):
+                with c.pipeline() as p:
+                    while True:
+                        try:
+                            p.watch("idiom:counter")
+                            v = int(p.get("idiom:counter"))
+                            p.multi()
+                            p.set("idiom:counter", v + 1)
+                            p.execute()
+                            break
+                        except redis.exceptions.WatchError:
+                            mine += 1
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+        finally:
+            retries.append(mine)
+            c.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert setup.get("idiom:counter") == b"400"
+    # A change between WATCH and EXEC makes EXEC fail with nothing applied.
+    with setup.pipeline() as p:
+        p.watch("idiom:counter")
+        redis.Redis(host=shared_node.resp_host, port=shared_node.resp_port).set(
+            "idiom:counter", "0")
+        p.multi()
+        p.set("idiom:counter", "lost")
+        with pytest.raises(redis.exceptions.WatchError):
+            p.execute()
+    assert setup.get("idiom:counter") == b"0"
+    setup.close()
 
 
 def test_lock_acquire_blocking_timeout_and_release(r):

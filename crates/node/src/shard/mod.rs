@@ -427,6 +427,31 @@ impl Shard {
         self.has_other_replicas(key, false)
     }
 
+    /// True if a replica of `key` other than this worker may take client writes: any other
+    /// replica for a disk-tier worker; for a memory-tier worker its other memory-tier
+    /// replicas only, since a disk-tier worker forwards the clients' requests for a key
+    /// with a memory-tier replica to that tier ([`Shard::route`]) and only receives its
+    /// writes by replication.
+    pub(super) fn other_writers(&self, key: &[u8]) -> bool {
+        if self.is_disk() {
+            return self.replicated(key);
+        }
+        self.has_other_replicas(key, true)
+    }
+
+    /// How many replicas of `key` may take client writes (see [`Shard::other_writers`]).
+    pub(super) fn writers(&self, key: &[u8]) -> usize {
+        if self.is_disk() {
+            return self.replicas(key).len();
+        }
+        let mut count = 0;
+        let vector = self.view.vector(key);
+        self.view
+            .view
+            .for_each_replica(key_hash(key), Tier::Memory, vector.memory, |_| count += 1);
+        count
+    }
+
     /// True if every live write to `key` is gossiped to other replicas: it has replicas
     /// other than this worker that take every write — all of them, unless this memory-tier
     /// worker copies live values to the disk tier on eviction only (then its memory-tier
@@ -477,7 +502,12 @@ impl Shard {
             disk += 1;
             disk_here += usize::from(r.node == me.node);
         });
-        if local || memory + disk == 0 {
+        // A disk-tier worker serves a key only if the key has no memory-tier replica: the
+        // memory tier is the one that takes its clients' writes (with `disk_copy =
+        // on_eviction` the disk tier does not even hold its newest values), so a `WATCH`
+        // honoured there sees every write (see `shard::exec`).
+        let serves_here = local && (memory == 0 || !self.is_disk());
+        if serves_here || memory + disk == 0 {
             return Route::Local;
         }
         // Requests go to the serving tier: memory, or disk for a key with no memory replica.
