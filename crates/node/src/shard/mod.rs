@@ -29,6 +29,7 @@ mod journal;
 mod keyspace;
 mod lists;
 mod ops;
+mod script;
 mod strings;
 mod sync;
 mod tier;
@@ -64,6 +65,7 @@ pub use crate::codec::GossipBatch;
 pub use backing::{BackingStats, Taken};
 pub use entropy::{bucket_of, AntiEntropyDigest, RepairCursor, BUCKETS};
 pub use keyspace::{KeyFilter, ScanPage};
+pub use script::{install_script_runner, ScriptCall, ScriptRunner};
 pub use sync::Outgoing;
 pub use tier::{EVICT_STEP, HARD_CEILING_FACTOR, LOW_WATERMARK_PERCENT};
 
@@ -379,6 +381,11 @@ impl Shard {
     /// The store (read-only), for status, tests and simulation.
     pub fn store(&self) -> &MemStore {
         &self.store
+    }
+
+    /// The limits this worker enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.config.limits
     }
 
     /// The current view.
