@@ -57,7 +57,7 @@ fn encode(
     }
     match value {
         Value::Number(n) => resp::integer(out, truncate(*n)),
-        Value::Integer(n) => resp::integer(out, *n as i64),
+        Value::Integer(n) => resp::integer(out, *n),
         Value::String(s) => {
             let bytes = s.as_bytes();
             if out.len() + bytes.len() > max_bytes {

@@ -3,21 +3,21 @@
 //!
 //! A script runs in a **fresh Lua 5.1 state** (the version Redis embeds) on the worker that
 //! holds its keys, inside one op ([`crate::op::Op::Script`]), so nothing else runs on that
-//! worker until it ends. The engine ([`eval`]) knows nothing of the store: every
-//! `redis.call` goes to a [`Host`], which the RESP front end implements by planning the
+//! worker until it ends. The engine (`eval`) knows nothing of the store: every
+//! `redis.call` goes to a `Host`, which the RESP front end implements by planning the
 //! command and executing its ops on the worker (`front::resp::scripting`).
 //!
 //! What a script can reach: the base library without `dofile`, `loadfile` and `print`, and
 //! `string`, `table`, `math` — no `io`, `os`, `package`, `debug`, no `require` (Redis also
 //! loads `cjson`, `cmsgpack`, `struct` and `bit`: not here). Globals are read-only and
 //! reading a missing one is an error, as in Redis 7. Each run is bounded: an instruction
-//! hook aborts it past [`Budget::time`] (checked every [`HOOK_EVERY`] instructions; a long
-//! call into a C library function such as a pattern match is not interrupted), and its Lua
-//! heap is limited to [`Budget::memory`].
+//! hook aborts it past its time budget (`limits.script_time_limit_ms`, checked every
+//! [`HOOK_EVERY`] instructions; a long call into a C library function such as a pattern
+//! match is not interrupted), and its Lua heap is limited (`limits.script_memory_bytes`).
 //!
 //! # Layout
 //! - this module: [`ScriptCache`] (scripts by SHA1, bounded), [`sha1_hex`];
-//! - `lua`: the engine ([`eval`], [`Host`], [`Budget`]);
+//! - `lua`: the engine (`eval`, `Host`, `Budget`);
 //! - `convert`: Lua values to and from RESP replies, as Redis converts them.
 
 mod convert;
