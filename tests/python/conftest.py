@@ -65,13 +65,14 @@ class Node:
     that directory, so a test can restart a node on its data; by default a fresh one,
     removed on stop."""
 
-    def __init__(self, *extra: str, data_dir=None):
+    def __init__(self, *extra: str, data_dir=None, resp="127.0.0.1:0"):
         # The default deployment: a memory node and a disk node, in a fresh data directory.
+        # `resp`: the memory node's RESP address (a disk node's is 100 ports above it).
         self.keep_data = data_dir is not None
         self.data = str(data_dir) if data_dir is not None else tempfile.mkdtemp(
             prefix="lkv-pytest-")
         self.proc = subprocess.Popen(
-            [binary(), "local", "--listen", "127.0.0.1:0", "--resp", "127.0.0.1:0",
+            [binary(), "local", "--listen", "127.0.0.1:0", "--resp", resp,
              "--data-dir", self.data, *extra],
             stdout=subprocess.PIPE,
             text=True,

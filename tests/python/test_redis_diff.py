@@ -157,10 +157,6 @@ DIFFERENCES = {
         "INCRBYFLOAT adds 64-bit floats (Redis: 80-bit long double), so a sum whose binary "
         "value is inexact can print differently (Redis: 3010.60000000000000009)",
     ),
-    ("lattice", "EVAL {} 0"): (
-        ("error", "Lua"),
-        "no Lua: the error names the alternatives (MULTI/EXEC with WATCH, SET NX PX, DEL)",
-    ),
 }
 DIFFERENT_CASE = [
     "SADD {}set m", "SET {}set v", "INCR {}ctr", "APPEND {}ctr x", "INCRBYFLOAT {}ctr 1.5",

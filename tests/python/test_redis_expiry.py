@@ -63,11 +63,16 @@ def test_redis_py_lock(node):
     assert lock.acquire(blocking=False) is True
     assert r.lock("e:lock", timeout=0.5).acquire(blocking=False) is False
     assert 0 < r.pttl("e:lock") <= 500
-    # Releasing (and extend/reacquire) runs a Lua script: refused with a clear error
-    # naming the alternatives (docs/protocol.md); DEL or the expiry releases it.
-    with pytest.raises(redis.exceptions.ResponseError, match="Lua scripts are not supported"):
-        lock.release()
-    assert eventually(lambda: r.lock("e:lock", timeout=1).acquire(blocking=False), 5)
+    # Releasing (and extend/reacquire) runs a Lua script that checks the token.
+    lock.release()
+    assert r.exists("e:lock") == 0
+    # A lock that expired and was taken by another owner cannot be released by the first.
+    first = r.lock("e:lock", timeout=0.2)
+    assert first.acquire(blocking=False) is True
+    assert eventually(lambda: r.lock("e:lock", timeout=5).acquire(blocking=False), 5)
+    with pytest.raises(redis.exceptions.LockNotOwnedError):
+        first.release()
+    assert r.exists("e:lock") == 1
     # The idiom that works: SET NX PX to take it, DEL (or the expiry) to give it back.
     assert r.set("e:lock2", "token", nx=True, px=10_000) is True
     assert r.set("e:lock2", "other", nx=True, px=10_000) is None

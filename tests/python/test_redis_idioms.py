@@ -2,9 +2,11 @@
 local`: a memory node with two workers and a disk node; every key has a memory and a
 disk replica).
 
-Transactional and plain pipelines, `Lock`, `scan_iter` over thousands of keys, TTLs,
+Transactional and plain pipelines, optimistic locking with `WATCH`, `Lock` (its release,
+extend and reacquire run Lua scripts), `scan_iter` over thousands of keys, TTLs,
 `info()`, `client_list()`, `flushdb()`, `keys()`, `dbsize()`.
 """
+import threading
 import time
 
 import pytest
@@ -66,6 +68,56 @@ def test_set_ex_incr_expire_ttl(r):
     assert r.get("ttl:b") is None
 
 
+def test_watch_retry_loop_counts_every_increment(shared_node):
+    # redis-py's optimistic-locking pattern on a string counter, two clients at once:
+    # WATCH, read, MULTI, SET, EXEC, retry on WatchError. Every increment lands.
+    setup = redis.Redis(host=shared_node.resp_host, port=shared_node.resp_port)
+    setup.set("idiom:counter", "0")
+    retries = []
+    errors = []
+
+    def worker():
+        c = redis.Redis(host=shared_node.resp_host, port=shared_node.resp_port)
+        mine = 0
+        try:
+            for _ in range(200):
+                with c.pipeline() as p:
+                    while True:
+                        try:
+                            p.watch("idiom:counter")
+                            v = int(p.get("idiom:counter"))
+                            p.multi()
+                            p.set("idiom:counter", v + 1)
+                            p.execute()
+                            break
+                        except redis.exceptions.WatchError:
+                            mine += 1
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+        finally:
+            retries.append(mine)
+            c.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert setup.get("idiom:counter") == b"400"
+    # A change between WATCH and EXEC makes EXEC fail with nothing applied.
+    with setup.pipeline() as p:
+        p.watch("idiom:counter")
+        redis.Redis(host=shared_node.resp_host, port=shared_node.resp_port).set(
+            "idiom:counter", "0")
+        p.multi()
+        p.set("idiom:counter", "lost")
+        with pytest.raises(redis.exceptions.WatchError):
+            p.execute()
+    assert setup.get("idiom:counter") == b"0"
+    setup.close()
+
+
 def test_lock_acquire_blocking_timeout_and_release(r):
     lock = r.lock("lock:job", timeout=10)
     assert lock.acquire(blocking=False) is True
@@ -75,13 +127,41 @@ def test_lock_acquire_blocking_timeout_and_release(r):
     assert other.acquire() is False
     # redis-py retries every 0.1 s and gives up when the next try would be past the timeout.
     assert 0.15 <= time.monotonic() - start < 3
-    # release/extend run Lua scripts (EVALSHA), which latticekv refuses with an error
-    # naming the alternatives; the lock then frees itself at its deadline or by DEL.
-    with pytest.raises(redis.exceptions.ResponseError, match="Lua scripts are not supported"):
-        lock.extend(5)
-    with pytest.raises(redis.exceptions.ResponseError, match="Lua scripts are not supported"):
+    # extend, reacquire and release run Lua scripts (EVALSHA, EVAL when not cached).
+    assert lock.extend(5) is True
+    assert 14000 < r.pttl("lock:job") <= 15000
+    assert lock.extend(3, replace_ttl=True) is True
+    assert 2000 < r.pttl("lock:job") <= 3000
+    assert lock.reacquire() is True
+    assert 9000 < r.pttl("lock:job") <= 10000
+    assert lock.owned() is True
+    # Another owner's token cannot release or extend it.
+    assert other.owned() is False
+    other.local.token = b"not-the-token"
+    with pytest.raises(redis.exceptions.LockNotOwnedError):
+        other.extend(5)
+    with pytest.raises(redis.exceptions.LockNotOwnedError):
+        other.reacquire()
+    with pytest.raises(redis.exceptions.LockNotOwnedError):
+        other.release()
+    assert lock.owned() is True
+    lock.release()
+    assert r.exists("lock:job") == 0
+    with pytest.raises(redis.exceptions.LockError):
         lock.release()
-    assert r.delete("lock:job") == 1
+    assert other.acquire(blocking=False) is True
+    other.release()
+    # The context manager acquires and releases; a second one waits for the first.
+    with r.lock("lock:ctx", timeout=5) as held:
+        assert held.owned() is True
+        assert r.lock("lock:ctx", blocking_timeout=0.2).acquire() is False
+    assert r.exists("lock:ctx") == 0
+    # The script cache survives SCRIPT FLUSH from the client's point of view: redis-py
+    # sends the script again (EVAL) after NOSCRIPT.
+    r.script_flush()
+    with r.lock("lock:ctx", timeout=5):
+        assert r.exists("lock:ctx") == 1
+    assert r.exists("lock:ctx") == 0
     assert other.acquire(blocking=False) is True
     short = r.lock("lock:short", timeout=0.2)
     assert short.acquire(blocking=False) is True

@@ -1,10 +1,20 @@
 """Transactions through redis-py, unchanged: MULTI / EXEC / DISCARD / WATCH."""
+import socket
 import threading
 
 import pytest
 import redis
 
-from conftest import Node
+from conftest import Node, free_port
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def client(node, **kw) -> redis.Redis:
@@ -101,15 +111,61 @@ def test_discard_nesting_and_exec_without_multi(node):
     assert r.get("t:d") == b"2"
 
 
-def test_watch_is_refused_for_replicated_keys(node):
-    # The default deployment keeps every key on a memory and a disk replica: a write at
-    # the other replica could go unseen, so WATCH says so instead of risking a lost update.
-    r = client(node)
-    with r.pipeline() as p:
-        with pytest.raises(redis.exceptions.ResponseError, match="2 replicas"):
+def test_watch_is_honoured_on_the_default_and_sees_writes_through_the_disk_node():
+    # The default deployment keeps every key on a memory and a disk replica; the disk
+    # node forwards clients' requests for such keys to the memory worker, the only one
+    # taking their writes, so WATCH is honoured there and a write sent to the disk node's
+    # own RESP port is seen by it.
+    port = None
+    for _ in range(50):
+        p = free_port()
+        if p + 100 < 65536 and port_is_free(p + 100):
+            port = p
+            break
+    assert port is not None
+    n = Node("--workers", "2", resp=f"127.0.0.1:{port}")
+    try:
+        r = client(n)
+        via_disk = redis.Redis(host="127.0.0.1", port=port + 100)
+        r.set("t:w", "1")
+        assert via_disk.get("t:w") == b"1", "the disk node reads the memory tier's value"
+        with r.pipeline() as p:
             p.watch("t:w")
-    with pytest.raises(redis.exceptions.ResponseError, match="replicas"):
-        r.transaction(lambda p: None, "t:w")
+            v = int(p.get("t:w"))
+            via_disk.set("t:w", "100")  # a concurrent writer, through the disk node
+            p.multi()
+            p.set("t:w", v + 1)
+            with pytest.raises(redis.exceptions.WatchError):
+                p.execute()
+        assert r.get("t:w") == b"100"
+        # WATCH through the disk node's port runs at the memory worker too.
+        with via_disk.pipeline() as p:
+            p.watch("t:w")
+            r.set("t:w", "7")
+            p.multi()
+            p.set("t:w", "8")
+            with pytest.raises(redis.exceptions.WatchError):
+                p.execute()
+        assert r.transaction(lambda p: p.multi() or p.set("t:w", "9"), "t:w") == [True]
+        assert via_disk.get("t:w") == b"9"
+        via_disk.close()
+    finally:
+        assert n.stop() == 0
+
+
+def test_watch_is_refused_for_keys_with_two_memory_replicas():
+    # Two workers of the memory node hold each key (local replication 2): a write at the
+    # other one could go unseen, so WATCH says so instead of risking a lost update.
+    n = Node("--workers", "2", "--default-local-replication", "2", "--monitor", "false")
+    try:
+        r = client(n)
+        with r.pipeline() as p:
+            with pytest.raises(redis.exceptions.ResponseError, match="2 replicas"):
+                p.watch("t:w")
+        with pytest.raises(redis.exceptions.ResponseError, match="replicas"):
+            r.transaction(lambda p: None, "t:w")
+    finally:
+        assert n.stop() == 0
 
 
 def test_watch_idiom_detects_a_concurrent_write(single):

@@ -153,6 +153,7 @@ pub fn result_to_pb(r: &OpResult) -> pb::ForwardResult {
         OpResult::Multi(results) => R::Multi(pb::ForwardResults {
             results: results.iter().map(result_to_pb).collect(),
         }),
+        OpResult::Reply(b) => R::Reply(b.clone()),
         OpResult::Error(e) => R::Error(e.to_pb()),
     };
     pb::ForwardResult {
@@ -172,6 +173,7 @@ pub fn result_from_pb(r: pb::ForwardResult) -> OpResult {
         Some(R::Type(t)) => OpResult::Type(u8::try_from(t).ok().and_then(LatticeType::from_u8)),
         Some(R::Done(_)) => OpResult::Done,
         Some(R::Multi(m)) => OpResult::Multi(m.results.into_iter().map(result_from_pb).collect()),
+        Some(R::Reply(b)) => OpResult::Reply(b),
         Some(R::Error(e)) => OpResult::Error(error_from_pb(e)),
         None => unavailable("empty result from a peer"),
     }
@@ -352,7 +354,23 @@ mod tests {
                 key: k.clone(),
                 count: 3,
             },
-            Op::ExpireTime { key: k },
+            Op::ExpireTime { key: k.clone() },
+            Op::Script {
+                key: k.clone(),
+                body: Bytes::from_static(b"return 1"),
+                keys: vec![k.clone(), Bytes::from_static(b"j")],
+                args: vec![Bytes::from_static(b"a")],
+                read_only: true,
+                resp3: false,
+            },
+            Op::Script {
+                key: k,
+                body: Bytes::from_static(b"return 2"),
+                keys: vec![],
+                args: vec![],
+                read_only: false,
+                resp3: true,
+            },
         ];
         for op in ops {
             assert_eq!(op_from_pb(op_to_pb(&op)).unwrap(), op);
@@ -365,6 +383,7 @@ mod tests {
             OpResult::Type(None),
             OpResult::Done,
             OpResult::Multi(vec![OpResult::Int(1), OpResult::Value(None)]),
+            OpResult::Reply(Bytes::from_static(b"*1\r\n:1\r\n")),
             OpResult::Error(NodeError::Overflow),
         ] {
             let back = result_from_pb(result_to_pb(&r));

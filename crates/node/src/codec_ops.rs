@@ -135,6 +135,20 @@ pub fn op_to_pb(op: &Op<Bytes>) -> pb::ForwardOp {
             out.delta = i64::try_from(*count).unwrap_or(i64::MAX);
         }
         Op::ExpireTime { .. } => out.kind = Kind::ExpireTime as i32,
+        Op::Script {
+            body,
+            keys,
+            args,
+            read_only,
+            resp3,
+            ..
+        } => {
+            out.kind = Kind::Script as i32;
+            out.arg = body.clone();
+            out.delta = keys.len() as i64;
+            out.members = keys.iter().chain(args).cloned().collect();
+            out.script_flags = u32::from(*read_only) | (u32::from(*resp3) << 1);
+        }
     }
     out
 }
@@ -302,6 +316,22 @@ pub fn op_from_pb(op: pb::ForwardOp) -> Result<Op<Bytes>, NodeError> {
                 count: u64::try_from(op.delta).map_err(|_| bad("negative count"))?,
             },
             Kind::ExpireTime => Op::ExpireTime { key },
+            Kind::Script => {
+                let n = usize::try_from(op.delta)
+                    .ok()
+                    .filter(|n| *n <= op.members.len())
+                    .ok_or_else(|| bad("script key count out of range"))?;
+                let mut keys = op.members;
+                let args = keys.split_off(n);
+                Op::Script {
+                    key,
+                    body: op.arg,
+                    keys,
+                    args,
+                    read_only: op.script_flags & 1 != 0,
+                    resp3: op.script_flags & 2 != 0,
+                }
+            }
         },
     )
 }

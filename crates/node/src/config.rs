@@ -626,6 +626,12 @@ pub struct Limits {
     /// one further ahead is refused (it would win every later write of the key, and move
     /// the worker's clock). Default: 60,000.
     pub max_clock_ahead_ms: u64,
+    /// How long a Lua script (`EVAL`) may run before it is aborted, in ms (Redis's
+    /// `busy-reply-threshold`); the writes it made before stay. Default: 5,000.
+    pub script_time_limit_ms: u64,
+    /// Most bytes of Lua heap one script may use; an allocation beyond fails the script
+    /// with an error. Default: 64 MiB.
+    pub script_memory_bytes: usize,
 }
 
 impl Default for Limits {
@@ -644,6 +650,8 @@ impl Default for Limits {
             memory_budget: 0,
             max_replication_entries: 10_000_000,
             max_clock_ahead_ms: 60_000,
+            script_time_limit_ms: 5_000,
+            script_memory_bytes: 64 << 20,
         }
     }
 }

@@ -143,6 +143,7 @@ async fn serve_in_memory(config: NodeConfig, port: Port, reads: &[&[u8]]) -> Ses
     let (stop, shutdown) = watch::channel(false);
     let (leaving, _) = watch::channel(false);
     let (mesh, inboxes) = Mesh::new(workers);
+    crate::shard::install_script_runner(crate::front::resp::scripting::run);
     let shared = Arc::new(Shared {
         config: config.clone(),
         users: Arc::new(users),
@@ -170,6 +171,7 @@ async fn serve_in_memory(config: NodeConfig, port: Port, reads: &[&[u8]]) -> Ses
         backing: None,
         pubsub: Default::default(),
         clients: Default::default(),
+        scripts: Default::default(),
         metrics_sources: Default::default(),
     });
     let core_config = crate::server::core_config(&config);

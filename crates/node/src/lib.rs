@@ -20,6 +20,7 @@
 //! - [`tls`]: certificates and TLS handshakes of every port;
 //! - [`auth`]: users, permissions and password checks of the client ports;
 //! - [`codec`]: records, journal entries and forwarded ops in protobuf form;
+//! - [`script`]: Lua scripts — the script cache and the engine, without the commands;
 //! - [`subscribe`]: subscription tables;
 //! - [`writeback`]: write policies towards a backing store and TARDIS's modes;
 //! - [`shard`]: one worker's keys and what is done to them (storage engines included);
@@ -59,6 +60,7 @@ pub mod op;
 pub mod peer;
 pub mod pubsub;
 pub mod routing;
+pub mod script;
 pub mod server;
 pub mod shard;
 pub mod stats;

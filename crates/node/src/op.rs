@@ -241,6 +241,23 @@ pub enum Op<B> {
         /// The key.
         key: B,
     },
+    /// A Lua script (RESP `EVAL`), run as one unit on the worker holding `key`: nothing
+    /// else runs on the worker until it ends, and every key it touches must be held there.
+    /// → [`OpResult::Reply`], the script's reply encoded for the client.
+    Script {
+        /// Where it runs: its first key (or a key of the connection's worker, without keys).
+        key: B,
+        /// The script's source.
+        body: B,
+        /// `KEYS`.
+        keys: Vec<B>,
+        /// `ARGV`.
+        args: Vec<B>,
+        /// `EVAL_RO` / `EVALSHA_RO`: the script may only read.
+        read_only: bool,
+        /// The reply is for a RESP3 connection.
+        resp3: bool,
+    },
 }
 
 /// A deadline as a command gives it, resolved by the worker running the op.
@@ -317,7 +334,8 @@ impl<B> Op<B> {
             | Op::Hash { key, .. }
             | Op::Zset { key, .. }
             | Op::SetPop { key, .. }
-            | Op::ExpireTime { key } => key,
+            | Op::ExpireTime { key }
+            | Op::Script { key, .. } => key,
         }
     }
 }
@@ -348,6 +366,8 @@ impl<B: AsRef<[u8]>> Op<B> {
             | Op::SetPop { .. } => true,
             Op::GetEx { deadline, .. } => deadline.is_some(),
             Op::Exec { ops, .. } => ops.iter().any(Op::is_write),
+            // What a script does is known only once it ran.
+            Op::Script { read_only, .. } => !read_only,
             // ---- lists (helper B) ----
             Op::List { op, .. } => op.is_write(),
             // Redis hashes and sorted sets: by the command's name.
@@ -377,6 +397,8 @@ impl<B: AsRef<[u8]>> Op<B> {
             Op::List { key, op } => std::iter::once(key.as_ref())
                 .chain(op.other_key())
                 .collect(),
+            Op::Script { key, keys, .. } if keys.is_empty() => vec![key.as_ref()],
+            Op::Script { keys, .. } => keys.iter().map(AsRef::as_ref).collect(),
             other => vec![other.key()],
         }
     }
@@ -491,6 +513,21 @@ impl<B: AsRef<[u8]>> Op<B> {
                 count: *count,
             },
             Op::ExpireTime { key } => Op::ExpireTime { key: b(key) },
+            Op::Script {
+                key,
+                body,
+                keys,
+                args,
+                read_only,
+                resp3,
+            } => Op::Script {
+                key: b(key),
+                body: b(body),
+                keys: keys.iter().map(b).collect(),
+                args: args.iter().map(b).collect(),
+                read_only: *read_only,
+                resp3: *resp3,
+            },
         }
     }
 }
@@ -537,6 +574,8 @@ pub enum OpResult {
     Done,
     /// The results of an [`Op::Exec`]'s ops, in order.
     Multi(Vec<OpResult>),
+    /// A reply already encoded for the client (an [`Op::Script`]'s).
+    Reply(Bytes),
     /// The op failed.
     Error(NodeError),
 }

@@ -320,6 +320,8 @@ impl Node {
         } else {
             (None, None)
         };
+        // Scripts (EVAL) run in the shard, their commands planned by the RESP front end.
+        crate::shard::install_script_runner(front::resp::scripting::run);
         let shared = Arc::new(Shared {
             config: config.clone(),
             users: Arc::new(users),
@@ -342,6 +344,7 @@ impl Node {
             backing,
             pubsub: Default::default(),
             clients: Default::default(),
+            scripts: Default::default(),
             metrics_sources: Default::default(),
         });
 

@@ -69,6 +69,8 @@ pub struct Shared {
     // ---- keys and server ----
     /// The node's RESP connections (one registry for all workers: `CLIENT LIST`/`KILL`).
     pub clients: Arc<crate::clients::Clients>,
+    /// The node's Lua scripts by SHA1 (`EVALSHA`, `SCRIPT LOAD`), for all workers.
+    pub scripts: Arc<crate::script::ScriptCache>,
     // ---- metrics ----
     /// Metrics of parts running beside the node in its process, appended to `/metrics`.
     pub metrics_sources: MetricsSources,

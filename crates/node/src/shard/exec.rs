@@ -5,9 +5,17 @@
 //! other client's write in between — as long as every key of the unit is held here and
 //! nowhere else can take writes that this worker would only see later. So:
 //! - every key of a unit must be held by this worker (else the unit is refused whole);
-//! - a `WATCH` fingerprint ([`Op::Version`]) and a [`Guard::Version`] need the key's only
-//!   replica to be this worker: with more replicas a concurrent write at another one could
-//!   go unseen until gossip brings it, and a check here would let a lost update through.
+//! - a `WATCH` fingerprint ([`Op::Version`]) and a [`Guard::Version`] need this worker to
+//!   be the only replica of the key that takes client writes: with another one a concurrent
+//!   write there could go unseen until gossip brings it, and a check here would let a lost
+//!   update through. A key's disk-tier replicas take no client writes while it has a
+//!   memory-tier replica (they forward requests to it, [`Shard::route`]), so a key of the
+//!   default `latticekv local` (one memory replica, one disk replica) qualifies at its
+//!   memory worker. What reaches the disk replicas from here (demotions, deletes, gossip
+//!   under `every_write`) and what comes back (a promotion after eviction: the record is
+//!   fetched and merged before the fingerprint is read or compared, like any read) is this
+//!   worker's own writes: a merge that changes the record changes the fingerprint (at worst
+//!   a needless abort), one that does not leaves it as it was.
 
 use prost::Message;
 
@@ -28,16 +36,17 @@ impl Shard {
         }
     }
 
-    /// Fails unless this worker is `key`'s only replica (see the module docs).
+    /// Fails unless this worker is the only replica of `key` that takes client writes (see
+    /// the module docs).
     pub(super) fn check_sole_replica(&self, key: &[u8]) -> Result<(), NodeError> {
-        if self.is_replica(key) && !self.replicated(key) {
+        if self.is_replica(key) && !self.other_writers(key) {
             return Ok(());
         }
-        let n = self.replicas(key).len();
+        let n = self.writers(key);
         Err(NodeError::InvalidArgument(format!(
-            "WATCH cannot be honoured for key '{}': it has {n} replicas, and a write at \
-             another replica could go unseen (a lost update); WATCH needs keys with one \
-             replica (replication vector: memory 1 x 1, no disk tier), see docs/protocol.md",
+            "WATCH cannot be honoured for key '{}': it has {n} replicas taking writes, and a \
+             write at another replica could go unseen (a lost update); WATCH needs keys with \
+             one memory-tier replica (or, without one, one replica), see docs/protocol.md",
             String::from_utf8_lossy(key)
         )))
     }

@@ -29,6 +29,7 @@ mod journal;
 mod keyspace;
 mod lists;
 mod ops;
+mod script;
 mod strings;
 mod sync;
 mod tier;
@@ -64,6 +65,7 @@ pub use crate::codec::GossipBatch;
 pub use backing::{BackingStats, Taken};
 pub use entropy::{bucket_of, AntiEntropyDigest, RepairCursor, BUCKETS};
 pub use keyspace::{KeyFilter, ScanPage};
+pub use script::{install_script_runner, ScriptCall, ScriptRunner};
 pub use sync::Outgoing;
 pub use tier::{EVICT_STEP, HARD_CEILING_FACTOR, LOW_WATERMARK_PERCENT};
 
@@ -381,6 +383,11 @@ impl Shard {
         &self.store
     }
 
+    /// The limits this worker enforces.
+    pub fn limits(&self) -> &Limits {
+        &self.config.limits
+    }
+
     /// The current view.
     pub fn view(&self) -> &Arc<ViewState> {
         &self.view
@@ -425,6 +432,31 @@ impl Shard {
     /// True if `key` has replicas other than this worker.
     fn replicated(&self, key: &[u8]) -> bool {
         self.has_other_replicas(key, false)
+    }
+
+    /// True if a replica of `key` other than this worker may take client writes: any other
+    /// replica for a disk-tier worker; for a memory-tier worker its other memory-tier
+    /// replicas only, since a disk-tier worker forwards the clients' requests for a key
+    /// with a memory-tier replica to that tier ([`Shard::route`]) and only receives its
+    /// writes by replication.
+    pub(super) fn other_writers(&self, key: &[u8]) -> bool {
+        if self.is_disk() {
+            return self.replicated(key);
+        }
+        self.has_other_replicas(key, true)
+    }
+
+    /// How many replicas of `key` may take client writes (see [`Shard::other_writers`]).
+    pub(super) fn writers(&self, key: &[u8]) -> usize {
+        if self.is_disk() {
+            return self.replicas(key).len();
+        }
+        let mut count = 0;
+        let vector = self.view.vector(key);
+        self.view
+            .view
+            .for_each_replica(key_hash(key), Tier::Memory, vector.memory, |_| count += 1);
+        count
     }
 
     /// True if every live write to `key` is gossiped to other replicas: it has replicas
@@ -477,7 +509,12 @@ impl Shard {
             disk += 1;
             disk_here += usize::from(r.node == me.node);
         });
-        if local || memory + disk == 0 {
+        // A disk-tier worker serves a key only if the key has no memory-tier replica: the
+        // memory tier is the one that takes its clients' writes (with `disk_copy =
+        // on_eviction` the disk tier does not even hold its newest values), so a `WATCH`
+        // honoured there sees every write (see `shard::exec`).
+        let serves_here = local && (memory == 0 || !self.is_disk());
+        if serves_here || memory + disk == 0 {
             return Route::Local;
         }
         // Requests go to the serving tier: memory, or disk for a key with no memory replica.

@@ -73,7 +73,7 @@ fn changed(r: &OpResult) -> bool {
         OpResult::Value(v) => v.is_some(),
         OpResult::Multi(v) => !v.is_empty(),
         OpResult::Done => true,
-        OpResult::Type(_) | OpResult::Error(_) => false,
+        OpResult::Type(_) | OpResult::Error(_) | OpResult::Reply(_) => false,
     }
 }
 
@@ -135,7 +135,9 @@ impl Shard {
         let ev = |class, event, when| What::Event { class, event, when };
         let key = op.key();
         let what = match op {
-            Op::Put { .. } | Op::Version { .. } | Op::Exec { .. } => What::Nothing,
+            Op::Put { .. } | Op::Version { .. } | Op::Exec { .. } | Op::Script { .. } => {
+                What::Nothing
+            }
             Op::Assign { .. } => What::Set {
                 expire: false,
                 always: false,

@@ -301,6 +301,20 @@ impl Shard {
             Op::Zset { key, args } => self.zset_op(key.as_ref(), &args),
             Op::SetPop { key, count } => self.set_pop(key.as_ref(), count).into(),
             Op::ExpireTime { key } => self.expire_time(key.as_ref()),
+            Op::Script {
+                body,
+                keys,
+                args,
+                read_only,
+                resp3,
+                ..
+            } => self.script(super::ScriptCall {
+                body: body.as_ref(),
+                keys: keys.iter().map(AsRef::as_ref).collect(),
+                args: args.iter().map(AsRef::as_ref).collect(),
+                read_only,
+                resp3,
+            }),
         }
     }
 

@@ -145,7 +145,9 @@ fn key_result(r: OpResult) -> pb::KeyResult {
         }),
         OpResult::Int(n) => K::Ack(pb::Ack { count: n }),
         // The native protocol sends no Exec (a RESP transaction's unit).
-        OpResult::Done | OpResult::Type(_) | OpResult::Multi(_) => K::Ack(pb::Ack { count: 0 }),
+        OpResult::Done | OpResult::Type(_) | OpResult::Multi(_) | OpResult::Reply(_) => {
+            K::Ack(pb::Ack { count: 0 })
+        }
         OpResult::Error(e) => K::Error(e.to_pb()),
     };
     pb::KeyResult {
@@ -171,7 +173,7 @@ fn build_response(id: u64, shape: Shape, results: Vec<OpResult>) -> pb::Response
                 value: v.as_ref().map(value_to_pb),
             }),
             Some(OpResult::Int(n)) => RespResult::Ack(pb::Ack { count: n }),
-            Some(OpResult::Done | OpResult::Type(_) | OpResult::Multi(_)) => {
+            Some(OpResult::Done | OpResult::Type(_) | OpResult::Multi(_) | OpResult::Reply(_)) => {
                 RespResult::Ack(pb::Ack { count: 0 })
             }
             None => RespResult::Error(NodeError::Unavailable("no result".into()).to_pb()),

@@ -8,7 +8,7 @@
 //! | DEL, EXISTS, TYPE | any | DEL writes a tombstone |
 //! | SETNX, GETSET, GETDEL, APPEND, STRLEN, GETRANGE, SETRANGE, INCRBYFLOAT, MSETNX | `Lww` | `strings`: read-modify-writes run as one op at the key's worker; MSETNX is one unit |
 //! | SET … EX/PX/EXAT/PXAT/KEEPTTL, SETEX, PSETEX, EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, TTL, PTTL, PERSIST, GETEX | the record's `Expiry` (LWW) | `expiry`: absolute deadlines, any type; reclaimed in the background (`shard::expiry`) |
-//! | EVAL, EVALSHA, FCALL, SCRIPT, FUNCTION | — | refused, naming the alternatives |
+//! | EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, SCRIPT LOAD\|EXISTS\|FLUSH | — | `scripting`: Lua 5.1, one op on the worker holding the script's keys; FCALL / FUNCTION refused |
 //! | LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LRANGE, LLEN, LINDEX, LSET, LREM, LTRIM, LINSERT, LPOS, LMOVE, RPOPLPUSH, BLPOP, BRPOP, BLMOVE, BRPOPLPUSH | `List` | `lists`: sequence CRDT; LMOVE's keys share a worker; blocking pops wait at the connection |
 //! | MULTI, EXEC, DISCARD, WATCH, UNWATCH | — | `txn`: queued per connection; WATCH needs keys with one replica |
 //! | HSET, HMSET, HSETNX, HGET, HMGET, HGETALL, HDEL, HEXISTS, HLEN, HKEYS, HVALS, HSTRLEN, HINCRBY, HINCRBYFLOAT, HRANDFIELD, HSCAN | `Hash` (field → LWW register, removals as tombstones) | `hash`: one `Op::Hash` per command, run at the key's worker (`shard::hash`) |
@@ -111,6 +111,8 @@ pub(super) enum Plan<'a> {
     Reply(Vec<u8>),
     /// A server command.
     Server(Server),
+    /// A script (`EVAL`): one op, owning its bytes (`EVALSHA` takes them from the cache).
+    Script(Op<bytes::Bytes>),
 }
 
 /// Runs one command on `w`, queueing its reply.
@@ -151,6 +153,12 @@ pub(super) fn run(w: &Rc<Worker>, state: &mut ConnState, cmd: &Cmd<'_>, replies:
             Err(op) => submit(w, v, shape, vec![op], ack, replies),
         },
         Plan::Ops(shape, list) => submit(w, v, shape, list, ack, replies),
+        Plan::Script(op) => {
+            let answer = w.submit(vec![op], ack, Routing::Forward);
+            replies.answer(answer, move |results, o| {
+                encode(o, v, &Shape::Script, &results)
+            });
+        }
         Plan::Reply(bytes) | Plan::Server(Server::Reply(bytes)) => {
             replies.emit(|o| o.extend_from_slice(&bytes))
         }
@@ -177,6 +185,20 @@ pub(super) fn permit(user: &User, plan: &Plan<'_>) -> Result<(), AuthError> {
         Plan::Get(key) => user.check(Permission::Read, [*key]),
         Plan::One(_, op) => check_ops(std::slice::from_ref(op)),
         Plan::Ops(_, ops) => check_ops(ops),
+        Plan::Script(op) => {
+            // The commands a script calls are not checked one by one: a user limited to
+            // some keys may not run scripts.
+            if !user.all_keys() {
+                return Err(AuthError::Key {
+                    user: user.name().to_string(),
+                });
+            }
+            check_ops(&[Op::Get { key: op.key() }])?;
+            if op.is_write() {
+                user.check(Permission::Write, [])?;
+            }
+            Ok(())
+        }
         Plan::Server(Server::DbSize) => user.check(Permission::Read, []),
         // A node-wide setting.
         Plan::Server(Server::Notify(..)) => user.check(Permission::Admin, []),
@@ -224,56 +246,74 @@ fn submit(
 
 /// Decides what a command needs (no I/O, no waiting).
 pub(super) fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
+    if let Some(p) = plan_data(cmd) {
+        return p;
+    }
+    let Some((name, n)) = upper(cmd.arg(0)) else {
+        return Plan::Reply(unknown(cmd));
+    };
+    if let Some(p) = super::scripting::plan(&name[..n], cmd, state) {
+        return p;
+    }
+    match server::plan(&name[..n], cmd, state) {
+        Some(s) => Plan::Server(s),
+        None => Plan::Reply(unknown(cmd)),
+    }
+}
+
+/// Plans a data command — one whose ops run on the workers holding its keys, or whose
+/// reply is known at once; `None` for the others (connection, server and script commands).
+pub(super) fn plan_data<'a>(cmd: &Cmd<'a>) -> Option<Plan<'a>> {
     use Plan::{Ops, Reply};
     let Some((name, n)) = upper(cmd.arg(0)) else {
-        return Reply(unknown(cmd));
+        return Some(Reply(unknown(cmd)));
     };
     let argc = cmd.len();
     let cmd = *cmd;
-    match &name[..n] {
+    Some(match &name[..n] {
         b"GET" => {
             if argc != 2 {
-                return Reply(arity_error(&cmd));
+                return Some(Reply(arity_error(&cmd)));
             }
             Plan::Get(cmd.arg(1))
         }
         b"SET" => set(&cmd),
         b"DEL" | b"UNLINK" => {
             if argc < 2 {
-                return Reply(arity_error(&cmd));
+                return Some(Reply(arity_error(&cmd)));
             }
             if argc == 2 {
-                return Plan::One(Shape::Sum, Op::Delete { key: cmd.arg(1) });
+                return Some(Plan::One(Shape::Sum, Op::Delete { key: cmd.arg(1) }));
             }
             let list = (1..argc).map(|i| Op::Delete { key: cmd.arg(i) }).collect();
             Ops(Shape::Sum, list)
         }
         b"EXISTS" => {
             if argc < 2 {
-                return Reply(arity_error(&cmd));
+                return Some(Reply(arity_error(&cmd)));
             }
             if argc == 2 {
-                return Plan::One(Shape::Sum, Op::Exists { key: cmd.arg(1) });
+                return Some(Plan::One(Shape::Sum, Op::Exists { key: cmd.arg(1) }));
             }
             let list = (1..argc).map(|i| Op::Exists { key: cmd.arg(i) }).collect();
             Ops(Shape::Sum, list)
         }
         b"TYPE" => {
             if argc != 2 {
-                return Reply(arity_error(&cmd));
+                return Some(Reply(arity_error(&cmd)));
             }
             Plan::One(Shape::Type, Op::TypeOf { key: cmd.arg(1) })
         }
         b"MGET" => {
             if argc < 2 {
-                return Reply(arity_error(&cmd));
+                return Some(Reply(arity_error(&cmd)));
             }
             let list = (1..argc).map(|i| Op::Get { key: cmd.arg(i) }).collect();
             Ops(Shape::MultiGet, list)
         }
         b"MSET" => {
             if argc < 3 || argc.is_multiple_of(2) {
-                return Reply(arity_error(&cmd));
+                return Some(Reply(arity_error(&cmd)));
             }
             let list = (1..argc)
                 .step_by(2)
@@ -287,7 +327,7 @@ pub(super) fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
         }
         b"INCR" | b"DECR" => {
             if argc != 2 {
-                return Reply(arity_error(&cmd));
+                return Some(Reply(arity_error(&cmd)));
             }
             let delta = if &name[..n] == b"INCR" { 1 } else { -1 };
             Plan::One(
@@ -300,10 +340,10 @@ pub(super) fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
         }
         b"INCRBY" | b"DECRBY" => {
             if argc != 3 {
-                return Reply(arity_error(&cmd));
+                return Some(Reply(arity_error(&cmd)));
             }
             let Some(by) = parse_i64(cmd.arg(2)) else {
-                return Reply(err("ERR value is not an integer or out of range"));
+                return Some(Reply(err("ERR value is not an integer or out of range")));
             };
             let delta = if &name[..n] == b"INCRBY" {
                 Some(by)
@@ -311,7 +351,7 @@ pub(super) fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
                 by.checked_neg()
             };
             let Some(delta) = delta else {
-                return Reply(err("ERR decrement would overflow"));
+                return Some(Reply(err("ERR decrement would overflow")));
             };
             Plan::One(
                 Shape::Int,
@@ -323,7 +363,7 @@ pub(super) fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
         }
         b"SADD" | b"SREM" => {
             if argc < 3 {
-                return Reply(arity_error(&cmd));
+                return Some(Reply(arity_error(&cmd)));
             }
             let key = cmd.arg(1);
             let members = (2..argc).map(|i| cmd.arg(i)).collect();
@@ -336,13 +376,13 @@ pub(super) fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
         }
         b"SMEMBERS" => {
             if argc != 2 {
-                return Reply(arity_error(&cmd));
+                return Some(Reply(arity_error(&cmd)));
             }
             Plan::One(Shape::Members, Op::Get { key: cmd.arg(1) })
         }
         b"SISMEMBER" => {
             if argc != 3 {
-                return Reply(arity_error(&cmd));
+                return Some(Reply(arity_error(&cmd)));
             }
             let o = Op::SetContains {
                 key: cmd.arg(1),
@@ -352,42 +392,38 @@ pub(super) fn plan<'a>(cmd: &Cmd<'a>, state: &mut ConnState) -> Plan<'a> {
         }
         b"SCARD" => {
             if argc != 2 {
-                return Reply(arity_error(&cmd));
+                return Some(Reply(arity_error(&cmd)));
             }
             Plan::One(Shape::Int, Op::SetLen { key: cmd.arg(1) })
         }
         other => {
             if let Some(p) = strings::plan(other, &cmd) {
-                return p;
+                return Some(p);
             }
             if let Some(p) = expiry::plan(other, &cmd) {
-                return p;
+                return Some(p);
             }
             // ---- lists (helper B) ----
             if let Some(p) = lists::plan(other, &cmd) {
-                return p;
+                return Some(p);
             }
             // Redis hashes and sorted sets.
             if let Some(p) = hash::plan(other, &cmd).or_else(|| zset::plan(other, &cmd)) {
-                return p;
+                return Some(p);
             }
             // keys, server and sets
             match keys::plan(other, &cmd) {
-                Some(keys::KeyPlan::Plan(p)) => return p,
-                Some(keys::KeyPlan::Job(j)) => return Plan::Server(Server::Keys(j)),
+                Some(keys::KeyPlan::Plan(p)) => return Some(p),
+                Some(keys::KeyPlan::Job(j)) => return Some(Plan::Server(Server::Keys(j))),
                 None => {}
             }
-            match sets::plan(other, &cmd) {
-                Some(sets::SetPlan::Plan(p)) => return p,
-                Some(sets::SetPlan::Job(j)) => return Plan::Server(Server::Sets(j)),
-                None => {}
-            }
-            match server::plan(other, &cmd, state) {
-                Some(s) => Plan::Server(s),
-                None => Reply(unknown(&cmd)),
-            }
+            return match sets::plan(other, &cmd) {
+                Some(sets::SetPlan::Plan(p)) => Some(p),
+                Some(sets::SetPlan::Job(j)) => Some(Plan::Server(Server::Sets(j))),
+                None => None,
+            };
         }
-    }
+    })
 }
 
 pub(super) fn unknown(cmd: &Cmd<'_>) -> Vec<u8> {

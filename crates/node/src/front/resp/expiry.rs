@@ -1,6 +1,7 @@
 //! TTL commands: `SET`'s `EX/PX/EXAT/PXAT/KEEPTTL`, `SETEX`, `PSETEX`, `EXPIRE`,
 //! `PEXPIRE`, `EXPIREAT`, `PEXPIREAT` (with `NX/XX/GT/LT`), `TTL`, `PTTL`, `PERSIST`,
-//! `GETEX`; and the answer to `EVAL`, which latticekv does not run.
+//! `GETEX`; and the answer to `FCALL` / `FUNCTION` (Redis functions), which latticekv does
+//! not run (scripts: `scripting`).
 //!
 //! Deadlines are resolved to absolute times by the worker running the op and travel with
 //! the key's record (`shard::expiry`, docs/protocol.md).
@@ -128,13 +129,10 @@ pub(super) fn plan<'a>(name: &[u8], cmd: &Cmd<'a>) -> Option<Plan<'a>> {
                 },
             )
         }
-        b"EVAL" | b"EVALSHA" | b"EVAL_RO" | b"EVALSHA_RO" | b"FCALL" | b"SCRIPT" | b"FUNCTION" => {
-            Plan::Reply(err(
-                "ERR Lua scripts are not supported by latticekv: use MULTI/EXEC (with WATCH \
-                 on keys with one replica), or a single command (SET … NX PX for a lock; \
-                 a lock is released by its expiry or by DEL), see docs/protocol.md",
-            ))
-        }
+        b"FCALL" | b"FCALL_RO" | b"FUNCTION" => Plan::Reply(err(
+            "ERR Redis functions are not supported by latticekv: use EVAL / EVALSHA (Lua \
+             scripts), see docs/protocol.md",
+        )),
         _ => return None,
     })
 }

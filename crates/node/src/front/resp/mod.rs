@@ -18,6 +18,7 @@
 //! - `expiry`: TTL commands;
 //! - `strings`: string commands beyond GET/SET;
 //! - `txn`: MULTI / EXEC / DISCARD / WATCH / UNWATCH;
+//! - `scripting`: EVAL / EVALSHA / SCRIPT, and the commands a script calls;
 //! - `pubsub`: (P|S)SUBSCRIBE, (P|S)UNSUBSCRIBE, (S)PUBLISH, PUBSUB, RESET.
 //! - `lists`: list commands; `blocking`: the blocking pops.
 //! - `hash`, `zset`: hash and sorted-set commands, `coll_reply`: their replies.
@@ -35,6 +36,8 @@ mod expiry;
 mod lists;
 mod reply;
 mod server;
+// Scripts (EVAL).
+pub(crate) mod scripting;
 mod strings;
 mod txn;
 // Pub/sub.
@@ -83,6 +86,8 @@ pub struct ConnState {
     pub admins_only: bool,
     /// `MULTI`'s queue and `WATCH`'s keys.
     pub txn: txn::Txn,
+    /// The node's scripts (`EVALSHA`, `SCRIPT`).
+    pub scripts: Arc<crate::script::ScriptCache>,
     /// Pub/sub: the connection's subscriptions and their queue of messages.
     pub pubsub: pubsub::ConnSubscriptions,
     // ---- keys and server ----
@@ -123,6 +128,7 @@ impl Resp {
                 users: w.shared.users.clone(),
                 admins_only: false,
                 txn: txn::Txn::default(),
+                scripts: w.shared.scripts.clone(),
                 pubsub: pubsub::ConnSubscriptions::default(),
                 client,
                 last_cmd: String::new(),

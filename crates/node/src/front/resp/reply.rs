@@ -45,6 +45,8 @@ pub(crate) enum Shape {
     // ---- keys, server and sets ----
     /// The keys, server and set commands' shapes (`keys_reply`).
     Keys(super::keys_reply::KeyShape),
+    /// A script's reply, encoded where it ran (`scripting`).
+    Script,
 }
 
 /// An error reply.
@@ -96,6 +98,10 @@ pub(crate) fn encode(out: &mut Vec<u8>, v: Version, shape: &Shape, results: &[Op
     }
     let first = results.first();
     match shape {
+        Shape::Script => match first {
+            Some(OpResult::Reply(bytes)) => out.extend_from_slice(bytes),
+            _ => resp::error(out, "ERR the script gave no reply"),
+        },
         Shape::Get => match first {
             Some(OpResult::Value(Some(value))) => match value {
                 Value::Lww(l) => resp::bulk(out, &l.value),

@@ -522,7 +522,50 @@ const COMMANDS: &[CommandInfo] = &[
     ("srandmember", -2, &["readonly"], 1, 1, 1),
     ("smismember", -3, &["readonly", "fast"], 1, 1, 1),
     ("sscan", -3, &["readonly"], 1, 1, 1),
+    // Scripts.
+    (
+        "eval",
+        -3,
+        &["noscript", "stale", "skip_monitor", "may_replicate"],
+        0,
+        0,
+        0,
+    ),
+    (
+        "evalsha",
+        -3,
+        &["noscript", "stale", "skip_monitor", "may_replicate"],
+        0,
+        0,
+        0,
+    ),
+    (
+        "eval_ro",
+        -3,
+        &["readonly", "noscript", "stale", "skip_monitor"],
+        0,
+        0,
+        0,
+    ),
+    (
+        "evalsha_ro",
+        -3,
+        &["readonly", "noscript", "stale", "skip_monitor"],
+        0,
+        0,
+        0,
+    ),
+    ("script", -2, &["noscript"], 0, 0, 0),
 ];
+
+/// True if command `name` (lower case) has `flag` in its COMMAND entry (`noscript`: not
+/// callable from a script).
+pub(super) fn has_flag(name: &str, flag: &str) -> bool {
+    COMMANDS
+        .iter()
+        .find(|c| c.0 == name)
+        .is_some_and(|c| c.2.contains(&flag))
+}
 
 /// The Redis arity of command `name` (lower case): `n` exactly `n` arguments with the
 /// name, `-n` at least `n`; `None` if latticekv does not implement it.

@@ -376,6 +376,10 @@ fn exec(w: &Rc<Worker>, state: &mut ConnState, user: Option<&User>, replies: &mu
                 ops.extend(list.iter().map(Op::to_owned_op));
                 shape
             }
+            Plan::Script(op) => {
+                ops.push(op);
+                Shape::Script
+            }
             Plan::Reply(bytes) | Plan::Server(Server::Reply(bytes)) => {
                 parts.push(Part::Bytes(bytes));
                 continue;

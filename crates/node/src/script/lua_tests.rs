@@ -1,0 +1,215 @@
+//! The engine against a fake host: conversions, errors, bounds.
+
+use std::time::Duration;
+
+use wire::resp::{Reply, Version};
+
+use super::*;
+
+/// Answers `GET` with a bulk string, `SET` with `+OK`, `NIL` with a null, `BAD` with an
+/// error reply, `LIST` with an array; records every call.
+#[derive(Default)]
+struct Fake {
+    calls: Vec<Vec<Vec<u8>>>,
+}
+
+impl Host for Fake {
+    fn call(&mut self, args: &[&[u8]]) -> Reply {
+        self.calls.push(args.iter().map(|a| a.to_vec()).collect());
+        match args.first().map(|a| a.to_ascii_uppercase()).as_deref() {
+            Some(b"GET") => Reply::Bulk(Some(b"v".to_vec())),
+            Some(b"SET") => Reply::Simple(b"OK".to_vec()),
+            Some(b"NIL") => Reply::Bulk(None),
+            Some(b"INT") => Reply::Integer(7),
+            Some(b"LIST") => Reply::Array(Some(vec![
+                Reply::Integer(1),
+                Reply::Bulk(None),
+                Reply::Bulk(Some(b"x".to_vec())),
+            ])),
+            _ => Reply::Error(b"ERR bad".to_vec()),
+        }
+    }
+}
+
+fn budget() -> Budget {
+    Budget {
+        time: Duration::from_secs(5),
+        memory: 8 << 20,
+        max_reply: 1 << 20,
+    }
+}
+
+fn run_with(body: &str, keys: &[&[u8]], args: &[&[u8]], budget: &Budget) -> (Vec<u8>, Fake) {
+    let mut host = Fake::default();
+    let call = Call {
+        keys,
+        args,
+        version: Version::Resp2,
+        redis_version: "7.0.15",
+    };
+    let out = eval(body.as_bytes(), "sha", &call, budget, &mut host);
+    (out, host)
+}
+
+fn run(body: &str) -> String {
+    String::from_utf8(run_with(body, &[b"k1", b"k2"], &[b"a1"], &budget()).0).unwrap()
+}
+
+#[test]
+fn values_convert_as_redis_converts_them() {
+    assert_eq!(run("return 1"), ":1\r\n");
+    assert_eq!(run("return 3.99"), ":3\r\n");
+    assert_eq!(run("return -3.99"), ":-3\r\n");
+    assert_eq!(run("return 'hi'"), "$2\r\nhi\r\n");
+    assert_eq!(run("return true"), ":1\r\n");
+    assert_eq!(run("return false"), "$-1\r\n");
+    assert_eq!(run("return nil"), "$-1\r\n");
+    assert_eq!(
+        run("return {1, 'a', {ok='fine'}, {err='bad'}, true, false, 'after'}"),
+        "*7\r\n:1\r\n$1\r\na\r\n+fine\r\n-bad\r\n:1\r\n$-1\r\n$5\r\nafter\r\n"
+    );
+    assert_eq!(run("return {1, nil, 3}"), "*1\r\n:1\r\n");
+    assert_eq!(run("return {}"), "*0\r\n");
+    assert_eq!(
+        run("return {ok=1}"),
+        "*0\r\n",
+        "only a string ok is a status"
+    );
+    assert_eq!(run("return {err='a\\r\\nb'}"), "-a  b\r\n");
+    assert_eq!(run("return redis.status_reply('FINE')"), "+FINE\r\n");
+    assert_eq!(run("return redis.error_reply('My Error')"), "-My Error\r\n");
+    assert_eq!(run("return 1e20"), format!(":{}\r\n", i64::MIN));
+}
+
+#[test]
+fn keys_argv_and_calls() {
+    assert_eq!(run("return KEYS"), "*2\r\n$2\r\nk1\r\n$2\r\nk2\r\n");
+    assert_eq!(run("return ARGV[1]"), "$2\r\na1\r\n");
+    let (out, host) = run_with(
+        "return redis.call('SET', KEYS[1], 5)",
+        &[b"k"],
+        &[],
+        &budget(),
+    );
+    assert_eq!(out, b"+OK\r\n");
+    assert_eq!(
+        host.calls,
+        vec![vec![b"SET".to_vec(), b"k".to_vec(), b"5".to_vec()]]
+    );
+    assert_eq!(run("return redis.call('GET', 'k')"), "$1\r\nv\r\n");
+    assert_eq!(run("return type(redis.call('NIL'))"), "$7\r\nboolean\r\n");
+    assert_eq!(run("return redis.call('INT') + 1"), ":8\r\n");
+    assert_eq!(
+        run("return redis.call('LIST')"),
+        "*3\r\n:1\r\n$-1\r\n$1\r\nx\r\n"
+    );
+    assert_eq!(run("return redis.call('SET','a','b').ok"), "$2\r\nOK\r\n");
+}
+
+#[test]
+fn errors_read_as_redis_errors() {
+    assert_eq!(
+        run("\nlocal r = redis.call('BAD') return r"),
+        "-ERR bad script: sha, on @user_script:2.\r\n"
+    );
+    // In a tail call the caller's line is gone (Redis's redis.call is a C function, ours a
+    // Lua wrapper): the message says no line.
+    assert_eq!(run("return redis.call('BAD')"), "-ERR bad script: sha\r\n");
+    assert_eq!(run("return redis.pcall('BAD')"), "-ERR bad\r\n");
+    assert_eq!(
+        run("local ok, e = pcall(redis.call, 'BAD') return e"),
+        "$7\r\nERR bad\r\n",
+        "the raised error is the reply's text, as in Redis 7"
+    );
+    assert_eq!(
+        run("\n\nerror('boom')"),
+        "-ERR user_script:3: boom script: sha, on @user_script:3.\r\n"
+    );
+    assert_eq!(
+        run("x = 1"),
+        "-ERR user_script:1: Attempt to modify a readonly table script: sha, on @user_script:1.\r\n"
+    );
+    assert_eq!(
+        run("return y"),
+        "-ERR user_script:1: Script attempted to access nonexistent global variable 'y' \
+         script: sha, on @user_script:1.\r\n"
+    );
+    assert!(run("return 'a' ..").starts_with(
+        "-ERR Error compiling script (new function): user_script:1: unexpected symbol"
+    ));
+    assert!(run("return redis.call({})")
+        .contains("Lua redis lib command arguments must be strings or integers"));
+    assert!(run("return redis.call()").contains("Please specify at least one argument"));
+}
+
+#[test]
+fn no_way_out_to_the_os() {
+    for name in [
+        "os", "io", "dofile", "loadfile", "print", "require", "package", "debug",
+    ] {
+        let out = run(&format!("return type({name})"));
+        assert!(out.contains("nonexistent global variable"), "{name}: {out}");
+    }
+    assert_eq!(run("return type(string.format)"), "$8\r\nfunction\r\n");
+    assert_eq!(run("return type(loadstring)"), "$8\r\nfunction\r\n");
+}
+
+#[test]
+fn helpers() {
+    assert_eq!(
+        run("return redis.sha1hex('')"),
+        "$40\r\nda39a3ee5e6b4b0d3255bfef95601890afd80709\r\n"
+    );
+    assert_eq!(run("redis.log(redis.LOG_WARNING, 'hi') return 1"), ":1\r\n");
+    assert_eq!(run("return redis.REDIS_VERSION"), "$6\r\n7.0.15\r\n");
+    assert_eq!(run("#!lua flags=no-writes\nreturn 2"), ":2\r\n");
+    assert!(declares_no_writes(
+        b"#!lua flags=no-writes,allow-stale\nreturn 1"
+    ));
+    assert!(!declares_no_writes(b"#!lua\nreturn 1"));
+    assert!(!declares_no_writes(b"return 1"));
+}
+
+#[test]
+fn a_script_looping_forever_is_aborted_even_if_it_catches_the_error() {
+    let short = Budget {
+        time: Duration::from_millis(100),
+        ..budget()
+    };
+    for body in [
+        "while true do end",
+        "while true do pcall(function() while true do end end) end",
+        "local ok = pcall(function() while true do end end) return 'escaped'",
+    ] {
+        let started = std::time::Instant::now();
+        let (out, _) = run_with(body, &[], &[], &short);
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.starts_with("-ERR Script killed"), "{body}: {out}");
+        assert!(started.elapsed() < Duration::from_secs(3), "{body}");
+    }
+}
+
+#[test]
+fn hostile_scripts_get_errors_not_crashes() {
+    // Memory: the Lua heap is bounded.
+    let out = run("local t = {} for i = 1, 1e8 do t[i] = string.rep('x', 100) .. i end");
+    assert!(out.starts_with("-ERR"), "{out}");
+    assert!(run("return string.rep('x', 1e9)").starts_with("-ERR"));
+    // A table containing itself, and deep nesting.
+    let out = run("local t = {} t[1] = t return t");
+    assert!(out.contains("nested tables"), "{out}");
+    // A reply over the limit.
+    let out = run("local t = {} for i = 1, 100000 do t[i] = string.rep('y', 100) end return t");
+    assert!(out.contains("reply limit"), "{out}");
+    // Deep recursion.
+    assert!(run("local function f(n) return f(n + 1) + 1 end return f(1)").starts_with("-ERR"));
+    // Invalid UTF-8 everywhere.
+    let (out, host) = run_with(
+        "redis.call('SET', KEYS[1], ARGV[1]) return {ARGV[1], {err = ARGV[1]}}",
+        &[b"\xff\xfe"],
+        &[b"\xc3\x28"],
+        &budget(),
+    );
+    assert_eq!(host.calls[0][1], b"\xff\xfe");
+    assert!(out.starts_with(b"*2\r\n$2\r\n\xc3\x28\r\n-"));
+}

@@ -1,0 +1,176 @@
+//! Lua scripts (RESP `EVAL`): the script cache and the Lua engine, without the commands a
+//! script calls.
+//!
+//! A script runs in a **fresh Lua 5.1 state** (the version Redis embeds) on the worker that
+//! holds its keys, inside one op ([`crate::op::Op::Script`]), so nothing else runs on that
+//! worker until it ends. The engine (`eval`) knows nothing of the store: every
+//! `redis.call` goes to a `Host`, which the RESP front end implements by planning the
+//! command and executing its ops on the worker (`front::resp::scripting`).
+//!
+//! What a script can reach: the base library without `dofile`, `loadfile` and `print`, and
+//! `string`, `table`, `math` — no `io`, `os`, `package`, `debug`, no `require` (Redis also
+//! loads `cjson`, `cmsgpack`, `struct` and `bit`: not here). Globals are read-only and
+//! reading a missing one is an error, as in Redis 7. Each run is bounded: an instruction
+//! hook aborts it past its time budget (`limits.script_time_limit_ms`, checked every
+//! [`HOOK_EVERY`] instructions; a long call into a C library function such as a pattern
+//! match is not interrupted), and its Lua heap is limited (`limits.script_memory_bytes`).
+//!
+//! # Layout
+//! - this module: [`ScriptCache`] (scripts by SHA1, bounded), [`sha1_hex`];
+//! - `lua`: the engine (`eval`, `Host`, `Budget`);
+//! - `convert`: Lua values to and from RESP replies, as Redis converts them.
+
+mod convert;
+mod lua;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use sha1::{Digest, Sha1};
+
+pub(crate) use lua::{declares_no_writes, eval, Budget, Call, Host};
+
+/// Instructions between two checks of a script's running time.
+pub const HOOK_EVERY: u32 = 10_000;
+
+/// Most bytes of script source a node caches (`SCRIPT LOAD`, `EVAL`): past it the least
+/// recently used scripts are dropped, and an `EVALSHA` of one answers `NOSCRIPT` (clients
+/// such as redis-py then send it again with `EVAL` or `SCRIPT LOAD`).
+pub const CACHE_BYTES: usize = 16 << 20;
+
+/// The SHA1 of `body` in lower-case hex, as Redis names scripts.
+pub fn sha1_hex(body: &[u8]) -> String {
+    let digest = Sha1::digest(body);
+    let mut out = String::with_capacity(40);
+    for b in digest {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    out
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// A node's scripts by SHA1 (lower-case hex), bounded by [`CACHE_BYTES`] of source.
+#[derive(Debug, Default)]
+pub struct ScriptCache {
+    inner: Mutex<Cache>,
+}
+
+#[derive(Debug, Default)]
+struct Cache {
+    scripts: HashMap<String, (Bytes, u64)>,
+    bytes: usize,
+    /// Bumped by every use: a script's last use, for dropping the least recent.
+    clock: u64,
+}
+
+impl ScriptCache {
+    /// Adds `body` (if it is not too large to cache) and returns its SHA1.
+    pub fn load(&self, body: Bytes) -> String {
+        let sha = sha1_hex(&body);
+        let mut c = self.lock();
+        c.clock += 1;
+        let now = c.clock;
+        if let Some(entry) = c.scripts.get_mut(&sha) {
+            entry.1 = now;
+            return sha;
+        }
+        if body.len() > CACHE_BYTES {
+            return sha;
+        }
+        while c.bytes + body.len() > CACHE_BYTES {
+            let Some(oldest) = c
+                .scripts
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some((b, _)) = c.scripts.remove(&oldest) {
+                c.bytes -= b.len();
+            }
+        }
+        c.bytes += body.len();
+        c.scripts.insert(sha.clone(), (body, now));
+        sha
+    }
+
+    /// The script named `sha` (any case), if cached.
+    pub fn get(&self, sha: &[u8]) -> Option<Bytes> {
+        let sha = std::str::from_utf8(sha).ok()?.to_ascii_lowercase();
+        let mut c = self.lock();
+        c.clock += 1;
+        let now = c.clock;
+        let entry = c.scripts.get_mut(&sha)?;
+        entry.1 = now;
+        Some(entry.0.clone())
+    }
+
+    /// True if `sha` is cached (`SCRIPT EXISTS`).
+    pub fn contains(&self, sha: &[u8]) -> bool {
+        std::str::from_utf8(sha)
+            .is_ok_and(|s| self.lock().scripts.contains_key(&s.to_ascii_lowercase()))
+    }
+
+    /// Drops every script (`SCRIPT FLUSH`).
+    pub fn flush(&self) {
+        let mut c = self.lock();
+        c.scripts.clear();
+        c.bytes = 0;
+    }
+
+    /// Cached scripts and their bytes of source.
+    pub fn size(&self) -> (usize, usize) {
+        let c = self.lock();
+        (c.scripts.len(), c.bytes)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {
+        // A panic while holding the lock leaves a consistent map: use it.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha1_names_scripts_as_redis_does() {
+        assert_eq!(sha1_hex(b""), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+        assert_eq!(
+            sha1_hex(b"return 1"),
+            "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
+        );
+    }
+
+    #[test]
+    fn the_cache_is_bounded_and_drops_the_least_recently_used() {
+        let cache = ScriptCache::default();
+        let big = |c: u8| Bytes::from(vec![c; CACHE_BYTES / 3]);
+        let a = cache.load(big(b'a'));
+        let b = cache.load(big(b'b'));
+        let c = cache.load(big(b'c'));
+        assert!(
+            cache.get(a.as_bytes()).is_some(),
+            "a is now the most recent"
+        );
+        let d = cache.load(big(b'd'));
+        assert!(cache.contains(a.as_bytes()));
+        assert!(
+            !cache.contains(b.as_bytes()),
+            "b was the least recently used"
+        );
+        assert!(cache.contains(c.as_bytes()) && cache.contains(d.as_bytes()));
+        assert!(cache.size().1 <= CACHE_BYTES);
+        assert!(cache.contains(a.to_uppercase().as_bytes()), "any case");
+        cache.flush();
+        assert_eq!(cache.size(), (0, 0));
+        // Too large to cache: named, not kept.
+        let huge = cache.load(Bytes::from(vec![b'x'; CACHE_BYTES + 1]));
+        assert!(!cache.contains(huge.as_bytes()));
+    }
+}
