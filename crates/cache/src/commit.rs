@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use lattice::{Blob, CausalVersion, CausalWriter, MultiKeyCausal, VectorClock};
 
-use crate::{Error, Key, VersionSet};
+use crate::{Error, Key, Stable, VersionSet};
 
 /// A new version of one key before the clock is advanced and the mutual dependencies added.
 struct Draft {
@@ -99,6 +99,22 @@ impl Executor {
         writes: BTreeMap<Key, Blob>,
         reads: &VersionSet,
         read_versions: &BTreeMap<Key, MultiKeyCausal>,
+    ) -> Result<Vec<(Key, MultiKeyCausal)>, Error> {
+        self.commit_pruned(writes, reads, read_versions, &Stable::new())
+    }
+
+    /// [`Executor::commit`], then drops from the new versions (and from the latest table)
+    /// every dependency `stable` covers (`crate::gc`): the versions the store receives carry
+    /// only dependencies a reader could still violate.
+    ///
+    /// # Errors
+    /// As [`Executor::commit`].
+    pub fn commit_pruned(
+        &mut self,
+        writes: BTreeMap<Key, Blob>,
+        reads: &VersionSet,
+        read_versions: &BTreeMap<Key, MultiKeyCausal>,
+        stable: &Stable,
     ) -> Result<Vec<(Key, MultiKeyCausal)>, Error> {
         if writes.is_empty() {
             return Ok(Vec::new());
@@ -179,6 +195,7 @@ impl Executor {
             for (other, c) in clocks.iter().filter(|(o, _)| **o != k) {
                 deps.entry(other.clone()).or_default().merge_from(c);
             }
+            deps.retain(|d, c| !stable.covers(d, c));
             let value =
                 MultiKeyCausal::from_versions(values.into_iter().map(|value| CausalVersion {
                     clock: clock.clone(),

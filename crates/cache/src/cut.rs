@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 use lattice::{Lattice, MultiKeyCausal, VectorClock};
 use thiserror::Error as ThisError;
 
+use crate::gc::{Holdings, Stable};
 use crate::{show, Error, Key, KeySet};
 
 /// Fixed per-entry cost counted on top of the key, payloads and metadata (index nodes,
@@ -74,6 +75,9 @@ pub struct Cut {
     bytes: usize,
     /// At most this many bytes are cached.
     capacity: usize,
+    /// The dependency-GC rule's stable clocks as last learnt ([`Cut::advance_stable`]):
+    /// every value is pruned with them when it enters the cut.
+    stable: Stable,
 }
 
 /// What one [`Cut::merge_staging`] changed: the shell subscribes to `added` keys and drops
@@ -133,7 +137,49 @@ impl Cut {
             seq: 0,
             bytes: 0,
             capacity,
+            stable: Stable::new(),
         }
+    }
+
+    /// The stable clocks this cut prunes with (`crate::gc`).
+    pub fn stable(&self) -> &Stable {
+        &self.stable
+    }
+
+    /// Learns newer stable clocks and prunes every cached value they cover (`crate::gc`);
+    /// returns the number of values pruned. Def. 3 only loses constraints: the cut stays a
+    /// cut, and an eviction group can only shrink.
+    pub fn advance_stable(&mut self, stable: &Stable) -> usize {
+        if !self.stable.advance_all(stable) {
+            return 0;
+        }
+        let pruned: Vec<(Key, MultiKeyCausal)> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| self.stable.prunes(&e.value))
+            .map(|(k, e)| (k.clone(), self.stable.prune(&e.value)))
+            .collect();
+        let n = pruned.len();
+        for (k, v) in pruned {
+            let seq = self.entries.get(&k).map(|e| e.seq);
+            self.put(k.clone(), v);
+            // Pruning is not a use: keep the key's place in the LRU order.
+            if let (Some(old), Some(e)) = (seq, self.entries.get_mut(&k)) {
+                self.lru.remove(&e.seq);
+                self.lru.insert(old, k.clone());
+                e.seq = old;
+            }
+        }
+        n
+    }
+
+    /// What this cut holds, for a GC round's report (`crate::gc::Round`): every cached key
+    /// at its clock (a key cached as absent at the empty clock).
+    pub fn holdings(&self) -> Holdings {
+        self.entries
+            .iter()
+            .map(|(k, e)| (k.clone(), e.value.clock()))
+            .collect()
     }
 
     /// The capacity in bytes.
@@ -251,11 +297,14 @@ impl Cut {
                 Some(cached) => {
                     let mut value = cached.clone();
                     if value.merge_ref(staged) {
-                        merged.insert(key.clone(), value);
+                        let value = self.stable.prune(&value);
+                        if value != *cached {
+                            merged.insert(key.clone(), value);
+                        }
                     }
                 }
                 None => {
-                    merged.insert(key.clone(), staged.clone());
+                    merged.insert(key.clone(), self.stable.prune(staged));
                 }
             }
         }

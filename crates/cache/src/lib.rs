@@ -31,6 +31,8 @@
 //! - [`dag`]: the shape of a DAG (read keysets and edges), shared by HB and the tests.
 //! - [`commit`]: [`Executor`], the sink's commit (I1, I2, mutual dependencies, the
 //!   per-executor latest-written merge, executor-id rotation).
+//! - [`gc`]: the dependency-metadata GC rule ([`Stable`], pruning) and its rounds
+//!   ([`Round`], [`Holdings`]).
 //! - [`checker`]: the TCC anomaly checker and the metadata-in-payload encoding used for
 //!   bare-store baselines.
 //! - [`oracle`]: [`VersionLog`], every version ever written, which answers the transitive
@@ -50,6 +52,7 @@ pub mod con;
 pub mod cut;
 pub mod dag;
 mod error;
+pub mod gc;
 pub mod hb;
 pub mod opt;
 pub mod oracle;
@@ -65,6 +68,7 @@ pub use commit::Executor;
 pub use cut::{Cut, Merged};
 pub use dag::{Dag, FnSpec};
 pub use error::Error;
+pub use gc::{Holdings, Round, Stable};
 pub use oracle::VersionLog;
 pub use pins::{PinLimits, Pins};
 pub use staging::{Fetch, Staging, Step};

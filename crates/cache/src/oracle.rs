@@ -45,6 +45,28 @@ impl VersionLog {
         out
     }
 
+    /// Everything `key` at `clock` transitively depends on: [`VersionLog::deps_of`] closed
+    /// under the dependencies of each dependency (the happens-before set of Def. 2). A
+    /// snapshot must satisfy all of it; checking it does not rely on the versions' own
+    /// dependency lists, so it stays exact when those are pruned (`crate::gc`).
+    pub fn closure_of(&self, key: &Key, clock: &VectorClock) -> BTreeMap<Key, VectorClock> {
+        let mut out = self.deps_of(key, clock);
+        loop {
+            let mut next = out.clone();
+            for (d, c) in &out {
+                for (dd, cc) in self.deps_of(d, c) {
+                    next.entry(dd).or_default().merge_from(&cc);
+                }
+            }
+            if next == out {
+                break;
+            }
+            out = next;
+        }
+        out.remove(key);
+        out
+    }
+
     /// Def. 6 for `v` and `keys`, with this log answering dependencies.
     pub fn koc_violations(&self, v: &VersionSet, keys: &KeySet) -> Vec<KocViolation> {
         koc_violations(v, keys, |k, c| self.deps_of(k, c))

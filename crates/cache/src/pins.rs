@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use lattice::{Lattice, MultiKeyCausal, VectorClock};
 
 use crate::cut::value_bytes;
+use crate::gc::Holdings;
 use crate::{Error, Key, ReqId, VersionSet};
 
 /// Bounds of the pin store.
@@ -114,6 +115,16 @@ impl Pins {
         self.versions += count;
         self.bytes += bytes;
         Ok(count)
+    }
+
+    /// What is pinned, over every request, for a GC round's report (`crate::gc::Round`):
+    /// per key the meet of the pinned clocks.
+    pub fn holdings(&self) -> Holdings {
+        self.reqs
+            .values()
+            .flat_map(|p| p.keys.iter())
+            .flat_map(|(k, m)| m.keys().map(move |c| (k.clone(), c.clone())))
+            .collect()
     }
 
     /// Everything pinned for `(req, key)`, by clock: the versions of `S_d`/`S_i` and the

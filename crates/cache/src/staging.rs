@@ -204,8 +204,8 @@ impl Staging {
                 None => staged.deps(),
             };
             for (dep, needed) in deps {
-                if needed.is_empty() {
-                    continue;
+                if cut.stable().covers(&dep, &needed) {
+                    continue; // empty, or dropped by the dependency GC at merge
                 }
                 let mut have = cut.get(&dep).map(MultiKeyCausal::clock).unwrap_or_default();
                 if let Some(b) = self.batch.get(&dep) {

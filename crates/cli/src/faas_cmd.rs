@@ -38,6 +38,11 @@ struct SchedulerArgs {
     /// Timeout of a call that does not set one, in seconds.
     #[arg(long, default_value_t = 60)]
     call_timeout: u64,
+    /// Dependency-metadata GC: a round over this scheduler's caching hosts every this many
+    /// milliseconds (0: off). Only when this is the one scheduler with caching hosts on
+    /// the store (docs/serverless.md).
+    #[arg(long, env = "LATTICEKV_FAAS_DEP_GC_MS", default_value_t = 0)]
+    dep_gc_ms: u64,
 }
 
 /// `latticekv faas host`
@@ -152,6 +157,7 @@ pub fn run(args: FaasArgs) -> Result<()> {
                     .with_context(|| format!("connecting to the store at {}", a.store))?;
                 let config = faas::scheduler::SchedulerConfig {
                     default_timeout: std::time::Duration::from_secs(a.call_timeout.max(1)),
+                    dep_gc_period: dep_gc(a.dep_gc_ms),
                     ..Default::default()
                 };
                 let scheduler = faas::scheduler::Scheduler::bind(a.listen, store, config)
@@ -231,6 +237,16 @@ pub struct LocalFaasArgs {
     /// The period of the cache's store subscriptions (its refresh), in milliseconds.
     #[arg(long, env = "LATTICEKV_FAAS_REFRESH_MS", default_value_t = 100)]
     pub(crate) faas_refresh_ms: u64,
+    /// Dependency-metadata GC: a round over the scheduler's caching hosts every this many
+    /// milliseconds (0: off). Only when this is the one scheduler with caching hosts on
+    /// the store (docs/serverless.md).
+    #[arg(long, env = "LATTICEKV_FAAS_DEP_GC_MS", default_value_t = 0)]
+    pub(crate) faas_dep_gc_ms: u64,
+}
+
+/// The GC period of a `--dep-gc-ms` value (0: off).
+fn dep_gc(ms: u64) -> Option<std::time::Duration> {
+    (ms > 0).then(|| std::time::Duration::from_millis(ms))
 }
 
 impl LocalFaasArgs {
@@ -291,7 +307,10 @@ impl Embedded {
                         let scheduler = faas::scheduler::Scheduler::bind(
                             args.faas_listen,
                             store.clone(),
-                            Default::default(),
+                            faas::scheduler::SchedulerConfig {
+                                dep_gc_period: dep_gc(args.faas_dep_gc_ms),
+                                ..Default::default()
+                            },
                         )
                         .await
                         .map_err(|e| format!("listening on {}: {e}", args.faas_listen))?;

@@ -334,6 +334,11 @@ struct Cluster {
 }
 
 async fn cluster(store: &NodeProc, mode: Mode) -> Cluster {
+    cluster_with(store, mode, None).await
+}
+
+/// A cluster whose scheduler runs dependency-GC rounds every `gc` (`None`: off).
+async fn cluster_with(store: &NodeProc, mode: Mode, gc: Option<Duration>) -> Cluster {
     // The scheduler on its own thread and runtime too (it ends with `stop`).
     let (stop, shutdown) = tokio::sync::watch::channel(false);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -350,7 +355,10 @@ async fn cluster(store: &NodeProc, mode: Mode) -> Cluster {
             let sched = Scheduler::bind(
                 "127.0.0.1:0".parse().unwrap(),
                 client,
-                SchedulerConfig::default(),
+                SchedulerConfig {
+                    dep_gc_period: gc,
+                    ..SchedulerConfig::default()
+                },
             )
             .await
             .unwrap();
@@ -737,4 +745,94 @@ async fn kill_mid_dag(store: &NodeProc, protocol: pb::Protocol, key: &[u8]) {
         };
         assert_eq!(v.values().count(), 1, "{v:?}");
     }
+}
+
+/// Dependency-metadata GC on (a round every 50 ms): HB's workload still reads snapshots
+/// only, rounds complete and prune, and a hot key rewritten by calls that each read it and
+/// two of 40 other keys keeps a short dependency list (what was read since the last
+/// rounds), where without GC it accumulates nearly every key any writer read.
+#[test]
+fn dependency_gc_keeps_a_hot_keys_deps_bounded_and_reads_snapshots() {
+    let store = store();
+    let with_gc = rt().block_on(async {
+        let c = cluster_with(&store, Mode::Cache, Some(Duration::from_millis(50))).await;
+        let hb = workload(&c, &store, Mode::Cache, pb::Protocol::Default, 4, 20, 5).await;
+        eprintln!("HB with dependency GC: {hb:?}");
+        assert_eq!(hb.failed, 0, "{hb:?}");
+        assert_eq!(hb.anomalous, 0, "anomalies with dependency GC: {hb:?}");
+        let deps = hot_key_deps(&c, &store, "gc").await;
+        let stats: Vec<_> = c
+            .hosts
+            .iter()
+            .map(|h| h.cache.as_ref().unwrap().stats())
+            .collect();
+        eprintln!("caches with dependency GC: {stats:?}");
+        assert!(stats.iter().all(|s| s.gc_rounds > 0), "{stats:?}");
+        assert!(stats.iter().any(|s| s.gc_pruned > 0), "{stats:?}");
+        for h in &c.hosts {
+            h.cache.as_ref().unwrap().check().unwrap();
+        }
+        deps
+    });
+    let without = rt().block_on(async {
+        let c = cluster(&store, Mode::Cache).await;
+        hot_key_deps(&c, &store, "nogc").await
+    });
+    eprintln!("hot key's dependencies after each call: with GC {with_gc:?}, without {without:?}");
+    let grown = *without.last().unwrap();
+    assert!(grown >= 20, "{without:?}");
+    // Rounds lag the calls a little (timing), so the bound is relative: over the last 20
+    // calls the list stays under half of what it grows to without GC.
+    let worst = with_gc.iter().skip(40).max().copied().unwrap_or(0);
+    assert!(
+        worst * 2 < grown,
+        "with GC {with_gc:?}, without {without:?}"
+    );
+}
+
+/// 60 calls, each reading `hot` and two of 40 cold keys (written once, before) and
+/// writing `hot`; the number of dependencies of the stored `hot` after each.
+async fn hot_key_deps(c: &Cluster, store: &NodeProc, prefix: &str) -> Vec<usize> {
+    let client = client::Client::connect(&store.native.to_string())
+        .await
+        .unwrap();
+    let hot = Key::from(format!("{prefix}/hot").as_bytes());
+    let cold = |i: usize| Key::from(format!("{prefix}/cold{i}").as_bytes());
+    // The cold keys exist (a key read as absent is no dependency), each at one version.
+    for i in 0..40 {
+        let v = MultiKeyCausal::new(lattice::CausalVersion {
+            clock: [(1_000 + i as u64, 1)].into_iter().collect(),
+            deps: BTreeMap::new(),
+            value: Key::from(&b"cold"[..]),
+        });
+        client.put(cold(i), Value::MultiKeyCausal(v)).await.unwrap();
+    }
+    let mut rng = fastrand::Rng::with_seed(7);
+    let mut sizes = Vec::new();
+    for _ in 0..60 {
+        let mut args: BTreeMap<String, Vec<Arg>> = BTreeMap::new();
+        args.insert("f1".into(), refs(std::slice::from_ref(&hot)));
+        args.insert("f2".into(), refs(&[cold(rng.usize(..40))]));
+        args.insert(
+            "f3".into(),
+            vec![
+                Arg::Ref(cold(rng.usize(..40)).to_vec()),
+                write_arg(std::slice::from_ref(&hot)),
+            ],
+        );
+        let options = CallOptions {
+            protocol: pb::Protocol::Ct,
+            timeout: Some(Duration::from_secs(30)),
+        };
+        c.faas
+            .call_dag_with_stats("line", args, options)
+            .await
+            .unwrap();
+        let deps = match client.get(&hot).await.unwrap() {
+            Some(Value::MultiKeyCausal(v)) => v.deps().len(),
+            other => panic!("hot holds {other:?}"),
+        };
+        sizes.push(deps);
+    }
+    sizes
 }

@@ -13,7 +13,7 @@ use std::pin::Pin;
 
 use bytes::Bytes;
 use cache::opt::Upstream;
-use cache::{CacheId, Key, KeySet, MultiKeyCausal, VersionSet};
+use cache::{CacheId, Holdings, Key, KeySet, MultiKeyCausal, Stable, VersionSet};
 use lattice::Value;
 
 use crate::pb;
@@ -126,6 +126,18 @@ pub trait OptPlane: Send + Sync {
 
     /// Another cache's fetch of versions pinned here for `attempt` (`cache::Pins::fetch_refs`).
     fn fetch_pinned(&self, attempt: u64, refs: &VersionSet) -> BTreeMap<Key, MultiKeyCausal>;
+
+    /// Dependency GC: what this cache holds (per key the meet of its cut's and pins'
+    /// clocks), once every fetch it began before the call has ended; `None` if it cannot
+    /// report (they did not end in time, or too many keys).
+    fn gc_report(&self) -> BoxFuture<'_, Option<Holdings>>;
+
+    /// Dependency GC: learns stable clocks (the cut prunes now, the writers at commit).
+    fn gc_stable(&self, stable: &Stable);
+
+    /// Drops everything cached and pinned: a host that lost its scheduler may have missed
+    /// GC rounds, so what it held before cannot be trusted to be above their stable clocks.
+    fn forget(&self);
 }
 
 /// Reads through the store's client, writes LWW values.

@@ -362,6 +362,10 @@ fn load(shared: &Shared) -> pb::ToScheduler {
 async fn serve_scheduler(stream: TcpStream, shared: Arc<Shared>) {
     let (mut r, w) = stream.into_split();
     let out = conn::writer::<pb::ToScheduler, _>(w, 1024);
+    // Whatever the cache held while no scheduler could count it in a GC round goes.
+    if let Some(o) = shared.data.opt() {
+        o.forget();
+    }
     let hello = pb::ToScheduler {
         msg: Some(pb::to_scheduler::Msg::HostHello(pb::HostHello {
             host_id: shared.config.host_id.clone(),
@@ -461,6 +465,18 @@ async fn serve_scheduler(stream: TcpStream, shared: Arc<Shared>) {
                         let msg = pb::ToScheduler { msg: Some(pb::to_scheduler::Msg::ConSnapshot(snap)) };
                         let _ = out.send(msg).await;
                     });
+                }
+                Ok(Some(pb::FromScheduler { msg: Some(pb::from_scheduler::Msg::GcProbe(p)) })) => {
+                    let (out, shared) = (out.clone(), shared.clone());
+                    runs.spawn(async move {
+                        let msg = pb::ToScheduler { msg: Some(pb::to_scheduler::Msg::GcReport(gc_report(&shared, p.round).await)) };
+                        let _ = out.send(msg).await;
+                    });
+                }
+                Ok(Some(pb::FromScheduler { msg: Some(pb::from_scheduler::Msg::GcStable(st)) })) => {
+                    if let (Some(o), Some(clocks)) = (shared.data.opt(), crate::gc::clocks_from_pb(&st.stable)) {
+                        o.gc_stable(&clocks.into_iter().collect());
+                    }
                 }
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => break,
@@ -642,5 +658,25 @@ async fn run_task(shared: &Shared, task: pb::Task) -> Result<pb::TaskDone, FaasE
                 }
             }
         }
+    }
+}
+
+/// This host's answer to a GC probe (declined without a causal cache).
+async fn gc_report(shared: &Shared, round: u64) -> pb::GcReport {
+    let held = match shared.data.opt() {
+        Some(o) => o.gc_report().await,
+        None => None,
+    };
+    match held {
+        Some(h) => pb::GcReport {
+            round,
+            held: crate::gc::clocks_to_pb(h.iter()),
+            ok: true,
+        },
+        None => pb::GcReport {
+            round,
+            held: Vec::new(),
+            ok: false,
+        },
     }
 }

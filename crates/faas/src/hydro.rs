@@ -143,6 +143,10 @@ pub struct CacheStats {
     pub con_functions: u64,
     /// HB: keys staged on a prefetch notice.
     pub prefetched: u64,
+    /// Dependency GC: stable clocks learnt.
+    pub gc_rounds: u64,
+    /// Dependency GC: cached values pruned when stable clocks were learnt.
+    pub gc_pruned: u64,
 }
 
 /// The state every protocol step works on, under one lock.
@@ -171,6 +175,8 @@ pub struct CausalCache {
     pending: Mutex<Pending>,
     /// Wakes the refresh task: subscriptions to change, or the cache dropped.
     changed: Arc<Notify>,
+    /// Fetches in flight, for the dependency GC's reports (`crate::gc`).
+    pub(crate) flights: crate::gc::InFlight,
 }
 
 impl Drop for CausalCache {
@@ -183,8 +189,13 @@ impl Drop for CausalCache {
 pub(crate) enum Start {
     /// Nothing to push: stage whatever of the wanted keys is missing.
     Keys,
-    /// Values pushed by the store (or written by this host).
+    /// Values written by this host.
     Pushed(Vec<(Key, MultiKeyCausal)>),
+    /// Values pushed by the store for subscribed keys: merged only into keys that are
+    /// still cached when the batch merges. A push may be older than a dependency-GC round
+    /// that did not count this cache for a key it had evicted (`crate::gc`); joined with a
+    /// cached value it cannot lower it, inserted afresh it could.
+    Refresh(Vec<(Key, MultiKeyCausal)>),
 }
 
 impl CausalCache {
@@ -214,6 +225,7 @@ impl CausalCache {
             }),
             pending: Mutex::new(Pending::default()),
             changed: Arc::new(Notify::new()),
+            flights: crate::gc::InFlight::default(),
             store,
             config,
         });
@@ -280,18 +292,36 @@ impl CausalCache {
         wanted: &KeySet,
         finish: impl FnOnce(&mut Inner) -> Result<T, String>,
     ) -> Result<T, String> {
+        let _flight = self.flights.start();
         let mut start = Some(start);
         let mut staging: Option<Staging> = None;
+        let mut refreshed: Vec<Key> = Vec::new();
         let mut rounds = 0;
         loop {
             let fetches: Vec<Fetch> = {
                 let mut g = self.lock();
                 let g = &mut *g;
                 loop {
-                    if let Some(Start::Pushed(values)) = start.take() {
-                        let values: Vec<_> = values;
-                        staging =
-                            Some(Staging::for_pushed(values, &g.cut).map_err(|e| e.to_string())?);
+                    match start.take() {
+                        Some(Start::Pushed(values)) => {
+                            staging = Some(
+                                Staging::for_pushed(values, &g.cut).map_err(|e| e.to_string())?,
+                            );
+                        }
+                        Some(Start::Refresh(values)) => {
+                            let values: Vec<_> = values
+                                .into_iter()
+                                .filter(|(k, _)| g.cut.contains(k))
+                                .collect();
+                            if values.is_empty() {
+                                return finish(g);
+                            }
+                            refreshed = values.iter().map(|(k, _)| k.clone()).collect();
+                            staging = Some(
+                                Staging::for_pushed(values, &g.cut).map_err(|e| e.to_string())?,
+                            );
+                        }
+                        Some(Start::Keys) | None => {}
                     }
                     let Some(st) = staging.as_mut() else {
                         let missing: Vec<Key> = wanted
@@ -308,6 +338,9 @@ impl CausalCache {
                     };
                     match st.step(&g.cut) {
                         Step::Ready => {
+                            if refreshed.iter().any(|k| !g.cut.contains(k)) {
+                                return Err("a refreshed key was evicted meanwhile".into());
+                            }
                             let merged = g.cut.merge_staging(st).map_err(|e| e.to_string())?;
                             g.stats.evicted += merged.evicted.len() as u64;
                             self.note(&merged);
@@ -421,7 +454,7 @@ impl CausalCache {
             let reads = refs_of(&read_versions, self.id);
             let slot = (run_id % g.writers.len() as u64) as usize;
             g.writers[slot]
-                .commit(writes, &reads, &read_versions)
+                .commit_pruned(writes, &reads, &read_versions, g.cut.stable())
                 .map_err(|e| e.to_string())?
         };
         self.put_versions(versions).await
@@ -477,7 +510,7 @@ impl CausalCache {
         let count = values.len() as u64;
         let keys: Vec<Key> = values.iter().map(|(k, _)| k.clone()).collect();
         match self
-            .settle(Start::Pushed(values), &KeySet::new(), |_| Ok(()))
+            .settle(Start::Refresh(values), &KeySet::new(), |_| Ok(()))
             .await
         {
             Ok(()) => self.lock().stats.pushes += count,
@@ -487,6 +520,14 @@ impl CausalCache {
                 self.evict(&keys);
             }
         }
+    }
+
+    /// Drops the subscriptions of keys evicted outside a merge.
+    pub(crate) fn note_evicted(&self, evicted: Vec<Key>) {
+        self.note(&Merged {
+            evicted,
+            ..Merged::default()
+        });
     }
 
     /// Evicts keys whose subscription failed (with their dependents).

@@ -37,6 +37,7 @@ pub mod data;
 pub mod distributed;
 pub mod error;
 mod fnrun;
+pub mod gc;
 pub mod host;
 pub mod hydro;
 pub mod meta;

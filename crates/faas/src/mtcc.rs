@@ -23,10 +23,13 @@ use std::collections::BTreeMap;
 
 use cache::opt::{self, Upstream, Validated};
 use cache::snapshot::create_snapshot;
-use cache::{CacheId, Error, Here, Key, KeySet, MultiKeyCausal, ReqId, VersionSet};
+use cache::{
+    CacheId, Error, Here, Holdings, Key, KeySet, MultiKeyCausal, ReqId, Stable, VersionSet,
+};
 use lattice::Lattice;
 
 use crate::data::{BoxFuture, OptPlane, OptReads, OptStep, StepError};
+use crate::gc;
 use crate::hydro::{now_ms, CausalCache, Start};
 use crate::pb;
 use crate::peer;
@@ -92,6 +95,38 @@ impl OptPlane for CausalCache {
 
     fn fetch_pinned(&self, attempt: u64, refs: &VersionSet) -> BTreeMap<Key, MultiKeyCausal> {
         self.lock().pins.fetch_refs(ReqId(attempt), refs)
+    }
+
+    fn gc_report(&self) -> BoxFuture<'_, Option<Holdings>> {
+        Box::pin(async move {
+            if !self.flights.drain_earlier(gc::REPORT_WAIT).await {
+                return None;
+            }
+            let g = self.lock();
+            let mut h = g.cut.holdings();
+            h.hold_all(&g.pins.holdings());
+            (h.len() <= gc::MAX_GC_KEYS).then_some(h)
+        })
+    }
+
+    fn gc_stable(&self, stable: &Stable) {
+        let mut g = self.lock();
+        let pruned = g.cut.advance_stable(stable);
+        g.stats.gc_pruned += pruned as u64;
+        g.stats.gc_rounds += 1;
+    }
+
+    fn forget(&self) {
+        let mut g = self.lock();
+        let keys: Vec<Key> = g.cut.keys().cloned().collect();
+        let mut evicted = Vec::new();
+        for k in &keys {
+            evicted.extend(g.cut.evict(k));
+        }
+        g.pins.expire(u64::MAX);
+        g.runs.clear();
+        drop(g);
+        self.note_evicted(evicted);
     }
 }
 
@@ -217,6 +252,7 @@ async fn fetch_from(
         .get(&source)
         .ok_or_else(|| StepError::Abort(format!("{source} is not a known cache")))?;
     cache.lock().stats.remote_fetches += 1;
+    let _flight = cache.flights.start();
     peer::fetch(addr, step.attempt, refs)
         .await
         .map_err(StepError::Abort)
@@ -245,7 +281,8 @@ async fn opt_commit(
         }
     }
     let versions = {
-        let mut g = cache.lock();
+        let mut guard = cache.lock();
+        let g = &mut *guard;
         let mut read_versions = BTreeMap::new();
         for (k, r) in &read {
             let mut v = got.remove(k).unwrap_or_default();
@@ -262,7 +299,7 @@ async fn opt_commit(
         }
         let slot = (step.attempt % g.writers.len() as u64) as usize;
         g.writers[slot]
-            .commit(writes, &r_new, &read_versions)
+            .commit_pruned(writes, &r_new, &read_versions, g.cut.stable())
             .map_err(step_error)?
     };
     cache

@@ -6,6 +6,7 @@ mod commit;
 mod con;
 mod cut;
 mod examples;
+mod gc;
 mod hb;
 mod opt;
 mod pins;

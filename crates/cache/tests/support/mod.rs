@@ -6,7 +6,7 @@ pub mod model;
 use std::collections::BTreeMap;
 
 use cache::{Cut, Error, Key, Merged, MultiKeyCausal, Staging, Step, VersionLog};
-use lattice::Lattice;
+use lattice::{Lattice, VectorClock};
 
 /// SplitMix64: small, seeded, good enough to pick events.
 pub struct Rng(u64);
@@ -39,11 +39,17 @@ impl Rng {
 /// replica answers an older one. Puts may be held back (a writer's puts to different keys
 /// land at different times); a key asked for the third time in a staging gets everything
 /// that was held back and the latest state, so stagings always close.
+///
+/// A GC round samples a *floor* per key (the state every replica has reached,
+/// [`Store::sample_floor`]): from then on no replica answers anything older.
 #[derive(Default)]
 pub struct Store {
     states: BTreeMap<Key, Vec<MultiKeyCausal>>,
+    /// Per key, the index of the oldest state a replica may still answer.
+    floor: BTreeMap<Key, usize>,
     held: Vec<(Key, MultiKeyCausal)>,
-    /// Every version ever committed (held-back ones included).
+    /// Every version ever committed (held-back ones included), as the committer records it
+    /// (with its dependencies before any pruning: the ground truth of happens-before).
     pub log: VersionLog,
     /// Answers that were older than the latest state.
     pub lagged_answers: u64,
@@ -52,7 +58,6 @@ pub struct Store {
 impl Store {
     /// Commits `value` to `key` now, or holds it back if `later`.
     pub fn put(&mut self, key: &Key, value: &MultiKeyCausal, later: bool) {
-        self.log.record(key, value);
         if later {
             self.held.push((key.clone(), value.clone()));
             return;
@@ -85,7 +90,11 @@ impl Store {
         }
         let states = self.states.get(key)?;
         if rng.chance(30) {
-            let at = rng.below(states.len() + 1);
+            let at = match self.floor.get(key) {
+                // Every replica has the key, at the floor or later.
+                Some(&f) => f + rng.below(states.len() - f),
+                None => rng.below(states.len() + 1),
+            };
             if at < states.len() - 1 || at == states.len() {
                 self.lagged_answers += 1;
             }
@@ -93,14 +102,37 @@ impl Store {
         }
         states.last().cloned()
     }
+
+    /// Samples the replicas for a GC round: for every key, a state every replica has
+    /// reached (between the old floor and the latest, at random), which becomes the floor.
+    pub fn sample_floor(&mut self, rng: &mut Rng) -> Vec<(Key, MultiKeyCausal)> {
+        let mut out = Vec::new();
+        for (k, states) in &self.states {
+            let old = self.floor.get(k).copied().unwrap_or(0);
+            let at = old + rng.below(states.len() - old);
+            self.floor.insert(k.clone(), at);
+            out.push((k.clone(), states[at].clone()));
+        }
+        out
+    }
+
+    /// The latest clock of every key (what a too-high `Stable` would take).
+    pub fn latest_clocks(&self) -> Vec<(Key, VectorClock)> {
+        self.states
+            .iter()
+            .filter_map(|(k, s)| Some((k.clone(), s.last()?.clock())))
+            .collect()
+    }
 }
 
-/// Drives `staging` to its merge into `cut`, answering fetches from `store`.
+/// Drives `staging` to its merge into `cut`, answering fetches from `store`; `between` runs
+/// after every round of answers, while the staging holds them unmerged.
 pub fn stage(
     cut: &mut Cut,
     mut staging: Staging,
     store: &mut Store,
     rng: &mut Rng,
+    between: &mut dyn FnMut(&Cut, &mut Store, &mut Rng),
 ) -> Result<Merged, Error> {
     for _ in 0..1000 {
         match staging.step(cut) {
@@ -109,6 +141,7 @@ pub fn stage(
                     let answer = store.get(&f.key, f.attempt, rng);
                     staging.accept(f.key, answer)?;
                 }
+                between(cut, store, rng);
             }
             Step::Wait => panic!("fetches are answered at once"),
             Step::Ready => return cut.merge_staging(&mut staging),

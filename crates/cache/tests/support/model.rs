@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use cache::checker::{check, ReadMeta};
+use cache::gc::Stable;
 use cache::hb::{self, Simulation};
 use cache::opt::{finish, parallel_flow, plan, validate, Finished, Upstream, Validated};
 use cache::snapshot::{create_snapshot, ct_snapshot};
@@ -15,9 +16,13 @@ use cache::{
     con, CacheId, Cut, Dag, Error, Executor, Here, Key, KeySet, Merged, MultiKeyCausal, PinLimits,
     Pins, ReqId, Staging, VersionSet,
 };
-use lattice::Lattice;
+use lattice::{CausalVersion, Lattice, VectorClock};
 
-use super::{stage, Rng, Store};
+use super::{Rng, Store};
+
+mod gc;
+
+use gc::Pending;
 
 const KEYS: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
 
@@ -30,6 +35,23 @@ pub enum Protocol {
     Hb,
     /// Caching without MTCC: each function reads its own cache's cut.
     NoMtcc,
+}
+
+/// Dependency-metadata GC in the model (`cache::gc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gc {
+    /// No GC.
+    Off,
+    /// Rounds as built: sample the store, then every cache reports once the stagings it
+    /// began before the sample have ended; the result is closed.
+    Sound,
+    /// Mutation: `Stable` is the store's latest clock (too high: caches hold older copies).
+    TooHigh,
+    /// Mutation: a cache reports at the sample, while a staging holds versions fetched
+    /// before it (the race the report-epoch rule closes).
+    EarlyReport,
+    /// Mutation: the design's first rule, `Stable` below every holder but not closed.
+    Unclosed,
 }
 
 /// What happened over a run.
@@ -49,6 +71,15 @@ pub struct Stats {
     pub expired: u64,
     pub anomalies: u64,
     pub atomic: u64,
+    pub gc_rounds: u64,
+    /// Rounds whose sample was taken while a staging held unmerged answers.
+    pub gc_mid_staging: u64,
+    /// Cut values pruned when a node learnt a newer `Stable`.
+    pub pruned: u64,
+    /// Dependencies dropped by writers at commit.
+    pub pruned_at_commit: u64,
+    /// The largest dependency list stored, over the run.
+    pub max_deps: usize,
 }
 
 struct Node {
@@ -84,11 +115,23 @@ pub struct Model {
     next_req: u64,
     now_ms: u64,
     mtcc: bool,
+    gc: Gc,
+    /// The last `Stable` computed (every node learns it, or a later one, eventually).
+    stable: Stable,
+    /// A GC round whose sample was taken and whose reports are not in yet.
+    pending: Option<Pending>,
+    /// `VersionLog::closure_of`, memoised: a clock that exists has every version below it
+    /// logged already (a later commit carries a fresh counter), so its closure is final.
+    closures: BTreeMap<(Key, VectorClock), BTreeMap<Key, VectorClock>>,
     pub stats: Stats,
 }
 
 impl Model {
     pub fn new(seed: u64, nodes: usize, mtcc: bool) -> Self {
+        Model::with_gc(seed, nodes, mtcc, Gc::Off)
+    }
+
+    pub fn with_gc(seed: u64, nodes: usize, mtcc: bool, gc: Gc) -> Self {
         // Node 1's cut is small: eviction to make room, and refusals.
         let capacity = |i: usize| if i == 1 { 4_000 } else { 1 << 20 };
         Model {
@@ -106,6 +149,10 @@ impl Model {
             next_req: 1,
             now_ms: 0,
             mtcc,
+            gc,
+            stable: Stable::new(),
+            pending: None,
+            closures: BTreeMap::new(),
             stats: Stats::default(),
         }
     }
@@ -115,6 +162,9 @@ impl Model {
     pub fn run(&mut self, steps: usize) {
         for _ in 0..steps {
             self.now_ms += 1 + self.rng.below(50) as u64;
+            if self.gc != Gc::Off && self.rng.chance(15) {
+                self.gc_step();
+            }
             match self.rng.below(10) {
                 0..=4 => self.request(false),
                 5 | 6 => self.push(),
@@ -135,16 +185,20 @@ impl Model {
         }
     }
 
-    fn check_cuts(&self) {
+    fn check_cuts(&mut self) {
         for n in &self.nodes {
             if let Err(e) = n.cut.check() {
                 panic!("cut of {} broken: {e}", n.id);
             }
         }
+        self.check_cuts_closed();
     }
 
     /// An event between two functions of a request.
     fn background(&mut self) {
+        if self.gc != Gc::Off && self.rng.chance(15) {
+            self.gc_step();
+        }
         match self.rng.below(10) {
             0 | 1 => self.push(),
             2 => self.evict(),
@@ -166,10 +220,9 @@ impl Model {
         let Some(value) = self.store.get(&key, 0, &mut self.rng) else {
             return;
         };
-        let node = &mut self.nodes[n];
-        match Staging::for_pushed([(key, value)], &node.cut) {
+        match Staging::for_pushed([(key, value)], &self.nodes[n].cut) {
             Ok(s) => {
-                let r = stage(&mut node.cut, s, &mut self.store, &mut self.rng);
+                let r = self.stage_at(n, s);
                 self.count(r);
             }
             Err(_) => self.stats.refused += 1,
@@ -201,17 +254,13 @@ impl Model {
 
     /// Stages the keys of `keys` node `n` does not hold; false if the cut is too small.
     fn stage_missing(&mut self, n: usize, keys: &KeySet) -> bool {
-        let node = &mut self.nodes[n];
-        let missing: Vec<Key> = keys
-            .iter()
-            .filter(|k| !node.cut.contains(k))
-            .cloned()
-            .collect();
+        let cut = &self.nodes[n].cut;
+        let missing: Vec<Key> = keys.iter().filter(|k| !cut.contains(k)).cloned().collect();
         if missing.is_empty() {
             return true;
         }
-        let s = Staging::for_keys(missing, &node.cut);
-        let r = stage(&mut node.cut, s, &mut self.store, &mut self.rng);
+        let s = Staging::for_keys(missing, cut);
+        let r = self.stage_at(n, s);
         self.count(r)
     }
 
@@ -365,14 +414,12 @@ impl Model {
             }
             let node = &mut self.nodes[n];
             let done = finish(&mut node.pins, here, v, &up, fetched).expect("finish");
-            assert!(contained_in(&done.r_new, &done.s_new), "Thm 2");
+            self.expect(contained_in(&done.r_new, &done.s_new), "Thm 2");
             outs.push(done);
         }
         let sink = outs.last()?;
-        assert!(
-            self.store.log.koc_violations(&sink.s_new, &rdag).is_empty(),
-            "S_new is a KOC"
-        );
+        let koc = self.store.log.koc_violations(&sink.s_new, &rdag).is_empty();
+        self.expect(koc, "S_new is a KOC");
         let mut reads = Reads::new();
         for out in &outs {
             self.add_reads(&mut reads, &out.r_d);
@@ -465,10 +512,11 @@ impl Model {
     }
 
     /// Adds one function's reads, checking repeatable read under MTCC.
-    fn add_reads(&self, into: &mut Reads, more: &Reads) {
+    fn add_reads(&mut self, into: &mut Reads, more: &Reads) {
         for (k, v) in more {
             if let Some(seen) = into.get(k) {
-                assert!(!self.mtcc || seen.clock() == v.clock(), "repeatable read");
+                let same = seen.clock() == v.clock();
+                self.expect(!self.mtcc || same, "repeatable read");
             } else {
                 into.insert(k.clone(), v.clone());
             }
@@ -512,14 +560,38 @@ impl Model {
             })
             .collect();
         let sink = r.at[r.dag.sink()];
-        let out = self.nodes[sink]
+        let node = &mut self.nodes[sink];
+        let out = node
             .exec
-            .commit(writes, &d.refs, &bases)
+            .commit_pruned(writes, &d.refs, &bases, node.cut.stable())
             .expect("commit");
+        // The log gets each version with its dependencies before pruning: what it read, the
+        // other writes; inherited ones come from the versions below it in the log (I2).
+        let written: BTreeMap<Key, VectorClock> =
+            out.iter().map(|(k, v)| (k.clone(), v.clock())).collect();
         for (k, v) in &out {
             if let Some(rf) = d.refs.get(k) {
                 assert!(v.clock().dominates(&rf.clock), "I1");
             }
+            let mut direct: BTreeMap<Key, VectorClock> = d
+                .refs
+                .iter()
+                .filter(|(_, rf)| !rf.is_bottom())
+                .map(|(dk, rf)| (dk.clone(), rf.clock.clone()))
+                .chain(written.iter().map(|(wk, c)| (wk.clone(), c.clone())))
+                .collect();
+            direct.remove(k);
+            let stored = v.deps();
+            self.stats.pruned_at_commit +=
+                direct.keys().filter(|dk| !stored.contains_key(*dk)).count() as u64;
+            self.stats.max_deps = self.stats.max_deps.max(stored.len());
+            let logged =
+                MultiKeyCausal::from_versions(v.versions().iter().map(|ver| CausalVersion {
+                    clock: ver.clock.clone(),
+                    deps: direct.clone(),
+                    value: ver.value.clone(),
+                }));
+            self.store.log.record(k, &logged);
             let later = self.rng.chance(25);
             self.store.put(k, v, later);
         }
@@ -534,13 +606,27 @@ impl Model {
         self.stats.atomic += report.atomic.len() as u64;
         if self.mtcc {
             assert!(
-                report.is_clean(),
+                self.mutant() || report.is_clean(),
                 "{:?} read a non-snapshot: {report:?}",
                 r.protocol
             );
             let refs = refs_of(&d.reads, CacheId(0));
             let keys: KeySet = refs.keys().cloned().collect();
-            assert!(self.store.log.koc_violations(&refs, &keys).is_empty());
+            let koc = self.store.log.koc_violations(&refs, &keys).is_empty();
+            self.expect(koc, "the read set is a KOC");
+            // The same check against everything each read version transitively depends on
+            // (the log's truth): pruned dependency lists cannot hide a violation from it.
+            let mut truth: BTreeMap<Key, ReadMeta> = BTreeMap::new();
+            for (k, v) in &d.reads {
+                let clock = v.clock();
+                let deps = self.closure(k, &clock);
+                truth.insert(k.clone(), ReadMeta { clock, deps });
+            }
+            let deep = check(&truth);
+            self.expect(
+                deep.is_clean(),
+                "the read set is a snapshot of the whole history",
+            );
         }
         *self.stats.committed.entry(name(r.protocol)).or_default() += 1;
         if self.rng.chance(5) {

@@ -10,6 +10,7 @@
 //! The scheduler publishes its address in the store's OR-set [`crate::SCHEDULERS_KEY`]
 //! while it runs, so the SDK can find it from the store's address.
 
+mod gc;
 mod spread;
 mod stats;
 
@@ -47,6 +48,10 @@ pub struct SchedulerConfig {
     pub max_runs: usize,
     /// Keys the data-locality map remembers (default 100 000).
     pub locality_keys: usize,
+    /// Dependency-metadata GC: a round every this often over the caching hosts of this
+    /// scheduler (`None`, the default: off). Sound only when every causal cache reading
+    /// this store's keys is a host of this scheduler (docs/serverless.md).
+    pub dep_gc_period: Option<Duration>,
 }
 
 impl Default for SchedulerConfig {
@@ -58,6 +63,7 @@ impl Default for SchedulerConfig {
             max_queue: 10_000,
             max_runs: 100_000,
             locality_keys: crate::placement::DEFAULT_LOCALITY_KEYS,
+            dep_gc_period: None,
         }
     }
 }
@@ -105,6 +111,8 @@ struct State {
     next_conn: u64,
     /// Counters for the metrics.
     stats: SchedulerStats,
+    /// The dependency-GC round waiting for reports.
+    gc: Option<gc::Waiting>,
 }
 
 /// Messages to send once the state's lock is released.
@@ -276,6 +284,14 @@ impl Scheduler {
             .local_addr()
             .map(|a| a.to_string())
             .unwrap_or_default();
+        if let Some(period) = self.shared.config.dep_gc_period {
+            tokio::spawn(gc::run(
+                self.shared.clone(),
+                self.store.clone(),
+                period,
+                shutdown.clone(),
+            ));
+        }
         loop {
             tokio::select! {
                 accepted = self.listener.accept() => match accepted {
@@ -352,6 +368,9 @@ async fn serve_host(
         st.placement.add_host(&host, hello.executors);
         st.hosts.insert(host.clone(), out);
         if hello.cache_id != 0 && !hello.cache_addr.is_empty() {
+            if let Some(w) = st.gc.take() {
+                w.abandon(); // the round's reports cannot count this cache
+            }
             st.caches.insert(
                 host.clone(),
                 pb::CachePeer {
@@ -411,6 +430,11 @@ async fn serve_host(
             Some(pb::to_scheduler::Msg::HbView(view)) => {
                 shared.lock().hb_view(&host, view, &mut outbox);
             }
+            Some(pb::to_scheduler::Msg::GcReport(r)) => {
+                if let Some(w) = shared.lock().gc.as_mut() {
+                    w.report(&host, &r);
+                }
+            }
             _ => {}
         }
         deliver(outbox).await;
@@ -421,7 +445,11 @@ async fn serve_host(
         let mut st = shared.lock();
         st.placement.remove_host(&host);
         st.hosts.remove(&host);
-        st.caches.remove(&host);
+        if st.caches.remove(&host).is_some() {
+            if let Some(w) = st.gc.take() {
+                w.abandon();
+            }
+        }
         shared.hosts.send_replace(st.hosts.len());
         st.host_lost_spread(&host, shared.config.max_attempts, &mut outbox);
         let orphans: Vec<u64> = st

@@ -36,6 +36,10 @@ pub struct SchedulerStats {
     pub queued: u64,
     /// Connected compute hosts.
     pub hosts: u64,
+    /// Dependency-GC rounds completed.
+    pub gc_rounds: u64,
+    /// Keys with a stable clock after the last round.
+    pub gc_stable_keys: u64,
 }
 
 impl SchedulerStats {

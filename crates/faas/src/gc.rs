@@ -1,0 +1,109 @@
+//! Dependency-metadata GC across the layer (`cache::gc`; docs/serverless.md,
+//! "Dependency-metadata GC"): the messages' conversions and bounds, and the registry of a
+//! host cache's fetches in flight (a report waits for those begun before its probe).
+//!
+//! The host cache's side of a round is in `mtcc` ([`crate::data::OptPlane::gc_report`],
+//! [`crate::data::OptPlane::gc_stable`]); the scheduler's side (sampling the store's
+//! replicas, probing every caching host, computing and sending the stable clocks) is
+//! `scheduler::gc`.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cache::{Key, VectorClock};
+use tokio::sync::Notify;
+
+use crate::pb;
+
+/// Most keys one report or one `GcStable` carries. A report that would carry more is not
+/// sent (the round is abandoned: a partial report would make `Stable` too high); a
+/// `GcStable` beyond it is cut (a partial `Stable` only prunes less).
+pub const MAX_GC_KEYS: usize = 200_000;
+/// Most clock entries per key in either message.
+pub const MAX_GC_CLOCK: usize = 4096;
+/// How long a host waits for its earlier fetches before it declines to report.
+pub(crate) const REPORT_WAIT: Duration = Duration::from_secs(30);
+
+/// Key → clock pairs as messages.
+pub fn clocks_to_pb<'a>(it: impl Iterator<Item = (&'a Key, &'a VectorClock)>) -> Vec<pb::GcClock> {
+    it.map(|(k, c)| pb::GcClock {
+        key: Bytes::copy_from_slice(k),
+        clock: c
+            .iter()
+            .map(|(actor, counter)| pb::ClockEntry { actor, counter })
+            .collect(),
+    })
+    .collect()
+}
+
+/// Messages as key → clock pairs; `None` if over the bounds.
+pub fn clocks_from_pb(m: &[pb::GcClock]) -> Option<Vec<(Key, VectorClock)>> {
+    if m.len() > MAX_GC_KEYS || m.iter().any(|c| c.clock.len() > MAX_GC_CLOCK) {
+        return None;
+    }
+    Some(
+        m.iter()
+            .map(|c| {
+                let clock: VectorClock = c.clock.iter().map(|e| (e.actor, e.counter)).collect();
+                (Key::from(&c.key[..]), clock)
+            })
+            .collect(),
+    )
+}
+
+/// The fetches a cache has in flight: stagings from the store and fetches of other caches'
+/// pinned versions. A report waits for those that began before its probe.
+#[derive(Default)]
+pub(crate) struct InFlight {
+    next: Mutex<(u64, BTreeSet<u64>)>,
+    done: Notify,
+}
+
+/// One fetch in flight; it ends when this is dropped (finished, failed or cancelled).
+pub(crate) struct Flight<'a> {
+    of: &'a InFlight,
+    id: u64,
+}
+
+impl InFlight {
+    /// Registers a fetch starting now.
+    pub(crate) fn start(&self) -> Flight<'_> {
+        let mut g = self.next.lock().unwrap_or_else(|p| p.into_inner());
+        let id = g.0;
+        g.0 += 1;
+        g.1.insert(id);
+        Flight { of: self, id }
+    }
+
+    /// Waits until every fetch that began before this call has ended; false on timeout.
+    pub(crate) async fn drain_earlier(&self, within: Duration) -> bool {
+        let mark = self.next.lock().unwrap_or_else(|p| p.into_inner()).0;
+        let wait = async {
+            loop {
+                let notified = self.done.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                let busy = {
+                    let g = self.next.lock().unwrap_or_else(|p| p.into_inner());
+                    g.1.first().is_some_and(|&first| first < mark)
+                };
+                if !busy {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(within, wait).await.is_ok()
+    }
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        let mut g = self.of.next.lock().unwrap_or_else(|p| p.into_inner());
+        g.1.remove(&self.id);
+        drop(g);
+        self.of.done.notify_waiters();
+    }
+}
