@@ -297,6 +297,27 @@ impl CausalContext {
         self.vector.is_empty() && self.cloud.is_empty()
     }
 
+    /// Every dot of the context, if there are at most `limit` of them (a delta's context
+    /// names a few dots; a full state's covers whole ranges). `None` if there are more.
+    pub fn dots_up_to(&self, limit: usize) -> Option<Vec<Dot>> {
+        let mut count = self.cloud.len();
+        for &n in self.vector.values() {
+            count = count.saturating_add(usize::try_from(n).unwrap_or(usize::MAX));
+            if count > limit {
+                return None;
+            }
+        }
+        if count > limit {
+            return None;
+        }
+        let mut dots = Vec::with_capacity(count);
+        for (&actor, &n) in &self.vector {
+            dots.extend((1..=n).map(|c| Dot::new(actor, c)));
+        }
+        dots.extend(self.cloud.iter().copied());
+        Some(dots)
+    }
+
     /// True if every dot of `other` is in `self`.
     pub fn includes(&self, other: &CausalContext) -> bool {
         // `self` is compact, so the dot just past its vector entry is not in its cloud: the
