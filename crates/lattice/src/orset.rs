@@ -171,47 +171,51 @@ impl<T: fmt::Debug> fmt::Debug for OrSet<T> {
     }
 }
 
-/// Largest context of the other side whose dots a merge looks up one by one instead of
-/// scanning all of its own members (see [`OrSet::drop_removed`]).
+/// Largest context of the other side (or a quarter of its own members, if more) whose dots
+/// a merge looks up instead of scanning all of its own members (see
+/// [`OrSet::drop_removed`]).
 const SMALL_CONTEXT: usize = 64;
 
 impl<T: Ord + Clone> OrSet<T> {
     /// Drops our dots that `other` saw and no longer holds (it removed them).
     ///
     /// A full state's context covers most of our dots: every member is checked. A delta's
-    /// context names a few dots (an add's new dot and the member's earlier ones): each is
-    /// looked up instead, among the members `other` holds, so merging an add's delta costs
-    /// O(log n), not O(n) — what keeps replaying a log of deltas, or receiving them from a
-    /// replica, linear. A dot is issued by one add and belongs to one member; a dot `other`
-    /// still holds therefore removes nothing. A dot found under none of those members (a
-    /// remove's delta names no member) falls back to the full scan.
+    /// context names a few dots (an add's new dot and the member's earlier ones; a gossip
+    /// period's deltas of the key, merged): only the members the delta holds are checked
+    /// then, so merging it costs O(k log n) for k dots, not O(n) — what keeps replaying a
+    /// log of deltas, or receiving them from a replica, linear. A dot is issued by one add
+    /// and belongs to one member, so every removed dot (seen here, named by `other`'s context,
+    /// held by none of its members) found under those members accounts for one; if some are
+    /// not found there (a remove's delta names no member), the full scan runs.
     fn drop_removed(&mut self, other: &OrSet<T>) -> bool {
-        let Some(dots) = other.context.dots_up_to(SMALL_CONTEXT) else {
+        let limit = SMALL_CONTEXT.max(self.entries.len() / 4);
+        let Some(dots) = other.context.dots_up_to(limit) else {
             return self.retain_seen(other);
         };
-        let mut changed = false;
-        for dot in dots {
-            let held = other.entries.values().any(|ds| ds.contains(&dot));
-            if !self.context.contains(&dot) || held {
-                continue;
-            }
-            let owner = other
-                .entries
-                .keys()
-                .find(|m| self.entries.get(*m).is_some_and(|ds| ds.contains(&dot)))
-                .cloned();
-            let Some(member) = owner else {
-                return self.retain_seen(other) || changed;
-            };
-            if let Some(ds) = self.entries.get_mut(&member) {
-                ds.remove(&dot);
-                if ds.is_empty() {
-                    self.entries.remove(&member);
-                }
-            }
-            changed = true;
+        let held: BTreeSet<Dot> = other.entries.values().flatten().copied().collect();
+        let removed = dots
+            .iter()
+            .filter(|d| !held.contains(d) && self.context.contains(d))
+            .count();
+        if removed == 0 {
+            return false;
         }
-        changed
+        let mut found = 0;
+        for (member, theirs) in &other.entries {
+            let Some(ours) = self.entries.get_mut(member) else {
+                continue;
+            };
+            let before = ours.len();
+            ours.retain(|d| theirs.contains(d) || !other.context.contains(d));
+            found += before - ours.len();
+            if ours.is_empty() {
+                self.entries.remove(member);
+            }
+        }
+        if found < removed {
+            return self.retain_seen(other) || found > 0;
+        }
+        found > 0
     }
 
     /// [`OrSet::drop_removed`] by a scan of every member.
@@ -408,5 +412,17 @@ mod tests {
             assert_eq!(a, b);
         }
         assert_eq!(a, state);
+        // A gossip period's deltas merged into one (the changeset), then into a replica.
+        let (mut x, mut y): (OrSet<u32>, OrSet<u32>) = (OrSet::new(), OrSet::new());
+        for chunk in log.chunks(150) {
+            let mut period = OrSet::new();
+            for delta in chunk {
+                period.merge(delta.clone());
+            }
+            x.merge(period.clone());
+            scanning_merge(&mut y, period);
+            assert_eq!(x, y);
+        }
+        assert_eq!(x, state);
     }
 }
