@@ -15,6 +15,10 @@
 //! [`OrSet::add`] (in place, what the node does) with `merge(add_delta(..))` on a
 //! 10,000-member set; both produce the new state and the delta to ship.
 //!
+//! `merge/orset-period-accumulate/200` and `merge/orset-period-receive/10000`: a gossip
+//! period of one hot set, its 200 deltas merged into one changeset entry, then into a
+//! replica's 10,000-member state.
+//!
 //! The state and the delta are cloned outside the timed section (`iter_batched`) and the
 //! merged state is dropped outside it too.
 //!
@@ -198,6 +202,49 @@ fn orset_add(c: &mut Criterion) {
     });
 }
 
+/// A gossip period of one hot set: 200 re-adds of members of a 10,000-member set, written
+/// by another actor. `orset-period-accumulate` merges their deltas into one (the changeset
+/// of the key), `orset-period-receive` merges that into a replica's state.
+fn orset_period(c: &mut Criterion) {
+    let size = 10_000;
+    let mut state = OrSet::new();
+    for i in 0..size {
+        let _ = state.add(1 + (i % 2) as u64, member(2 * i));
+    }
+    let replica = state.clone();
+    let deltas: Vec<OrSet<Blob>> = (0..200)
+        .map(|i| state.add(3, member(2 * ((i * 37) % size))))
+        .collect();
+    let mut period = OrSet::new();
+    for d in &deltas {
+        period.merge(d.clone());
+    }
+    let mut group = c.benchmark_group("merge");
+    group.bench_function(BenchmarkId::new("orset-period-accumulate", 200), |b| {
+        b.iter_batched(
+            || deltas.clone(),
+            |ds| {
+                let mut acc = OrSet::new();
+                for d in ds {
+                    acc.merge(d);
+                }
+                acc
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.bench_function(BenchmarkId::new("orset-period-receive", size), |b| {
+        b.iter_batched(
+            || (replica.clone(), period.clone()),
+            |(mut s, p)| {
+                black_box(s.merge(p));
+                s
+            },
+            BatchSize::LargeInput,
+        )
+    });
+}
+
 fn counters_and_maps(c: &mut Criterion) {
     for size in SIZES {
         // `size` actors, each with some increments; the delta is a newer cumulative pair of
@@ -276,6 +323,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = registers, sets, orset_add, counters_and_maps, causal
+    targets = registers, sets, orset_add, orset_period, counters_and_maps, causal
 }
 criterion_main!(benches);

@@ -136,8 +136,12 @@ impl List {
     /// A list from its parts (the wire decoder's constructor). Canonicalises: entries with
     /// an empty path are dropped and every entry's dot joins the context.
     pub fn from_parts(entries: BTreeMap<Pos, Entry>, mut context: CausalContext) -> Self {
-        let entries: BTreeMap<Pos, Entry> =
-            entries.into_iter().filter(|(p, _)| !p.is_empty()).collect();
+        // A dot with counter 0 counts as seen by every context: any merge would drop its
+        // entry, so it is dropped here (no operation issues one).
+        let entries: BTreeMap<Pos, Entry> = entries
+            .into_iter()
+            .filter(|(p, _)| dot_of(p).is_some_and(|d| d.counter > 0))
+            .collect();
         for pos in entries.keys() {
             if let Some(dot) = dot_of(pos) {
                 context.insert(dot);
@@ -314,18 +318,66 @@ impl fmt::Debug for List {
     }
 }
 
-impl Lattice for List {
-    /// Keeps an entry iff both sides hold it or the other side has not seen its dot; equal
-    /// positions keep the larger `(ts, value)`; unions the contexts.
-    fn merge(&mut self, other: Self) -> bool {
+/// Largest context of the other side whose dots a merge looks up one by one instead of
+/// scanning all of its own entries (see [`List::drop_removed`]).
+const SMALL_CONTEXT: usize = 64;
+
+impl List {
+    /// Drops our entries that `other` saw and no longer holds (it removed them).
+    ///
+    /// A full state's context covers most of our dots: every entry is checked. A delta's
+    /// context names a few dots (a push's new dot, a pop's removed one): each is looked up
+    /// instead, so merging a delta costs O(log n), not O(n) — what keeps replaying a log of
+    /// deltas, or receiving them from a replica, linear. A dot is issued by one insert and
+    /// names one position; a dot `other` still holds an entry for therefore removes nothing,
+    /// and a removed dot is found at either end of the list (pops), or else by the full
+    /// scan.
+    fn drop_removed(&mut self, other: &List) -> bool {
+        if let Some(dots) = other.context.dots_up_to(SMALL_CONTEXT) {
+            let held: Vec<Dot> = other.entries.keys().filter_map(|p| dot_of(p)).collect();
+            let mut changed = false;
+            for dot in dots {
+                if !self.context.contains(&dot) || held.contains(&dot) {
+                    continue;
+                }
+                let at_end = [self.entries.keys().next(), self.entries.keys().next_back()]
+                    .into_iter()
+                    .flatten()
+                    .find(|p| dot_of(p) == Some(dot))
+                    .cloned();
+                match at_end {
+                    Some(pos) => {
+                        self.entries.remove(&pos);
+                        changed = true;
+                    }
+                    // In the middle (LREM, LTRIM), or already removed here.
+                    None => return self.retain_seen(other) || changed,
+                }
+            }
+            return changed;
+        }
+        self.retain_seen(other)
+    }
+
+    /// [`List::drop_removed`] by a scan of every entry.
+    fn retain_seen(&mut self, other: &List) -> bool {
         let mut changed = false;
-        // Ours that the other side saw and no longer holds were removed there.
         self.entries.retain(|pos, _| {
             let keep = other.entries.contains_key(pos)
                 || !dot_of(pos).is_some_and(|d| other.context.contains(&d));
             changed |= !keep;
             keep
         });
+        changed
+    }
+}
+
+impl Lattice for List {
+    /// Keeps an entry iff both sides hold it or the other side has not seen its dot; equal
+    /// positions keep the larger `(ts, value)`; unions the contexts.
+    fn merge(&mut self, other: Self) -> bool {
+        // Ours that the other side saw and no longer holds were removed there.
+        let mut changed = self.drop_removed(&other);
         for (pos, entry) in other.entries {
             match self.entries.get_mut(&pos) {
                 Some(mine) => {
@@ -472,5 +524,108 @@ mod tests {
         let hi = [a(3), a(5)];
         let p = between(&lo, Some(&hi), Dot::new(2, 1)).unwrap();
         assert!(&lo[..] < p.as_slice() && p.as_slice() < &hi[..]);
+    }
+
+    /// The merge of the scan, the reference the looked-up merge must equal.
+    fn scanning_merge(state: &mut List, other: List) {
+        state.retain_seen(&other);
+        for (pos, entry) in other.entries {
+            match state.entries.get_mut(&pos) {
+                Some(mine) => {
+                    if entry > *mine {
+                        *mine = entry;
+                    }
+                }
+                None => {
+                    if !dot_of(&pos).is_some_and(|d| state.context.contains(&d)) {
+                        state.entries.insert(pos, entry);
+                    }
+                }
+            }
+        }
+        state.context.merge(other.context);
+    }
+
+    /// Replaying a log of deltas (pushes at both ends, pops at both ends, LSET, LINSERT and
+    /// removals in the middle), in order, twice, or shuffled, reaches the state that made
+    /// them, and every merge of a delta equals the scanning merge.
+    #[test]
+    fn deltas_replay_to_the_full_state() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        let mut state = List::new();
+        let mut log = Vec::new();
+        for i in 0..3000u64 {
+            let value = b(&format!("v{i}"));
+            let len = state.len() as i64;
+            let delta = match rng.u8(..8) {
+                0 | 1 => state.push_front(rng.u64(1..3), ts(i), value).unwrap(),
+                2 | 3 => state.push_back(rng.u64(1..3), ts(i), value).unwrap(),
+                4 if len > 0 => {
+                    let pos = state.pos_at(0).unwrap().clone();
+                    state.remove(&pos).unwrap().1
+                }
+                5 if len > 0 => {
+                    let pos = state.pos_at(-1).unwrap().clone();
+                    state.remove(&pos).unwrap().1
+                }
+                6 if len > 0 => {
+                    let pos = state.pos_at(rng.i64(0..len)).unwrap().clone();
+                    if rng.bool() {
+                        state.remove(&pos).unwrap().1
+                    } else {
+                        state.set(&pos, ts(i), value).unwrap()
+                    }
+                }
+                _ if len > 0 => {
+                    let pos = state.pos_at(rng.i64(0..len)).unwrap().clone();
+                    state.insert_at(&pos, rng.bool(), 3, ts(i), value).unwrap()
+                }
+                _ => state.push_back(1, ts(i), value).unwrap(),
+            };
+            log.push(delta);
+        }
+        let mut replayed = List::new();
+        let mut reference = List::new();
+        for delta in &log {
+            replayed.merge(delta.clone());
+            scanning_merge(&mut reference, delta.clone());
+            assert_eq!(replayed, reference);
+        }
+        assert_eq!(replayed, state);
+        for delta in log.iter().rev().step_by(3) {
+            replayed.merge(delta.clone());
+            scanning_merge(&mut reference, delta.clone());
+            assert_eq!(replayed, reference);
+        }
+        assert_eq!(replayed, state);
+        let mut shuffled = log.clone();
+        rng.shuffle(&mut shuffled);
+        let (mut x, mut y) = (List::new(), List::new());
+        for delta in shuffled {
+            x.merge(delta.clone());
+            scanning_merge(&mut y, delta);
+            assert_eq!(x, y);
+        }
+        assert_eq!(x, state);
+    }
+
+    #[test]
+    fn a_context_lists_its_dots_only_when_small() {
+        let mut c = CausalContext::new();
+        assert_eq!(c.dots_up_to(0), Some(vec![]));
+        c.insert(Dot::new(1, 1));
+        c.insert(Dot::new(1, 2));
+        c.insert(Dot::new(2, 5));
+        assert_eq!(
+            c.dots_up_to(3),
+            Some(vec![Dot::new(1, 1), Dot::new(1, 2), Dot::new(2, 5)])
+        );
+        assert_eq!(c.dots_up_to(2), None);
+        c.insert(Dot::new(3, u64::MAX));
+        c.merge(CausalContext::from_parts(
+            BTreeMap::from([(4, u64::MAX)]),
+            Default::default(),
+        ));
+        assert_eq!(c.dots_up_to(64), None);
     }
 }

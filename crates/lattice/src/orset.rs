@@ -41,9 +41,12 @@ impl<T: Ord + Clone> OrSet<T> {
     /// no dots are dropped; the context is already compact by construction. Entry dots are
     /// kept as given.
     pub fn from_parts(entries: BTreeMap<T, BTreeSet<Dot>>, context: CausalContext) -> Self {
+        // A dot with counter 0 counts as seen by every context: any merge would drop it,
+        // so it is dropped here (no operation issues one).
         let entries = entries
             .into_iter()
-            .filter(|(_, dots)| !dots.is_empty())
+            .map(|(m, dots)| (m, dots.into_iter().filter(|d| d.counter > 0).collect()))
+            .filter(|(_, dots): &(T, BTreeSet<Dot>)| !dots.is_empty())
             .collect();
         OrSet { entries, context }
     }
@@ -168,12 +171,56 @@ impl<T: fmt::Debug> fmt::Debug for OrSet<T> {
     }
 }
 
-impl<T: Ord + Clone + fmt::Debug> Lattice for OrSet<T> {
-    /// Keeps a dot iff it is on both sides or on one side and not in the other's context;
-    /// drops members without dots; unions the contexts.
-    fn merge(&mut self, other: Self) -> bool {
+/// Largest context of the other side (or a quarter of its own members, if more) whose dots
+/// a merge looks up instead of scanning all of its own members (see
+/// [`OrSet::drop_removed`]).
+const SMALL_CONTEXT: usize = 64;
+
+impl<T: Ord + Clone> OrSet<T> {
+    /// Drops our dots that `other` saw and no longer holds (it removed them).
+    ///
+    /// A full state's context covers most of our dots: every member is checked. A delta's
+    /// context names a few dots (an add's new dot and the member's earlier ones; a gossip
+    /// period's deltas of the key, merged): only the members the delta holds are checked
+    /// then, so merging it costs O(k log n) for k dots, not O(n) — what keeps replaying a
+    /// log of deltas, or receiving them from a replica, linear. A dot is issued by one add
+    /// and belongs to one member, so every removed dot (seen here, named by `other`'s context,
+    /// held by none of its members) found under those members accounts for one; if some are
+    /// not found there (a remove's delta names no member), the full scan runs.
+    fn drop_removed(&mut self, other: &OrSet<T>) -> bool {
+        let limit = SMALL_CONTEXT.max(self.entries.len() / 4);
+        let Some(dots) = other.context.dots_up_to(limit) else {
+            return self.retain_seen(other);
+        };
+        let held: BTreeSet<Dot> = other.entries.values().flatten().copied().collect();
+        let removed = dots
+            .iter()
+            .filter(|d| !held.contains(d) && self.context.contains(d))
+            .count();
+        if removed == 0 {
+            return false;
+        }
+        let mut found = 0;
+        for (member, theirs) in &other.entries {
+            let Some(ours) = self.entries.get_mut(member) else {
+                continue;
+            };
+            let before = ours.len();
+            ours.retain(|d| theirs.contains(d) || !other.context.contains(d));
+            found += before - ours.len();
+            if ours.is_empty() {
+                self.entries.remove(member);
+            }
+        }
+        if found < removed {
+            return self.retain_seen(other) || found > 0;
+        }
+        found > 0
+    }
+
+    /// [`OrSet::drop_removed`] by a scan of every member.
+    fn retain_seen(&mut self, other: &OrSet<T>) -> bool {
         let mut changed = false;
-        // Our dots that the other side has seen and no longer holds were removed there.
         self.entries.retain(|member, dots| {
             let theirs = other.entries.get(member);
             dots.retain(|d| {
@@ -183,6 +230,16 @@ impl<T: Ord + Clone + fmt::Debug> Lattice for OrSet<T> {
             });
             !dots.is_empty()
         });
+        changed
+    }
+}
+
+impl<T: Ord + Clone + fmt::Debug> Lattice for OrSet<T> {
+    /// Keeps a dot iff it is on both sides or on one side and not in the other's context;
+    /// drops members without dots; unions the contexts.
+    fn merge(&mut self, other: Self) -> bool {
+        // Our dots that the other side has seen and no longer holds were removed there.
+        let mut changed = self.drop_removed(&other);
         // Their dots that we have not seen are new adds. (Dots on both sides are kept above.)
         for (member, dots) in other.entries {
             for d in dots {
@@ -298,5 +355,74 @@ mod tests {
             assert_eq!(fast, slow);
         }
         assert_eq!(fast.iter().copied().collect::<Vec<_>>(), vec!["a", "c"]);
+    }
+
+    /// The merge of the scan, the reference the looked-up merge must equal.
+    fn scanning_merge(state: &mut OrSet<u32>, other: OrSet<u32>) {
+        state.retain_seen(&other);
+        for (member, dots) in other.entries {
+            for d in dots {
+                let ours = state.entries.get(&member).is_some_and(|m| m.contains(&d));
+                if !ours && !state.context.contains(&d) {
+                    state.entries.entry(member).or_default().insert(d);
+                }
+            }
+        }
+        state.context.merge(other.context);
+    }
+
+    /// Replaying a log of deltas (adds, re-adds, removes from three writers), in order,
+    /// twice, or merged into a replica's state, reaches the state that made them, and every
+    /// merge of a delta equals the scanning merge.
+    #[test]
+    fn deltas_replay_to_the_full_state() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut state: OrSet<u32> = OrSet::new();
+        let mut log = Vec::new();
+        for _ in 0..3000 {
+            let member = rng.u32(..200);
+            let delta = if rng.u8(..4) == 0 {
+                state.remove(&member)
+            } else {
+                state.add(rng.u64(1..4), member)
+            };
+            log.push(delta);
+        }
+        let mut replayed: OrSet<u32> = OrSet::new();
+        let mut reference: OrSet<u32> = OrSet::new();
+        for delta in &log {
+            replayed.merge(delta.clone());
+            scanning_merge(&mut reference, delta.clone());
+            assert_eq!(replayed, reference);
+        }
+        assert_eq!(replayed, state);
+        // Delivered again (a log replayed over a snapshot that has it), or out of order.
+        for delta in log.iter().rev().step_by(3) {
+            replayed.merge(delta.clone());
+            scanning_merge(&mut reference, delta.clone());
+            assert_eq!(replayed, reference);
+        }
+        assert_eq!(replayed, state);
+        let mut shuffled = log.clone();
+        rng.shuffle(&mut shuffled);
+        let (mut a, mut b): (OrSet<u32>, OrSet<u32>) = (OrSet::new(), OrSet::new());
+        for delta in shuffled {
+            a.merge(delta.clone());
+            scanning_merge(&mut b, delta);
+            assert_eq!(a, b);
+        }
+        assert_eq!(a, state);
+        // A gossip period's deltas merged into one (the changeset), then into a replica.
+        let (mut x, mut y): (OrSet<u32>, OrSet<u32>) = (OrSet::new(), OrSet::new());
+        for chunk in log.chunks(150) {
+            let mut period = OrSet::new();
+            for delta in chunk {
+                period.merge(delta.clone());
+            }
+            x.merge(period.clone());
+            scanning_merge(&mut y, period);
+            assert_eq!(x, y);
+        }
+        assert_eq!(x, state);
     }
 }
