@@ -23,7 +23,7 @@
 mod convert;
 mod lua;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use bytes::Bytes;
@@ -39,6 +39,10 @@ pub const HOOK_EVERY: u32 = 10_000;
 /// such as redis-py then send it again with `EVAL` or `SCRIPT LOAD`).
 pub const CACHE_BYTES: usize = 16 << 20;
 
+/// Most scripts a node caches, whatever their size: the byte bound alone would let many
+/// tiny scripts grow the map (each entry costs far more than its source).
+pub const CACHE_SCRIPTS: usize = 100_000;
+
 /// The SHA1 of `body` in lower-case hex, as Redis names scripts.
 pub fn sha1_hex(body: &[u8]) -> String {
     let digest = Sha1::digest(body);
@@ -52,7 +56,8 @@ pub fn sha1_hex(body: &[u8]) -> String {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-/// A node's scripts by SHA1 (lower-case hex), bounded by [`CACHE_BYTES`] of source.
+/// A node's scripts by SHA1 (lower-case hex), bounded by [`CACHE_BYTES`] of source and
+/// [`CACHE_SCRIPTS`] entries.
 #[derive(Debug, Default)]
 pub struct ScriptCache {
     inner: Mutex<Cache>,
@@ -61,9 +66,26 @@ pub struct ScriptCache {
 #[derive(Debug, Default)]
 struct Cache {
     scripts: HashMap<String, (Bytes, u64)>,
+    /// The scripts by last use, least recent first (what is dropped first).
+    by_use: BTreeMap<u64, String>,
     bytes: usize,
-    /// Bumped by every use: a script's last use, for dropping the least recent.
+    /// Bumped by every use: a script's last use.
     clock: u64,
+}
+
+impl Cache {
+    /// Marks `sha` (cached) as used now; its source.
+    fn touch(&mut self, sha: &str) -> Option<Bytes> {
+        self.clock += 1;
+        let now = self.clock;
+        let entry = self.scripts.get_mut(sha)?;
+        let before = std::mem::replace(&mut entry.1, now);
+        let body = entry.0.clone();
+        if let Some(name) = self.by_use.remove(&before) {
+            self.by_use.insert(now, name);
+        }
+        Some(body)
+    }
 }
 
 impl ScriptCache {
@@ -71,29 +93,21 @@ impl ScriptCache {
     pub fn load(&self, body: Bytes) -> String {
         let sha = sha1_hex(&body);
         let mut c = self.lock();
-        c.clock += 1;
-        let now = c.clock;
-        if let Some(entry) = c.scripts.get_mut(&sha) {
-            entry.1 = now;
+        if c.touch(&sha).is_some() || body.len() > CACHE_BYTES {
             return sha;
         }
-        if body.len() > CACHE_BYTES {
-            return sha;
-        }
-        while c.bytes + body.len() > CACHE_BYTES {
-            let Some(oldest) = c
-                .scripts
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(k, _)| k.clone())
-            else {
+        while c.bytes + body.len() > CACHE_BYTES || c.scripts.len() >= CACHE_SCRIPTS {
+            let Some((_, oldest)) = c.by_use.pop_first() else {
                 break;
             };
             if let Some((b, _)) = c.scripts.remove(&oldest) {
                 c.bytes -= b.len();
             }
         }
+        c.clock += 1;
+        let now = c.clock;
         c.bytes += body.len();
+        c.by_use.insert(now, sha.clone());
         c.scripts.insert(sha.clone(), (body, now));
         sha
     }
@@ -101,12 +115,7 @@ impl ScriptCache {
     /// The script named `sha` (any case), if cached.
     pub fn get(&self, sha: &[u8]) -> Option<Bytes> {
         let sha = std::str::from_utf8(sha).ok()?.to_ascii_lowercase();
-        let mut c = self.lock();
-        c.clock += 1;
-        let now = c.clock;
-        let entry = c.scripts.get_mut(&sha)?;
-        entry.1 = now;
-        Some(entry.0.clone())
+        self.lock().touch(&sha)
     }
 
     /// True if `sha` is cached (`SCRIPT EXISTS`).
@@ -119,6 +128,7 @@ impl ScriptCache {
     pub fn flush(&self) {
         let mut c = self.lock();
         c.scripts.clear();
+        c.by_use.clear();
         c.bytes = 0;
     }
 
@@ -172,5 +182,21 @@ mod tests {
         // Too large to cache: named, not kept.
         let huge = cache.load(Bytes::from(vec![b'x'; CACHE_BYTES + 1]));
         assert!(!cache.contains(huge.as_bytes()));
+    }
+
+    #[test]
+    fn many_tiny_scripts_are_bounded_by_count() {
+        let cache = ScriptCache::default();
+        let first = cache.load(Bytes::from_static(b"return 0"));
+        for i in 1..=CACHE_SCRIPTS {
+            cache.load(Bytes::from(format!("return {i}")));
+        }
+        assert_eq!(cache.size().0, CACHE_SCRIPTS);
+        assert!(
+            !cache.contains(first.as_bytes()),
+            "the least recent went first"
+        );
+        let c = cache.lock();
+        assert_eq!(c.by_use.len(), c.scripts.len());
     }
 }
