@@ -193,14 +193,17 @@ impl Harness {
             },
             // The fuzzed cores have no backing store.
             Effect::BackingApply { .. } | Effect::BackingFetch { .. } => {}
-            Effect::Journal(entries) => {
-                let encoded = encode_journal(&entries);
-                let back = decode_journal(&encoded).expect("journal entries decode");
-                assert_eq!(
-                    encode_journal(&back),
-                    encoded,
-                    "journal entries changed when decoded"
-                );
+            Effect::Journal(payloads) => {
+                // Each payload, encoded as the changes happened, decodes and encodes back
+                // to the same bytes through the protobuf messages.
+                for encoded in payloads {
+                    let back = decode_journal(&encoded).expect("journal entries decode");
+                    assert_eq!(
+                        encode_journal(&back),
+                        encoded,
+                        "journal entries changed when decoded"
+                    );
+                }
             }
             Effect::Sync { id, strict } => {
                 let result = if strict {

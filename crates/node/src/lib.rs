@@ -44,6 +44,7 @@ pub mod auth;
 pub mod clock;
 pub mod cluster;
 pub mod codec;
+pub mod codec_journal;
 pub mod config;
 pub mod core;
 pub mod driver;

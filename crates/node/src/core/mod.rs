@@ -49,7 +49,6 @@ use foldhash::fast::FixedState;
 use placement::Replica;
 
 use crate::ack::Ack;
-use crate::codec::JournalEntry;
 use crate::error::NodeError;
 use crate::op::OpResult;
 use crate::shard::{Shard, ShardStats, SharedClock};
@@ -112,8 +111,10 @@ pub enum Effect {
         /// One result per op, in request order.
         results: Vec<OpResult>,
     },
-    /// Append these changes to the write-ahead log, after every earlier append.
-    Journal(Vec<JournalEntry>),
+    /// Append these log payloads (encoded changes, see
+    /// [`encode_journal`](crate::codec::encode_journal)) to the write-ahead log, in order,
+    /// after every earlier append.
+    Journal(Vec<bytes::Bytes>),
     /// Report with [`Core::on_synced`] once everything appended to the log (or written to
     /// a disk-tier store) before this effect is durable. `strict`: a worker without durable
     /// storage answers with an error; otherwise it answers at once (the records are as
@@ -503,9 +504,9 @@ impl Core {
     /// Moves queued changes to the log now (before a sync, so the sync covers them).
     fn flush_journal(&mut self) {
         self.timers.journal = None;
-        let entries = self.shard.take_journal();
-        if !entries.is_empty() {
-            self.effects.push(Effect::Journal(entries));
+        let payloads = self.shard.take_journal();
+        if !payloads.is_empty() {
+            self.effects.push(Effect::Journal(payloads));
         }
     }
 

@@ -47,7 +47,7 @@ const MAX_SNAPSHOT_BACKOFF: Duration = Duration::from_secs(300);
 
 /// Largest log payload the worker writes (well under the log's record limit); a larger
 /// flush is split, each change replaying on its own.
-const MAX_PAYLOAD: usize = 4 << 20;
+const MAX_PAYLOAD: usize = crate::codec_journal::MAX_JOURNAL_PAYLOAD;
 
 /// Bytes waiting for room in the log's queue beyond which client connections wait before
 /// their next batch of requests (back-pressure instead of an unbounded queue or errors).
@@ -248,15 +248,17 @@ impl Journal {
         Some(syncer.metrics())
     }
 
-    /// Appends `entries` after everything appended before. Fails (with why) if the log
-    /// refuses appends: the core then refuses writes until it accepts them again.
-    pub(crate) fn append(&self, w: &Rc<Worker>, entries: Vec<JournalEntry>) -> Result<(), String> {
+    /// Appends `payloads` (encoded changes) after everything appended before. Fails (with
+    /// why) if the log refuses appends: the core then refuses writes until it accepts them
+    /// again.
+    pub(crate) fn append(&self, w: &Rc<Worker>, payloads: Vec<Bytes>) -> Result<(), String> {
         let Journal::Wal(wal) = self else {
             return Ok(());
         };
-        for payload in encode_journal_chunks(&entries, MAX_PAYLOAD) {
+        for payload in payloads {
+            let bytes = payload.len();
             wal.append(w, payload).inspect_err(|e| {
-                tracing::warn!(error = %e, changes = entries.len(), "write-ahead log append failed");
+                tracing::warn!(error = %e, bytes, "write-ahead log append failed");
             })?;
         }
         Ok(())

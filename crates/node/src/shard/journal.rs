@@ -15,6 +15,7 @@ use lattice::Record;
 
 use super::Shard;
 use crate::codec::JournalEntry;
+use crate::codec_journal::JournalBuf;
 use crate::error::NodeError;
 
 /// Most changes waiting for the log before writes are refused. The worker moves them to the
@@ -25,7 +26,7 @@ impl Shard {
     /// Starts queueing every change to the store for the write-ahead log.
     pub fn enable_journal(&mut self) {
         if self.journal.is_none() {
-            self.journal = Some(Vec::new());
+            self.journal = Some(JournalBuf::new());
         }
     }
 
@@ -34,10 +35,11 @@ impl Shard {
         self.journal.is_some()
     }
 
-    /// The changes queued since the last call (empty if the journal is off).
-    pub fn take_journal(&mut self) -> Vec<JournalEntry> {
+    /// The changes queued since the last call, as log payloads (empty if the journal is
+    /// off).
+    pub fn take_journal(&mut self) -> Vec<Bytes> {
         match self.journal.as_mut() {
-            Some(j) if !j.is_empty() => std::mem::take(j),
+            Some(j) if !j.is_empty() => j.take(),
             _ => Vec::new(),
         }
     }
@@ -82,17 +84,14 @@ impl Shard {
     /// Queues a change of `key` for the log.
     pub(super) fn log_change(&mut self, key: &[u8], record: &Record) {
         if let Some(j) = self.journal.as_mut() {
-            j.push(JournalEntry::Merge(
-                Bytes::copy_from_slice(key),
-                record.clone(),
-            ));
+            j.push_merge(key, record);
         }
     }
 
     /// Queues the removal of `key` for the log.
     pub(super) fn log_drop(&mut self, key: &[u8]) {
         if let Some(j) = self.journal.as_mut() {
-            j.push(JournalEntry::Drop(Bytes::copy_from_slice(key)));
+            j.push_drop(key);
         }
     }
 

@@ -57,7 +57,6 @@ use placement::{key_hash, Replica, Tier};
 use store::MemStore;
 
 use crate::clock::Clock;
-use crate::codec::JournalEntry;
 use crate::config::Limits;
 use crate::view::ViewState;
 
@@ -266,7 +265,7 @@ pub struct Shard {
     /// Keys under a write policy: dirty keys, batches, the mode.
     backing: backing::Backing,
     /// Changes waiting to be written to the write-ahead log (`None`: no log).
-    journal: Option<Vec<JournalEntry>>,
+    journal: Option<crate::codec_journal::JournalBuf>,
     /// Why the write-ahead log refuses appends, while it does: writes are refused too.
     journal_failure: Option<String>,
     /// Operations refused because durable storage failed.

@@ -587,14 +587,17 @@ impl Shard {
     /// write: see [`Shard::gossips_writes`]).
     pub(super) fn apply(&mut self, key: &[u8], delta: Record) -> Result<(), NodeError> {
         self.hlc.observe(delta.epoch);
-        self.merge_into_store(key, delta.clone())?;
         let gossiped = if delta.value.is_none() {
             self.replicated(key)
         } else {
             self.gossips_writes(key)
         };
         if gossiped {
+            self.merge_into_store(key, delta.clone())?;
             self.add_to_changeset(key, delta);
+        } else {
+            // A key no other replica takes writes for: the store gets the delta itself.
+            self.merge_into_store(key, delta)?;
         }
         Ok(())
     }
