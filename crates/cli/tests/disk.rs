@@ -539,3 +539,62 @@ async fn read_back(node: &NodeProc, keys: &[String], wait_disk: bool) {
         );
     }
 }
+
+/// `latticekv local` runs its disk node's threads (workers, LSM flushes and compactions) at
+/// a lower priority than the memory node's, which answer the requests: background work on
+/// the disk tier yields a shared core to them (`node::priority`).
+#[test]
+fn local_runs_its_disk_node_below_the_memory_node() {
+    let node = NodeProc::start(&["--workers", "1"]);
+    let rt = rt();
+    rt.block_on(async {
+        let c = Client::connect(&node.native.to_string()).await.unwrap();
+        wait_for_disk_node(&c).await;
+    });
+    let pid = node.0.child.id();
+    // (thread name, nice) of every thread of the process.
+    let read_threads = || -> Vec<(String, i64)> {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+            .map(|stat| {
+                let (open, close) = (stat.find('(').unwrap(), stat.rfind(')').unwrap());
+                // Fields after the name: state is field 3, nice field 19.
+                let rest: Vec<&str> = stat[close + 2..].split(' ').collect();
+                (stat[open + 1..close].to_string(), rest[16].parse().unwrap())
+            })
+            .collect()
+    };
+    let workers_of = |threads: &[(String, i64)]| -> Vec<i64> {
+        threads
+            .iter()
+            .filter(|(name, _)| name == "lkv-worker-0")
+            .map(|&(_, nice)| nice)
+            .collect()
+    };
+    // The disk node's workers start after it joined the cluster.
+    let mut threads = read_threads();
+    for _ in 0..200 {
+        if workers_of(&threads).len() == 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        threads = read_threads();
+    }
+    let workers = workers_of(&threads);
+    let base = workers.iter().copied().min().unwrap();
+    assert_eq!(workers.len(), 2, "a memory and a disk worker: {threads:?}");
+    assert_eq!(
+        workers.iter().filter(|&&n| n == base + 10).count(),
+        1,
+        "the disk node's worker runs 10 nice steps below the memory node's: {threads:?}"
+    );
+    assert!(
+        threads
+            .iter()
+            .filter(|(_, nice)| *nice == base + 10)
+            .count()
+            > 1,
+        "the disk node's other threads inherit its priority: {threads:?}"
+    );
+}

@@ -144,6 +144,11 @@ impl<'a> Shape<'a> {
     /// Writes field 2 of a `Gossip.Entry` (the record), with its length.
     fn put(&self, buf: &mut Vec<u8>) {
         put_len_prefix(buf, 2, self.len());
+        self.put_body(buf);
+    }
+
+    /// Writes the `Record` message's fields.
+    fn put_body(&self, buf: &mut Vec<u8>) {
         put_ts(buf, 1, self.epoch);
         if let Some((ts, value)) = self.lww {
             let lww = lww_len(ts, value);
@@ -164,6 +169,26 @@ impl<'a> Shape<'a> {
             }
         }
     }
+}
+
+/// Appends the protobuf encoding of `record` (a `Record` message, as
+/// `wire::convert::record_to_pb(record).encode_to_vec()` gives) to `buf`.
+pub fn put_record(buf: &mut Vec<u8>, record: &Record) {
+    match Shape::of(record) {
+        Some(shape) => shape.put_body(buf),
+        None => wire::convert::record_to_pb(record).encode_raw(buf),
+    }
+}
+
+/// Appends the encoding [`put_record`] gives of a live LWW register written at `ts` whose
+/// epoch is `ts` and which has no expiry (how the memory store packs most records).
+pub fn put_lww_record(buf: &mut Vec<u8>, ts: Timestamp, value: &[u8]) {
+    Shape {
+        epoch: ts,
+        lww: Some((ts, value)),
+        expiry: None,
+    }
+    .put_body(buf);
 }
 
 /// The length of a `Gossip.Entry` with `key` and a record of `record` bytes (`None`: a
@@ -294,6 +319,24 @@ mod tests {
                 assert!(buf.is_empty() && buf.take().is_empty());
             }
         }
+    }
+
+    #[test]
+    fn puts_records_as_their_protobuf_messages() {
+        for record in records() {
+            let mut buf = vec![9];
+            put_record(&mut buf, &record);
+            let pb = wire::convert::record_to_pb(&record).encode_to_vec();
+            assert_eq!(buf[1..], pb[..], "{record:?}");
+        }
+        let ts = Timestamp::new(1 << 41, 3);
+        let mut buf = Vec::new();
+        put_lww_record(&mut buf, ts, b"packed");
+        let record = Record::new(
+            ts,
+            Some(Value::Lww(Lww::new(ts, Box::from(&b"packed"[..])))),
+        );
+        assert_eq!(buf, wire::convert::record_to_pb(&record).encode_to_vec());
     }
 
     #[test]

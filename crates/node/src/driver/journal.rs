@@ -380,6 +380,8 @@ async fn snapshot(
     std::thread::Builder::new()
         .name("lkv-snapshot".into())
         .spawn(move || {
+            // Nobody waits for a snapshot: requests on this core go first.
+            crate::priority::lower_this_thread(crate::priority::BACKGROUND_NICE);
             let mut rx = rx;
             let mut result = Ok(());
             while let Some(chunk) = rx.blocking_recv() {

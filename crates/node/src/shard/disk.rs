@@ -195,6 +195,31 @@ impl Shard {
         }
     }
 
+    /// Like [`for_each_in_partition`](Self::for_each_in_partition) from the start of the
+    /// partition, lending each record instead of copying those held in RAM.
+    pub(super) fn for_each_ref_in_partition(
+        &self,
+        partition: usize,
+        mut f: impl FnMut(&[u8], store::RecordRef<'_>) -> bool,
+    ) {
+        match &self.disk {
+            Some(d) => {
+                for (key, record) in d.store.iter_partition(partition, None).flatten() {
+                    if !f(&key, store::RecordRef::Full(&record)) {
+                        return;
+                    }
+                }
+            }
+            None => {
+                for (key, record) in self.store.iter_partition(partition) {
+                    if !f(key, record) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
     /// Entries in partition `partition` (an estimate on disk: the store's share).
     pub(super) fn partition_entries(&self, partition: usize) -> usize {
         match &self.disk {

@@ -9,11 +9,11 @@
 //! paced, so no step holds the worker for long and no answer exceeds a bounded size.
 
 use bytes::Bytes;
-use lattice::Record;
 use placement::Replica;
-use prost::Message;
+use store::RecordRef;
 
 use super::{GossipBatch, Shard};
+use crate::codec_journal;
 
 /// Where a repair answer stopped: the next bucket to read, and how many of its entries
 /// were already sent (anti-entropy answers are bounded; the asker continues from here).
@@ -36,12 +36,17 @@ pub fn bucket_of(key: &[u8]) -> usize {
     store::partition_of(key)
 }
 
-/// Hash of one (key, record): the record's canonical protobuf encoding (ordered maps), so
-/// equal states hash equal on every replica.
-fn entry_hash(key: &[u8], record: &Record) -> u64 {
-    let mut bytes = key.to_vec();
-    bytes.extend_from_slice(&wire::convert::record_to_pb(record).encode_to_vec());
-    xxhash_rust::xxh3::xxh3_64(&bytes)
+/// Hash of one (key, record): of the key followed by the record's canonical protobuf
+/// encoding (ordered maps), so equal states hash equal on every replica. `scratch` is
+/// reused from entry to entry (a digest hashes every entry of its buckets).
+fn entry_hash(scratch: &mut Vec<u8>, key: &[u8], record: RecordRef<'_>) -> u64 {
+    scratch.clear();
+    scratch.extend_from_slice(key);
+    match record {
+        RecordRef::Lww { ts, value } => codec_journal::put_lww_record(scratch, ts, value),
+        RecordRef::Full(r) => codec_journal::put_record(scratch, r),
+    }
+    xxhash_rust::xxh3::xxh3_64(scratch)
 }
 
 impl Shard {
@@ -55,12 +60,13 @@ impl Shard {
     /// this worker shares with `peer`.
     pub fn digest_range(&self, peer: Replica, first: usize, count: usize) -> Vec<u64> {
         let end = first.saturating_add(count).min(BUCKETS);
+        let mut scratch = Vec::new();
         (first.min(end)..end)
             .map(|bucket| {
                 let mut sum = 0u64;
-                self.for_each_in_partition(bucket, None, |key, record| {
+                self.for_each_ref_in_partition(bucket, |key, record| {
                     if self.shared_with(key, peer) {
-                        sum = sum.wrapping_add(entry_hash(key, &record));
+                        sum = sum.wrapping_add(entry_hash(&mut scratch, key, record));
                     }
                     true
                 });
@@ -160,5 +166,44 @@ impl Shard {
         (first.min(end)..end)
             .map(|b| self.partition_entries(b))
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lattice::{Expiry, Lww, Record, Timestamp, Value};
+    use prost::Message;
+    use store::RecordRef;
+
+    use super::entry_hash;
+
+    /// The hash as the first versions computed it: nodes of different versions must agree
+    /// on digests, or every anti-entropy session repairs buckets that are equal.
+    fn hash_as_before(key: &[u8], record: &Record) -> u64 {
+        let mut bytes = key.to_vec();
+        bytes.extend_from_slice(&wire::convert::record_to_pb(record).encode_to_vec());
+        xxhash_rust::xxh3::xxh3_64(&bytes)
+    }
+
+    #[test]
+    fn entry_hashes_are_those_of_earlier_versions() {
+        let ts = Timestamp::new(1 << 40, 7);
+        let lww = Record::new(ts, Some(Value::Lww(Lww::new(ts, Box::from(&b"v"[..])))));
+        let mut expiring = lww.clone();
+        expiring.expiry = Some(Box::new(Expiry::new(ts, Some(1_900_000_000_000))));
+        let set = Record::new(ts, Some(Value::Set(Default::default())));
+        let mut scratch = vec![1, 2, 3];
+        for record in [&lww, &expiring, &set, &Record::tombstone(ts)] {
+            assert_eq!(
+                entry_hash(&mut scratch, b"key", RecordRef::Full(record)),
+                hash_as_before(b"key", record),
+                "{record:?}"
+            );
+        }
+        let packed = RecordRef::Lww { ts, value: b"v" };
+        assert_eq!(
+            entry_hash(&mut scratch, b"key", packed),
+            hash_as_before(b"key", &lww)
+        );
     }
 }

@@ -1,0 +1,60 @@
+//! Scheduling priority of background threads: work that no request waits for yields the
+//! CPU to the threads that serve requests when both want it.
+//!
+//! On Linux the nice value belongs to a thread and is inherited by the threads it starts,
+//! so lowering it on a thread before it starts a component (the disk nodes `latticekv
+//! local` runs beside its memory node, with their LSM's flush and compaction threads) lowers
+//! the whole component. Lowering needs no privilege; it cannot be raised back without one.
+
+/// How much `latticekv local` lowers the priority of its disk nodes, and a memory node
+/// the priority of its snapshot thread: at nice 10 a busy thread gets about a tenth of a
+/// contended core against one at nice 0 (CFS weights 110 and 1024), and all of an idle one.
+pub const BACKGROUND_NICE: i32 = 10;
+
+/// Lowers the calling thread's priority by `by` nice steps (and so that of every thread it
+/// starts afterwards). Best effort: where it fails or is unsupported, nothing changes.
+pub fn lower_this_thread(by: i32) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: nice(2) changes only the calling thread's scheduling priority.
+        let r = unsafe { libc::nice(by) };
+        if r == -1 && std::io::Error::last_os_error().raw_os_error().unwrap_or(0) != 0 {
+            tracing::debug!(error = %std::io::Error::last_os_error(), "could not lower a thread's priority");
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = by;
+}
+
+/// The calling thread's nice value (Linux; 0 elsewhere).
+pub fn this_thread_nice() -> i32 {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: getpriority(2) reads the calling thread's priority (who = 0).
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
+    }
+    #[cfg(not(target_os = "linux"))]
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn lowering_a_thread_lowers_it_and_the_threads_it_starts_but_not_others() {
+        let before = this_thread_nice();
+        let (own, child) = std::thread::spawn(|| {
+            lower_this_thread(3);
+            let own = this_thread_nice();
+            let child = std::thread::spawn(this_thread_nice).join().unwrap();
+            (own, child)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(own, (before + 3).min(19));
+        assert_eq!(child, own, "a thread started afterwards inherits it");
+        assert_eq!(this_thread_nice(), before, "other threads keep theirs");
+    }
+}
