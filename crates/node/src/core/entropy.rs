@@ -30,7 +30,7 @@ use crate::shard::BUCKETS;
 /// Most entries one step's digest reads (the range shrinks to fit, down to one bucket).
 /// About a millisecond of the worker's time in a release build: requests wait at most
 /// that long behind a step (16,384 held them for tens of ms, `bench/background`).
-const STEP_ENTRIES: usize = 4 * 1024;
+const STEP_ENTRIES: usize = 2 * 1024;
 
 /// Pause before the next session after one failed, ms.
 const AFTER_FAILURE_MS: u64 = 1_000;

@@ -39,6 +39,16 @@ const SWEEP_PARTITIONS: usize = 8;
 /// Pause between sweeps of the whole store, ms.
 const SWEEP_EVERY_MS: u64 = 1_000;
 
+/// Pause between two sweep steps of a pass, ms: a pass of the 256 partitions takes about a
+/// third of a second instead of every turn of the worker's loop (on a disk-tier worker each
+/// step is a range scan of the LSM).
+const SWEEP_STEP_MS: u64 = 10;
+
+/// Pause after a round before the next sweep step, ms: at most [`ROUND_TOMBSTONES`] per
+/// this long (about 10,000 a second per worker), so a mass delete is reclaimed at a pace
+/// that leaves the worker to its requests (`bench/background`'s tombstone phase).
+const ROUND_PAUSE_MS: u64 = 50;
+
 /// Times a `Reclaim` that got no answer is sent again.
 const RECLAIM_RETRIES: u8 = 3;
 
@@ -108,6 +118,7 @@ impl Core {
             return;
         }
         let grace = self.config.tombstone_grace_ms;
+        self.reclaim.next_sweep = now + SWEEP_STEP_MS;
         for _ in 0..SWEEP_PARTITIONS {
             let p = self.reclaim.cursor;
             self.shard
@@ -225,6 +236,8 @@ impl Core {
         let Some(round) = self.reclaim.round.take() else {
             return;
         };
+        let pause_until = self.now() + ROUND_PAUSE_MS;
+        self.reclaim.next_sweep = self.reclaim.next_sweep.max(pause_until);
         let me = self.me();
         let view = self.shard.view().clone();
         let mut mine = Vec::new();
