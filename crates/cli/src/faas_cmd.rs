@@ -39,9 +39,9 @@ struct SchedulerArgs {
     #[arg(long, default_value_t = 60)]
     call_timeout: u64,
     /// Dependency-metadata GC: a round over this scheduler's caching hosts every this many
-    /// milliseconds (0: off). Only when this is the one scheduler with caching hosts on
-    /// the store (docs/serverless.md).
-    #[arg(long, env = "LATTICEKV_FAAS_DEP_GC_MS", default_value_t = 0)]
+    /// milliseconds (0: off). Rounds pause while another scheduler runs on the store
+    /// (docs/serverless.md).
+    #[arg(long, env = "LATTICEKV_FAAS_DEP_GC_MS", default_value_t = DEFAULT_DEP_GC_MS)]
     dep_gc_ms: u64,
 }
 
@@ -238,11 +238,14 @@ pub struct LocalFaasArgs {
     #[arg(long, env = "LATTICEKV_FAAS_REFRESH_MS", default_value_t = 100)]
     pub(crate) faas_refresh_ms: u64,
     /// Dependency-metadata GC: a round over the scheduler's caching hosts every this many
-    /// milliseconds (0: off). Only when this is the one scheduler with caching hosts on
-    /// the store (docs/serverless.md).
-    #[arg(long, env = "LATTICEKV_FAAS_DEP_GC_MS", default_value_t = 0)]
+    /// milliseconds (0: off). Rounds pause while another scheduler runs on the store
+    /// (docs/serverless.md).
+    #[arg(long, env = "LATTICEKV_FAAS_DEP_GC_MS", default_value_t = DEFAULT_DEP_GC_MS)]
     pub(crate) faas_dep_gc_ms: u64,
 }
+
+/// `--dep-gc-ms`'s default, [`faas::scheduler::DEFAULT_DEP_GC_PERIOD`] in ms.
+const DEFAULT_DEP_GC_MS: u64 = faas::scheduler::DEFAULT_DEP_GC_PERIOD.as_millis() as u64;
 
 /// The GC period of a `--dep-gc-ms` value (0: off).
 fn dep_gc(ms: u64) -> Option<std::time::Duration> {

@@ -11,6 +11,7 @@
 //! while it runs, so the SDK can find it from the store's address.
 
 mod gc;
+pub mod lease;
 mod spread;
 mod stats;
 
@@ -49,10 +50,21 @@ pub struct SchedulerConfig {
     /// Keys the data-locality map remembers (default 100 000).
     pub locality_keys: usize,
     /// Dependency-metadata GC: a round every this often over the caching hosts of this
-    /// scheduler (`None`, the default: off). Sound only when every causal cache reading
-    /// this store's keys is a host of this scheduler (docs/serverless.md).
+    /// scheduler (`None`: off; the library's default, while the command line's is
+    /// [`DEFAULT_DEP_GC_PERIOD`]). Rounds run only while no other scheduler holds a lease
+    /// on the store ([`lease`]); still assumed: every causal cache reading this store's
+    /// keys is a host of some scheduler of the store (docs/serverless.md).
     pub dep_gc_period: Option<Duration>,
+    /// How often this scheduler renews its lease on the store (default 1 s).
+    pub heartbeat: Duration,
+    /// How long another scheduler whose heartbeat does not move still counts as live
+    /// (default 10 s).
+    pub lease: Duration,
 }
+
+/// The dependency-GC period `latticekv faas scheduler` and `latticekv local --faas` use
+/// unless told otherwise (docs/serverless.md, "Dependency-metadata GC": why 1 s).
+pub const DEFAULT_DEP_GC_PERIOD: Duration = Duration::from_secs(1);
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
@@ -64,6 +76,8 @@ impl Default for SchedulerConfig {
             max_runs: 100_000,
             locality_keys: crate::placement::DEFAULT_LOCALITY_KEYS,
             dep_gc_period: None,
+            heartbeat: Duration::from_secs(1),
+            lease: Duration::from_secs(10),
         }
     }
 }
@@ -134,6 +148,8 @@ fn response(
 
 struct Shared {
     config: SchedulerConfig,
+    /// This scheduler's id in the store's [`lease::LEASES_KEY`].
+    id: String,
     registry: Registry,
     state: Mutex<State>,
     /// Connected compute hosts, for [`Scheduler::hosts`].
@@ -240,10 +256,15 @@ impl Scheduler {
         };
         let listener = TcpListener::bind(listen).await.map_err(io)?;
         let addr = listener.local_addr().map_err(io)?.to_string();
+        // The lease first: a peer running GC rounds stops before this scheduler's hosts
+        // can read anything.
+        let id = lease::new_id();
+        lease::register(&store, &id).await?;
         store
             .set_add(crate::SCHEDULERS_KEY, [addr.as_bytes()])
             .await?;
         let shared = Arc::new(Shared {
+            id,
             registry: Registry::new(store.clone()),
             state: Mutex::new(State {
                 placement: Placement::new(config.locality_keys),
@@ -284,6 +305,11 @@ impl Scheduler {
             .local_addr()
             .map(|a| a.to_string())
             .unwrap_or_default();
+        let heartbeat = tokio::spawn(heartbeat(
+            self.store.clone(),
+            self.shared.id.clone(),
+            self.shared.config.heartbeat,
+        ));
         if let Some(period) = self.shared.config.dep_gc_period {
             tokio::spawn(gc::run(
                 self.shared.clone(),
@@ -307,11 +333,29 @@ impl Scheduler {
                 _ = shutdown.wait_for(|s| *s) => break,
             }
         }
+        heartbeat.abort();
         let _ = self
             .store
             .set_remove(crate::SCHEDULERS_KEY, [addr.as_bytes()])
             .await;
+        lease::withdraw(&self.store, &self.shared.id).await;
         Ok(())
+    }
+
+    /// This scheduler's id in the store's [`lease::LEASES_KEY`].
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+}
+
+/// Renews the scheduler's lease every `period` (errors are logged: a peer may then take
+/// it for dead after its lease, and the next beat registers it again).
+async fn heartbeat(store: client::Client, id: String, period: Duration) {
+    loop {
+        tokio::time::sleep(period).await;
+        if let Err(e) = lease::beat(&store, &id).await {
+            tracing::warn!("faas scheduler {id}: renewing its lease: {e}");
+        }
     }
 }
 
