@@ -63,8 +63,8 @@ pub struct SchedulerConfig {
 }
 
 /// The dependency-GC period `latticekv faas scheduler` and `latticekv local --faas` use
-/// unless told otherwise (docs/serverless.md, "Dependency-metadata GC": why 1 s).
-pub const DEFAULT_DEP_GC_PERIOD: Duration = Duration::from_secs(1);
+/// unless told otherwise (docs/serverless.md, "Dependency-metadata GC": why 200 ms).
+pub const DEFAULT_DEP_GC_PERIOD: Duration = Duration::from_millis(200);
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
