@@ -205,3 +205,45 @@ fn a_second_scheduler_pauses_the_first_ones_gc_rounds() {
         assert!(!members(&client).await.contains(&c_id));
     });
 }
+
+/// A round samples every replica of its keys with one `get_many_at` per replica address:
+/// each answers what it holds, as `get_at` key by key does.
+#[test]
+fn a_batched_sample_reads_what_each_replica_holds() {
+    let node = store();
+    rt().block_on(async {
+        let client = client::Client::connect(&node.native.to_string())
+            .await
+            .unwrap();
+        let keys: Vec<String> = (0..50).map(|i| format!("sample{i}")).collect();
+        for (i, k) in keys.iter().enumerate() {
+            client.assign(k, format!("v{i}")).await.unwrap();
+        }
+        let layout = client.layout();
+        let mut by_addr: std::collections::BTreeMap<String, Vec<&String>> = Default::default();
+        for k in &keys {
+            for rep in layout.replicas(k.as_bytes()) {
+                let addr = layout.addr(rep).unwrap().to_string();
+                by_addr.entry(addr).or_default().push(k);
+            }
+        }
+        assert!(!by_addr.is_empty());
+        for (addr, ks) in &by_addr {
+            let answers = client.get_many_at(addr, ks).await.unwrap();
+            assert_eq!(answers.len(), ks.len());
+            for (k, a) in ks.iter().zip(answers) {
+                let one = client.get_at(addr, k.as_bytes()).await.unwrap();
+                assert_eq!(a.unwrap(), one, "{k} at {addr}");
+            }
+        }
+        // A worker that is not a key's replica does not answer for it.
+        let addrs: Vec<&String> = by_addr.keys().collect();
+        assert_eq!(addrs.len(), 2, "two workers, keys spread over both");
+        let stranger = keys
+            .iter()
+            .find(|k| !by_addr[addrs[0]].contains(k))
+            .expect("a key not held by the first worker");
+        let a = client.get_many_at(addrs[0], &[stranger]).await.unwrap();
+        assert!(a[0].is_err(), "{a:?}");
+    });
+}

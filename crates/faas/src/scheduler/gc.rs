@@ -19,7 +19,7 @@
 //! scheduler is live the rounds pause (logged when that changes, and counted), and resume
 //! when its lease ends.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +36,8 @@ use crate::values::causal_of;
 
 /// How long a round waits for the hosts' reports.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Keys per sampling request to one replica address.
+const SAMPLE_BATCH: usize = 1000;
 
 /// The round waiting for reports, as the scheduler's state holds it.
 pub(super) struct Waiting {
@@ -192,31 +194,54 @@ async fn round(
     if shared.lock().caches.is_empty() {
         return Err(abandoned("no caching host"));
     }
-    // 1. Sample every replica of every key, before any probe is sent.
+    // 1. Sample every replica of every key, before any probe is sent: one request per
+    //    replica address and batch of keys (a key by key sample made rounds take seconds
+    //    under load, and the lists grow between rounds).
     let mut r = Round::new(previous);
     let mut next: BTreeSet<Key> = BTreeSet::new();
     let layout = store.layout();
+    let mut left_out: HashSet<&Key> = HashSet::new();
+    let mut by_addr: BTreeMap<String, Vec<&Key>> = BTreeMap::new();
     for key in keys {
-        let mut values: Vec<MultiKeyCausal> = Vec::new();
-        let mut complete = true;
         let replicas = layout.replicas(key);
-        for rep in &replicas {
-            let Some(addr) = layout.addr(*rep) else {
-                complete = false;
-                break;
-            };
-            match store.get_at(addr, key).await {
-                Ok(v) => values.push(v.map(causal_of).unwrap_or_default()),
-                Err(_) => {
-                    complete = false;
-                    break;
+        if replicas.is_empty() {
+            left_out.insert(key);
+        }
+        for rep in replicas {
+            match layout.addr(rep) {
+                Some(addr) => by_addr.entry(addr.to_string()).or_default().push(key),
+                None => {
+                    left_out.insert(key);
                 }
             }
         }
-        if !complete || replicas.is_empty() {
-            continue; // left out: keeps its previous clock
+    }
+    let mut sampled: HashMap<&Key, Vec<MultiKeyCausal>> = HashMap::new();
+    for (addr, batch) in &by_addr {
+        for chunk in batch.chunks(SAMPLE_BATCH) {
+            match store.get_many_at(addr, chunk).await {
+                Ok(answers) => {
+                    for (key, a) in chunk.iter().zip(answers) {
+                        match a {
+                            Ok(v) => sampled
+                                .entry(key)
+                                .or_default()
+                                .push(v.map(causal_of).unwrap_or_default()),
+                            Err(_) => {
+                                left_out.insert(key);
+                            }
+                        }
+                    }
+                }
+                Err(_) => left_out.extend(chunk.iter().copied()),
+            }
         }
-        for v in &values {
+    }
+    for (key, values) in &sampled {
+        if left_out.contains(key) {
+            continue; // a replica could not be read: the key keeps its clock
+        }
+        for v in values {
             r.sample(key, v);
             next.extend(v.deps().into_keys());
         }
