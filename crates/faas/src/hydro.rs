@@ -571,6 +571,14 @@ impl DataPlane for CausalCache {
         Box::pin(self.commit_writes(run_id, writes))
     }
 
+    fn committed<'a>(&'a self, marker: &'a str) -> BoxFuture<'a, Result<bool, String>> {
+        Box::pin(crate::data::marker_exists(&self.store, marker))
+    }
+
+    fn mark_committed<'a>(&'a self, marker: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(crate::data::set_marker(&self.store, marker))
+    }
+
     fn release(&self, run_id: u64) {
         let mut g = self.lock();
         g.runs.remove(&run_id);

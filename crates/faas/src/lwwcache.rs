@@ -136,6 +136,14 @@ impl LwwCache {
 }
 
 impl DataPlane for LwwCache {
+    fn committed<'a>(&'a self, marker: &'a str) -> BoxFuture<'a, Result<bool, String>> {
+        Box::pin(crate::data::marker_exists(&self.store, marker))
+    }
+
+    fn mark_committed<'a>(&'a self, marker: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(crate::data::set_marker(&self.store, marker))
+    }
+
     fn snapshot<'a>(
         &'a self,
         _run_id: u64,

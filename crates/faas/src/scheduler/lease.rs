@@ -44,6 +44,17 @@ pub(super) async fn beat(store: &client::Client, id: &str) -> Result<(), client:
     register(store, id).await
 }
 
+/// Renews the scheduler's lease every `period` (errors are logged: a peer may then take
+/// it for dead after its lease, and the next beat registers it again).
+pub(super) async fn renew(store: client::Client, id: String, period: Duration) {
+    loop {
+        tokio::time::sleep(period).await;
+        if let Err(e) = beat(&store, &id).await {
+            tracing::warn!("faas scheduler {id}: renewing its lease: {e}");
+        }
+    }
+}
+
 /// Withdraws `id` (a clean stop).
 pub(super) async fn withdraw(store: &client::Client, id: &str) {
     let _ = store.set_remove(LEASES_KEY, [id.as_bytes()]).await;

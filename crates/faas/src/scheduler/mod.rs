@@ -127,7 +127,12 @@ struct State {
     stats: SchedulerStats,
     /// The dependency-GC round waiting for reports.
     gc: Option<gc::Waiting>,
+    /// Commit markers of ended calls, for the task deleting them from the store.
+    ended_markers: Option<mpsc::Sender<String>>,
 }
+
+/// Commit markers waiting to be deleted, at most; beyond, a marker is left in the store.
+const MARKERS_QUEUED: usize = 10_000;
 
 /// Messages to send once the state's lock is released.
 type Outbox = Vec<(Out, pb::FromScheduler)>;
@@ -219,6 +224,10 @@ impl State {
             run.stats.attempts = spread.attempts();
             self.end_attempt(spread, outbox);
         }
+        if let Some(tx) = &self.ended_markers {
+            // No run of the call commits any more: its marker has done its work.
+            let _ = tx.try_send(std::mem::take(&mut run.msg.commit_marker));
+        }
         self.stats
             .call(run.msg.protocol, &result, run.started.elapsed());
         run.stats.protocol = run.msg.protocol;
@@ -232,6 +241,8 @@ pub struct Scheduler {
     listener: TcpListener,
     shared: Arc<Shared>,
     store: client::Client,
+    /// Commit markers of ended calls, deleted by a task of [`Scheduler::serve`].
+    ended_markers: mpsc::Receiver<String>,
 }
 
 impl Scheduler {
@@ -263,11 +274,13 @@ impl Scheduler {
         store
             .set_add(crate::SCHEDULERS_KEY, [addr.as_bytes()])
             .await?;
+        let (markers_tx, ended_markers) = mpsc::channel(MARKERS_QUEUED);
         let shared = Arc::new(Shared {
             id,
             registry: Registry::new(store.clone()),
             state: Mutex::new(State {
                 placement: Placement::new(config.locality_keys),
+                ended_markers: Some(markers_tx),
                 ..State::default()
             }),
             config,
@@ -277,6 +290,7 @@ impl Scheduler {
             listener,
             shared,
             store,
+            ended_markers,
         })
     }
 
@@ -299,13 +313,15 @@ impl Scheduler {
     ///
     /// # Errors
     /// None today (the signature leaves room for a failing listener).
-    pub async fn serve(self, mut shutdown: watch::Receiver<bool>) -> Result<(), FaasError> {
+    pub async fn serve(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), FaasError> {
         let addr = self
             .listener
             .local_addr()
             .map(|a| a.to_string())
             .unwrap_or_default();
-        let heartbeat = tokio::spawn(heartbeat(
+        let markers = std::mem::replace(&mut self.ended_markers, mpsc::channel(1).1);
+        let deleter = tokio::spawn(delete_markers(self.store.clone(), markers));
+        let heartbeat = tokio::spawn(lease::renew(
             self.store.clone(),
             self.shared.id.clone(),
             self.shared.config.heartbeat,
@@ -334,6 +350,7 @@ impl Scheduler {
             }
         }
         heartbeat.abort();
+        deleter.abort();
         let _ = self
             .store
             .set_remove(crate::SCHEDULERS_KEY, [addr.as_bytes()])
@@ -348,13 +365,12 @@ impl Scheduler {
     }
 }
 
-/// Renews the scheduler's lease every `period` (errors are logged: a peer may then take
-/// it for dead after its lease, and the next beat registers it again).
-async fn heartbeat(store: client::Client, id: String, period: Duration) {
-    loop {
-        tokio::time::sleep(period).await;
-        if let Err(e) = lease::beat(&store, &id).await {
-            tracing::warn!("faas scheduler {id}: renewing its lease: {e}");
+/// Deletes the commit markers of ended calls (errors ignored: a marker left behind costs a
+/// key, nothing else).
+async fn delete_markers(store: client::Client, mut markers: mpsc::Receiver<String>) {
+    while let Some(m) = markers.recv().await {
+        if !m.is_empty() {
+            let _ = store.delete(&m).await;
         }
     }
 }
@@ -671,6 +687,11 @@ async fn start_run(
                     args,
                     protocol: protocol as i32,
                     timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
+                    commit_marker: format!(
+                        "{}{}/{run_id}",
+                        crate::data::COMMIT_MARKER_PREFIX,
+                        shared.id
+                    ),
                 },
                 keys,
                 reply,
