@@ -39,9 +39,9 @@ struct SchedulerArgs {
     #[arg(long, default_value_t = 60)]
     call_timeout: u64,
     /// Dependency-metadata GC: a round over this scheduler's caching hosts every this many
-    /// milliseconds (0: off). Only when this is the one scheduler with caching hosts on
-    /// the store (docs/serverless.md).
-    #[arg(long, env = "LATTICEKV_FAAS_DEP_GC_MS", default_value_t = 0)]
+    /// milliseconds (0: off). Rounds pause while another scheduler runs on the store
+    /// (docs/serverless.md).
+    #[arg(long, env = "LATTICEKV_FAAS_DEP_GC_MS", default_value_t = DEFAULT_DEP_GC_MS)]
     dep_gc_ms: u64,
 }
 
@@ -80,12 +80,16 @@ pub(crate) enum DataPlaneKind {
     /// No cache: each key read from the store, writes as LWW values one by one (a
     /// baseline without consistency across keys).
     Direct,
+    /// A cache per host with no causal protocol (the paper's LWW baseline): keys read
+    /// through it, refreshed after `--refresh-ms`; writes as LWW values.
+    LwwCache,
 }
 
 /// The data-plane settings of a compute host.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct DataPlaneArgs {
-    /// The host's data plane: `cache` (HydroCache) or `direct` (no cache).
+    /// The host's data plane: `cache` (HydroCache), `direct` (no cache) or `lww-cache` (a
+    /// cache without causal consistency, the paper's LWW baseline).
     #[arg(
         long,
         env = "LATTICEKV_FAAS_DATA_PLANE",
@@ -93,11 +97,12 @@ pub(crate) struct DataPlaneArgs {
         default_value = "cache"
     )]
     pub(crate) data_plane: DataPlaneKind,
-    /// The causal cache's capacity, in MiB.
+    /// The cache's capacity, in MiB.
     #[arg(long, env = "LATTICEKV_FAAS_CACHE_MB", default_value_t = 256)]
     pub(crate) cache_mb: usize,
     /// The period of the cache's store subscriptions (its refresh), in milliseconds; the
-    /// store clamps it to [10, 60000].
+    /// store clamps it to [10, 60000]. With `lww-cache`, how long a cached value is served
+    /// before it is read again.
     #[arg(long, env = "LATTICEKV_FAAS_REFRESH_MS", default_value_t = 100)]
     pub(crate) refresh_ms: u64,
 }
@@ -124,6 +129,13 @@ impl DataPlaneArgs {
     ) {
         match self.data_plane {
             DataPlaneKind::Direct => (Arc::new(faas::data::DirectStore::new(store)), None),
+            DataPlaneKind::LwwCache => {
+                let config = faas::lwwcache::LwwCacheConfig {
+                    capacity: self.cache_mb.max(1).saturating_mul(1 << 20),
+                    refresh: std::time::Duration::from_millis(self.refresh_ms.max(1)),
+                };
+                (Arc::new(faas::lwwcache::LwwCache::new(store, config)), None)
+            }
             DataPlaneKind::Cache => {
                 let config = faas::hydro::CacheConfig {
                     capacity: self.cache_mb.max(1).saturating_mul(1 << 20),
@@ -223,7 +235,8 @@ pub struct LocalFaasArgs {
     /// The Python interpreter of the executors (it must have the `latticekv` package).
     #[arg(long, env = "LATTICEKV_FAAS_PYTHON", default_value = "python3")]
     pub(crate) faas_python: String,
-    /// The compute host's data plane: `cache` (HydroCache) or `direct` (no cache).
+    /// The compute host's data plane: `cache` (HydroCache), `direct` (no cache) or
+    /// `lww-cache` (a cache without causal consistency, the paper's LWW baseline).
     #[arg(
         long,
         env = "LATTICEKV_FAAS_DATA_PLANE",
@@ -238,11 +251,14 @@ pub struct LocalFaasArgs {
     #[arg(long, env = "LATTICEKV_FAAS_REFRESH_MS", default_value_t = 100)]
     pub(crate) faas_refresh_ms: u64,
     /// Dependency-metadata GC: a round over the scheduler's caching hosts every this many
-    /// milliseconds (0: off). Only when this is the one scheduler with caching hosts on
-    /// the store (docs/serverless.md).
-    #[arg(long, env = "LATTICEKV_FAAS_DEP_GC_MS", default_value_t = 0)]
+    /// milliseconds (0: off). Rounds pause while another scheduler runs on the store
+    /// (docs/serverless.md).
+    #[arg(long, env = "LATTICEKV_FAAS_DEP_GC_MS", default_value_t = DEFAULT_DEP_GC_MS)]
     pub(crate) faas_dep_gc_ms: u64,
 }
+
+/// `--dep-gc-ms`'s default, [`faas::scheduler::DEFAULT_DEP_GC_PERIOD`] in ms.
+const DEFAULT_DEP_GC_MS: u64 = faas::scheduler::DEFAULT_DEP_GC_PERIOD.as_millis() as u64;
 
 /// The GC period of a `--dep-gc-ms` value (0: off).
 fn dep_gc(ms: u64) -> Option<std::time::Duration> {

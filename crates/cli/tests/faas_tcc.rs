@@ -215,6 +215,7 @@ impl Link {
             args: args.into_iter().collect(),
             protocol: pb::Protocol::Ct as i32,
             timeout_ms: 30_000,
+            commit_marker: String::new(),
         };
         let (tx, rx) = oneshot::channel();
         self.waiting.lock().unwrap().insert(run_id, tx);

@@ -309,6 +309,32 @@ impl Client {
         }
     }
 
+    /// Reads `keys` at one given worker address in one request (`GetMany`), without
+    /// redirects or retries elsewhere: per key, what that replica holds or the error it
+    /// answered for it (a redirect for a key it does not hold). The batched
+    /// [`get_at`](Client::get_at).
+    ///
+    /// # Errors
+    /// The request failing as a whole.
+    pub async fn get_many_at<K: AsRef<[u8]>>(
+        &self,
+        addr: &str,
+        keys: &[K],
+    ) -> Result<Vec<Result<Option<Value>, ClientError>>, ClientError> {
+        let op = ReqOp::GetMany(pb::GetMany {
+            keys: keys.iter().map(|k| bytes_of(k.as_ref())).collect(),
+        });
+        let results = multi(self.call_at(addr, op).await?, keys.len())?;
+        Ok(results
+            .into_iter()
+            .map(|r| match r {
+                KeyOutcome::Get(g) => decode_value(g),
+                KeyOutcome::Error(e) => Err(e),
+                KeyOutcome::Ack => Err(ClientError::Protocol("ack to a read".into())),
+            })
+            .collect())
+    }
+
     /// Merges `value` into every replica of `key` before returning (`PutAll`).
     pub async fn put_all(&self, key: impl AsRef<[u8]>, value: Value) -> Result<(), ClientError> {
         let key = key.as_ref();

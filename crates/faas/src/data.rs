@@ -43,6 +43,19 @@ pub trait DataPlane: Send + Sync {
     /// called neither; must be cheap and must not block on I/O.
     fn release(&self, _run_id: u64) {}
 
+    /// Whether the commit recorded under `marker` happened already (a sink run again after
+    /// its first host committed and failed before answering). The default records
+    /// nothing: `false`.
+    fn committed<'a>(&'a self, _marker: &'a str) -> BoxFuture<'a, Result<bool, String>> {
+        Box::pin(async { Ok(false) })
+    }
+
+    /// Records under `marker` that a commit happened (after its writes were stored). The
+    /// default records nothing.
+    fn mark_committed<'a>(&'a self, _marker: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// The plane's side of MTCC across hosts ([`OptPlane`]): `None` for a plane without a
     /// causal cache, whose functions then read straight from it ([`DataPlane::snapshot`]
     /// per function, no metadata) and whose sink writes with [`DataPlane::commit`].
@@ -140,6 +153,47 @@ pub trait OptPlane: Send + Sync {
     fn forget(&self);
 }
 
+/// The prefix of the keys recording committed calls: `lkv.faas/done/<scheduler id>/<run
+/// id>`, set by the sink after its commit, deleted by the scheduler when the call ends.
+pub const COMMIT_MARKER_PREFIX: &str = "lkv.faas/done/";
+
+/// [`DataPlane::committed`] over the store: the marker key exists.
+pub async fn marker_exists(store: &client::Client, marker: &str) -> Result<bool, String> {
+    store
+        .get(marker)
+        .await
+        .map(|v| v.is_some())
+        .map_err(|e| e.to_string())
+}
+
+/// [`DataPlane::mark_committed`] over the store.
+pub async fn set_marker(store: &client::Client, marker: &str) -> Result<(), String> {
+    store.assign(marker, b"1").await.map_err(|e| e.to_string())
+}
+
+/// Runs `commit` unless the commit recorded under `marker` happened already, then records
+/// it (an empty `marker`: always commit, record nothing). Decision 13: a sink run again
+/// after its first host committed and failed before answering does not write a second,
+/// concurrent version. Left open: a host that fails between its writes and the record.
+pub(crate) async fn commit_once<Fut>(
+    data: &dyn DataPlane,
+    marker: &str,
+    commit: impl FnOnce() -> Fut,
+) -> Result<(), String>
+where
+    Fut: Future<Output = Result<(), String>>,
+{
+    if !marker.is_empty() && data.committed(marker).await? {
+        tracing::info!(marker, "the call's writes were committed by an earlier run");
+        return Ok(());
+    }
+    commit().await?;
+    if !marker.is_empty() {
+        data.mark_committed(marker).await?;
+    }
+    Ok(())
+}
+
 /// Reads through the store's client, writes LWW values.
 pub struct DirectStore {
     store: client::Client,
@@ -164,6 +218,14 @@ pub fn versions(value: &Value) -> Vec<Bytes> {
 }
 
 impl DataPlane for DirectStore {
+    fn committed<'a>(&'a self, marker: &'a str) -> BoxFuture<'a, Result<bool, String>> {
+        Box::pin(marker_exists(&self.store, marker))
+    }
+
+    fn mark_committed<'a>(&'a self, marker: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(set_marker(&self.store, marker))
+    }
+
     fn snapshot<'a>(
         &'a self,
         _run_id: u64,

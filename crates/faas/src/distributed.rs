@@ -381,6 +381,11 @@ impl Spread {
             },
             peers: peers.to_vec(),
             timeout_ms: run.timeout_ms,
+            commit_marker: if sink {
+                run.commit_marker.clone()
+            } else {
+                String::new()
+            },
         }
     }
 

@@ -260,17 +260,28 @@ where
     let mut writes = step.writes;
     writes.extend(out.writes);
     if !writes.is_empty() {
-        match data.opt() {
-            Some(o) => o
-                .commit(&opt_step, down.r.clone(), writes)
-                .await
-                .map_err(|e| step_failure("writing at the sink", e))?,
-            None => data.commit(step.attempt, writes).await.map_err(|e| {
-                failed(
-                    pb::ErrorCode::Unavailable,
-                    format!("writing at the sink: {e}"),
-                )
-            })?,
+        let unavailable = |e: String| {
+            failed(
+                pb::ErrorCode::Unavailable,
+                format!("writing at the sink: {e}"),
+            )
+        };
+        let marker = step.commit_marker.as_str();
+        let done = !marker.is_empty() && data.committed(marker).await.map_err(unavailable)?;
+        if !done {
+            match data.opt() {
+                Some(o) => o
+                    .commit(&opt_step, down.r.clone(), writes)
+                    .await
+                    .map_err(|e| step_failure("writing at the sink", e))?,
+                None => data
+                    .commit(step.attempt, writes)
+                    .await
+                    .map_err(unavailable)?,
+            }
+            if !marker.is_empty() {
+                data.mark_committed(marker).await.map_err(unavailable)?;
+            }
         }
     }
     Ok((value, edge_to_pb(&down), Vec::new()))

@@ -1,6 +1,7 @@
 //! Dependency-metadata GC across the layer (`cache::gc`; docs/serverless.md,
-//! "Dependency-metadata GC"): the messages' conversions and bounds, and the registry of a
-//! host cache's fetches in flight (a report waits for those begun before its probe).
+//! "Dependency-metadata GC"): the messages' conversions and bounds, the registry of a
+//! host cache's fetches in flight (a report waits for those begun before its probe), and
+//! the gauge of a cut's dependency lists (what GC bounds).
 //!
 //! The host cache's side of a round is in `mtcc` ([`crate::data::OptPlane::gc_report`],
 //! [`crate::data::OptPlane::gc_stable`]); the scheduler's side (sampling the store's
@@ -12,7 +13,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cache::{Key, VectorClock};
+use cache::{Cut, Key, MultiKeyCausal, VectorClock};
 use tokio::sync::Notify;
 
 use crate::pb;
@@ -25,6 +26,42 @@ pub const MAX_GC_KEYS: usize = 200_000;
 pub const MAX_GC_CLOCK: usize = 4096;
 /// How long a host waits for its earlier fetches before it declines to report.
 pub(crate) const REPORT_WAIT: Duration = Duration::from_secs(30);
+
+/// Keys of a cut whose dependency lists [`dep_gauge`] measures, at most (a host takes the
+/// gauge under its cache's lock).
+pub const DEPS_GAUGE_KEYS: usize = 100_000;
+
+/// The dependency lists of `cut`'s values (how many keys each depends on), over at most
+/// [`DEPS_GAUGE_KEYS`] keys: the median, the 99th percentile and the largest (0 for an
+/// empty cut).
+pub fn dep_gauge(cut: &Cut) -> (usize, usize, usize) {
+    let counts: Vec<usize> = cut
+        .keys()
+        .take(DEPS_GAUGE_KEYS)
+        .filter_map(|k| cut.get(k))
+        .map(dep_count)
+        .collect();
+    quantiles(counts)
+}
+
+/// How many keys `v` depends on (the key-wise join of its versions' lists).
+fn dep_count(v: &MultiKeyCausal) -> usize {
+    match v.versions() {
+        [one] => one.deps.len(),
+        _ => v.deps().len(),
+    }
+}
+
+/// The median, 99th percentile and largest of `counts` (0 for none).
+fn quantiles(mut counts: Vec<usize>) -> (usize, usize, usize) {
+    if counts.is_empty() {
+        return (0, 0, 0);
+    }
+    counts.sort_unstable();
+    let n = counts.len();
+    let at = |q: f64| counts[((q * n as f64) as usize).min(n - 1)];
+    (at(0.5), at(0.99), counts[n - 1])
+}
 
 /// Key → clock pairs as messages.
 pub fn clocks_to_pb<'a>(it: impl Iterator<Item = (&'a Key, &'a VectorClock)>) -> Vec<pb::GcClock> {
@@ -105,5 +142,23 @@ impl Drop for Flight<'_> {
         g.1.remove(&self.id);
         drop(g);
         self.of.done.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_dependency_gauge_takes_median_p99_and_max() {
+        assert_eq!(quantiles(Vec::new()), (0, 0, 0));
+        assert_eq!(quantiles(vec![7]), (7, 7, 7));
+        let mut counts: Vec<usize> = (0..100).collect();
+        counts.reverse();
+        assert_eq!(quantiles(counts), (50, 99, 99));
+        let mut many = vec![1; 198];
+        many.push(40);
+        many.push(41);
+        assert_eq!(quantiles(many), (1, 40, 41));
     }
 }

@@ -619,12 +619,15 @@ async fn run_dag(shared: &Arc<Shared>, run: pb::RunDag) -> Result<Bytes, FaasErr
         return Err(error(pb::ErrorCode::Unavailable, "the sink did not run"));
     };
     if !writes.is_empty() {
-        shared.data.commit(run.run_id, writes).await.map_err(|e| {
-            error(
-                pb::ErrorCode::Unavailable,
-                format!("writing at the sink: {e}"),
-            )
-        })?;
+        let data = &*shared.data;
+        crate::data::commit_once(data, &run.commit_marker, || data.commit(run.run_id, writes))
+            .await
+            .map_err(|e| {
+                error(
+                    pb::ErrorCode::Unavailable,
+                    format!("writing at the sink: {e}"),
+                )
+            })?;
     }
     Ok(result)
 }

@@ -147,6 +147,13 @@ pub struct CacheStats {
     pub gc_rounds: u64,
     /// Dependency GC: cached values pruned when stable clocks were learnt.
     pub gc_pruned: u64,
+    /// The dependency lists of the cut's values (keys each depends on), over at most
+    /// [`crate::gc::DEPS_GAUGE_KEYS`] of its keys: the median, the 99th percentile and the largest.
+    pub deps_p50: usize,
+    /// See [`CacheStats::deps_p50`].
+    pub deps_p99: usize,
+    /// See [`CacheStats::deps_p50`].
+    pub deps_max: usize,
 }
 
 /// The state every protocol step works on, under one lock.
@@ -250,6 +257,7 @@ impl CausalCache {
         s.keys = g.cut.len();
         s.bytes = g.cut.bytes();
         s.pinned_runs = g.pins.requests();
+        (s.deps_p50, s.deps_p99, s.deps_max) = crate::gc::dep_gauge(&g.cut);
         s
     }
 
@@ -561,6 +569,14 @@ impl DataPlane for CausalCache {
         writes: Vec<pb::Write>,
     ) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(self.commit_writes(run_id, writes))
+    }
+
+    fn committed<'a>(&'a self, marker: &'a str) -> BoxFuture<'a, Result<bool, String>> {
+        Box::pin(crate::data::marker_exists(&self.store, marker))
+    }
+
+    fn mark_committed<'a>(&'a self, marker: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(crate::data::set_marker(&self.store, marker))
     }
 
     fn release(&self, run_id: u64) {

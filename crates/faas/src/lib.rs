@@ -12,6 +12,8 @@
 //! - [`registry`]: functions and DAGs stored in the KVS under `lkv.faas/…`, cached.
 //! - [`data`]: how a host reads key references and commits writes — the seam where the
 //!   HydroCache crate plugs in; [`data::DirectStore`] is the "no cache" baseline.
+//! - [`lwwcache`]: [`lwwcache::LwwCache`], the paper's LWW baseline: a cache per host,
+//!   no causal protocol.
 //! - [`hydro`]: [`hydro::CausalCache`], HydroCache in the host (protocol CT): the causal
 //!   cut, pinned snapshots, causal commits at the sink, refresh by subscription.
 //! - `mtcc`: protocol OPT in the host's cache (`data::OptPlane` for `hydro::CausalCache`);
@@ -40,6 +42,7 @@ mod fnrun;
 pub mod gc;
 pub mod host;
 pub mod hydro;
+pub mod lwwcache;
 pub mod meta;
 pub mod metrics;
 mod mtcc;

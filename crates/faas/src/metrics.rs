@@ -104,6 +104,30 @@ fn render_scheduler(out: &mut String, s: &SchedulerStats) {
         "",
         s.hosts,
     );
+    one(
+        out,
+        "gc_rounds_total",
+        "counter",
+        "Dependency-GC rounds completed (stable clocks sent to the caching hosts).",
+        "",
+        s.gc_rounds,
+    );
+    one(
+        out,
+        "gc_paused",
+        "gauge",
+        "1 while dependency-GC rounds are paused: another scheduler holds a lease on the store.",
+        "",
+        s.gc_paused,
+    );
+    one(
+        out,
+        "gc_skipped_total",
+        "counter",
+        "Dependency-GC rounds skipped because another scheduler held a lease.",
+        "",
+        s.gc_skipped,
+    );
 }
 
 fn render_cache(out: &mut String, host: &str, c: &CacheStats) {
@@ -167,6 +191,18 @@ fn render_cache(out: &mut String, host: &str, c: &CacheStats) {
     for (name, kind, help, v) in series {
         one(out, name, kind, help, &labels, v);
     }
+    head(
+        out,
+        "cache_deps",
+        "gauge",
+        "Keys each value of the cache's causal cut depends on: quantile 0.5, 0.99, and 1 (the largest).",
+    );
+    for (q, v) in [("0.5", c.deps_p50), ("0.99", c.deps_p99), ("1", c.deps_max)] {
+        let _ = writeln!(
+            out,
+            "latticekv_faas_cache_deps{{{labels},quantile=\"{q}\"}} {v}"
+        );
+    }
 }
 
 #[cfg(test)]
@@ -185,6 +221,7 @@ mod tests {
             hits: 5,
             misses: 2,
             pinned_runs: 1,
+            deps_p99: 12,
             ..CacheStats::default()
         };
         let text = render(Some(&s), Some(("local", &cache)));
@@ -197,6 +234,8 @@ mod tests {
             "latticekv_faas_aborts_total 4",
             "latticekv_faas_cache_hits_total{host=\"local\"} 5",
             "latticekv_faas_cache_pinned_runs{host=\"local\"} 1",
+            "latticekv_faas_cache_deps{host=\"local\",quantile=\"0.99\"} 12",
+            "latticekv_faas_gc_paused 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }

@@ -203,6 +203,7 @@ impl Harness {
                 args: a.iter().map(|(f, x)| (f.to_string(), x.clone())).collect(),
                 protocol: pb::Protocol::Ct as i32,
                 timeout_ms: 20_000,
+                commit_marker: String::new(),
             })),
         };
         conn::write(&mut self.to_host, &run).await.unwrap();

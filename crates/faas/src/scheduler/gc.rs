@@ -10,10 +10,16 @@
 //! declines or sends more than the bounds, a replica cannot be read (that key only is left
 //! out), or the reports do not arrive in time.
 //!
-//! Sound only if every cache that reads these keys is a host of this scheduler (see the
-//! docs: one scheduler with caching hosts per store).
+//! Sound only if every cache that reads these keys is a host of this scheduler. That is
+//! checked rather than assumed ([`super::lease`]): a round starts only while no other
+//! scheduler holds a lease on the store, and its stable clocks are sent only if none does
+//! once the reports are in. Another scheduler's hosts connect to it only after it took its
+//! lease; if it took it after that second check, every version its hosts fetch is read
+//! after the round's sample of the replicas, hence at or above the floor. While another
+//! scheduler is live the rounds pause (logged when that changes, and counted), and resume
+//! when its lease ends.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +27,7 @@ use cache::gc::{Holdings, Round, Stable};
 use cache::{Key, MultiKeyCausal};
 use tokio::sync::{mpsc, watch};
 
+use super::lease::Peers;
 use super::{deliver, Outbox, Shared};
 use crate::gc::{clocks_from_pb, clocks_to_pb, MAX_GC_KEYS};
 use crate::pb;
@@ -29,6 +36,8 @@ use crate::values::causal_of;
 
 /// How long a round waits for the hosts' reports.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Keys per sampling request to one replica address.
+const SAMPLE_BATCH: usize = 1000;
 
 /// The round waiting for reports, as the scheduler's state holds it.
 pub(super) struct Waiting {
@@ -64,13 +73,24 @@ pub(super) async fn run(
     let mut stable = Stable::new();
     let mut keys: BTreeSet<Key> = BTreeSet::new();
     let mut next_id = 0;
+    let mut peers = Peers::new(shared.id.clone(), shared.config.lease);
+    let mut alone = Alone::default();
     loop {
         tokio::select! {
             () = tokio::time::sleep(period) => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
+        if !alone.check(&shared, &mut peers, &store).await {
+            continue;
+        }
         next_id += 1;
-        match round(&shared, &store, &stable, &keys, next_id).await {
+        let done = round(&shared, &store, &stable, &keys, next_id).await;
+        // Checked again with the reports in: a scheduler that took its lease between the
+        // first check and the sample could have a host holding a version below the floor.
+        if done.is_ok() && !alone.check(&shared, &mut peers, &store).await {
+            continue;
+        }
+        match done {
             Ok((s, next_keys)) => {
                 let mut outbox = Outbox::new();
                 {
@@ -104,6 +124,46 @@ pub(super) async fn run(
     }
 }
 
+/// Whether this scheduler is the only one on the store, as last checked: rounds run only
+/// while it is.
+#[derive(Default)]
+struct Alone {
+    /// Why rounds are paused (`None`: they are not), for logging the changes only.
+    paused: Option<String>,
+}
+
+impl Alone {
+    /// True if no other scheduler holds a lease; otherwise counts a skipped round, and
+    /// logs when the reason changes.
+    async fn check(&mut self, shared: &Shared, peers: &mut Peers, store: &client::Client) -> bool {
+        let why = match peers.others(store).await {
+            Ok(others) if others.is_empty() => None,
+            Ok(others) => Some(format!(
+                "another scheduler holds a lease on the store ({}): dependency GC is sound \
+                 only with one",
+                others.join(", ")
+            )),
+            Err(e) => Some(format!("the schedulers' leases could not be read: {e}")),
+        };
+        {
+            let mut st = shared.lock();
+            st.stats.gc_paused = u64::from(why.is_some());
+            if why.is_some() {
+                st.stats.gc_skipped += 1;
+            }
+        }
+        if why != self.paused {
+            match &why {
+                Some(w) => tracing::warn!("dependency GC paused: {w}"),
+                None => tracing::info!("dependency GC resumed: no other scheduler is live"),
+            }
+        }
+        let ok = why.is_none();
+        self.paused = why;
+        ok
+    }
+}
+
 /// Why a round gave up, and the keys it learnt anyway (the first round of a scheduler
 /// has no keys to sample: it learns them from the reports).
 struct Abandoned {
@@ -134,31 +194,54 @@ async fn round(
     if shared.lock().caches.is_empty() {
         return Err(abandoned("no caching host"));
     }
-    // 1. Sample every replica of every key, before any probe is sent.
+    // 1. Sample every replica of every key, before any probe is sent: one request per
+    //    replica address and batch of keys (a key by key sample made rounds take seconds
+    //    under load, and the lists grow between rounds).
     let mut r = Round::new(previous);
     let mut next: BTreeSet<Key> = BTreeSet::new();
     let layout = store.layout();
+    let mut left_out: HashSet<&Key> = HashSet::new();
+    let mut by_addr: BTreeMap<String, Vec<&Key>> = BTreeMap::new();
     for key in keys {
-        let mut values: Vec<MultiKeyCausal> = Vec::new();
-        let mut complete = true;
         let replicas = layout.replicas(key);
-        for rep in &replicas {
-            let Some(addr) = layout.addr(*rep) else {
-                complete = false;
-                break;
-            };
-            match store.get_at(addr, key).await {
-                Ok(v) => values.push(v.map(causal_of).unwrap_or_default()),
-                Err(_) => {
-                    complete = false;
-                    break;
+        if replicas.is_empty() {
+            left_out.insert(key);
+        }
+        for rep in replicas {
+            match layout.addr(rep) {
+                Some(addr) => by_addr.entry(addr.to_string()).or_default().push(key),
+                None => {
+                    left_out.insert(key);
                 }
             }
         }
-        if !complete || replicas.is_empty() {
-            continue; // left out: keeps its previous clock
+    }
+    let mut sampled: HashMap<&Key, Vec<MultiKeyCausal>> = HashMap::new();
+    for (addr, batch) in &by_addr {
+        for chunk in batch.chunks(SAMPLE_BATCH) {
+            match store.get_many_at(addr, chunk).await {
+                Ok(answers) => {
+                    for (key, a) in chunk.iter().zip(answers) {
+                        match a {
+                            Ok(v) => sampled
+                                .entry(key)
+                                .or_default()
+                                .push(v.map(causal_of).unwrap_or_default()),
+                            Err(_) => {
+                                left_out.insert(key);
+                            }
+                        }
+                    }
+                }
+                Err(_) => left_out.extend(chunk.iter().copied()),
+            }
         }
-        for v in &values {
+    }
+    for (key, values) in &sampled {
+        if left_out.contains(key) {
+            continue; // a replica could not be read: the key keeps its clock
+        }
+        for v in values {
             r.sample(key, v);
             next.extend(v.deps().into_keys());
         }

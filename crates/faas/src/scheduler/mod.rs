@@ -11,6 +11,7 @@
 //! while it runs, so the SDK can find it from the store's address.
 
 mod gc;
+pub mod lease;
 mod spread;
 mod stats;
 
@@ -49,10 +50,21 @@ pub struct SchedulerConfig {
     /// Keys the data-locality map remembers (default 100 000).
     pub locality_keys: usize,
     /// Dependency-metadata GC: a round every this often over the caching hosts of this
-    /// scheduler (`None`, the default: off). Sound only when every causal cache reading
-    /// this store's keys is a host of this scheduler (docs/serverless.md).
+    /// scheduler (`None`: off; the library's default, while the command line's is
+    /// [`DEFAULT_DEP_GC_PERIOD`]). Rounds run only while no other scheduler holds a lease
+    /// on the store ([`lease`]); still assumed: every causal cache reading this store's
+    /// keys is a host of some scheduler of the store (docs/serverless.md).
     pub dep_gc_period: Option<Duration>,
+    /// How often this scheduler renews its lease on the store (default 1 s).
+    pub heartbeat: Duration,
+    /// How long another scheduler whose heartbeat does not move still counts as live
+    /// (default 10 s).
+    pub lease: Duration,
 }
+
+/// The dependency-GC period `latticekv faas scheduler` and `latticekv local --faas` use
+/// unless told otherwise (docs/serverless.md, "Dependency-metadata GC": why 200 ms).
+pub const DEFAULT_DEP_GC_PERIOD: Duration = Duration::from_millis(200);
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
@@ -64,6 +76,8 @@ impl Default for SchedulerConfig {
             max_runs: 100_000,
             locality_keys: crate::placement::DEFAULT_LOCALITY_KEYS,
             dep_gc_period: None,
+            heartbeat: Duration::from_secs(1),
+            lease: Duration::from_secs(10),
         }
     }
 }
@@ -113,7 +127,12 @@ struct State {
     stats: SchedulerStats,
     /// The dependency-GC round waiting for reports.
     gc: Option<gc::Waiting>,
+    /// Commit markers of ended calls, for the task deleting them from the store.
+    ended_markers: Option<mpsc::Sender<String>>,
 }
+
+/// Commit markers waiting to be deleted, at most; beyond, a marker is left in the store.
+const MARKERS_QUEUED: usize = 10_000;
 
 /// Messages to send once the state's lock is released.
 type Outbox = Vec<(Out, pb::FromScheduler)>;
@@ -134,6 +153,8 @@ fn response(
 
 struct Shared {
     config: SchedulerConfig,
+    /// This scheduler's id in the store's [`lease::LEASES_KEY`].
+    id: String,
     registry: Registry,
     state: Mutex<State>,
     /// Connected compute hosts, for [`Scheduler::hosts`].
@@ -203,6 +224,10 @@ impl State {
             run.stats.attempts = spread.attempts();
             self.end_attempt(spread, outbox);
         }
+        if let Some(tx) = &self.ended_markers {
+            // No run of the call commits any more: its marker has done its work.
+            let _ = tx.try_send(std::mem::take(&mut run.msg.commit_marker));
+        }
         self.stats
             .call(run.msg.protocol, &result, run.started.elapsed());
         run.stats.protocol = run.msg.protocol;
@@ -216,6 +241,8 @@ pub struct Scheduler {
     listener: TcpListener,
     shared: Arc<Shared>,
     store: client::Client,
+    /// Commit markers of ended calls, deleted by a task of [`Scheduler::serve`].
+    ended_markers: mpsc::Receiver<String>,
 }
 
 impl Scheduler {
@@ -240,13 +267,20 @@ impl Scheduler {
         };
         let listener = TcpListener::bind(listen).await.map_err(io)?;
         let addr = listener.local_addr().map_err(io)?.to_string();
+        // The lease first: a peer running GC rounds stops before this scheduler's hosts
+        // can read anything.
+        let id = lease::new_id();
+        lease::register(&store, &id).await?;
         store
             .set_add(crate::SCHEDULERS_KEY, [addr.as_bytes()])
             .await?;
+        let (markers_tx, ended_markers) = mpsc::channel(MARKERS_QUEUED);
         let shared = Arc::new(Shared {
+            id,
             registry: Registry::new(store.clone()),
             state: Mutex::new(State {
                 placement: Placement::new(config.locality_keys),
+                ended_markers: Some(markers_tx),
                 ..State::default()
             }),
             config,
@@ -256,6 +290,7 @@ impl Scheduler {
             listener,
             shared,
             store,
+            ended_markers,
         })
     }
 
@@ -278,12 +313,19 @@ impl Scheduler {
     ///
     /// # Errors
     /// None today (the signature leaves room for a failing listener).
-    pub async fn serve(self, mut shutdown: watch::Receiver<bool>) -> Result<(), FaasError> {
+    pub async fn serve(mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), FaasError> {
         let addr = self
             .listener
             .local_addr()
             .map(|a| a.to_string())
             .unwrap_or_default();
+        let markers = std::mem::replace(&mut self.ended_markers, mpsc::channel(1).1);
+        let deleter = tokio::spawn(delete_markers(self.store.clone(), markers));
+        let heartbeat = tokio::spawn(lease::renew(
+            self.store.clone(),
+            self.shared.id.clone(),
+            self.shared.config.heartbeat,
+        ));
         if let Some(period) = self.shared.config.dep_gc_period {
             tokio::spawn(gc::run(
                 self.shared.clone(),
@@ -307,11 +349,29 @@ impl Scheduler {
                 _ = shutdown.wait_for(|s| *s) => break,
             }
         }
+        heartbeat.abort();
+        deleter.abort();
         let _ = self
             .store
             .set_remove(crate::SCHEDULERS_KEY, [addr.as_bytes()])
             .await;
+        lease::withdraw(&self.store, &self.shared.id).await;
         Ok(())
+    }
+
+    /// This scheduler's id in the store's [`lease::LEASES_KEY`].
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+}
+
+/// Deletes the commit markers of ended calls (errors ignored: a marker left behind costs a
+/// key, nothing else).
+async fn delete_markers(store: client::Client, mut markers: mpsc::Receiver<String>) {
+    while let Some(m) = markers.recv().await {
+        if !m.is_empty() {
+            let _ = store.delete(&m).await;
+        }
     }
 }
 
@@ -627,6 +687,11 @@ async fn start_run(
                     args,
                     protocol: protocol as i32,
                     timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
+                    commit_marker: format!(
+                        "{}{}/{run_id}",
+                        crate::data::COMMIT_MARKER_PREFIX,
+                        shared.id
+                    ),
                 },
                 keys,
                 reply,

@@ -40,6 +40,12 @@ pub struct SchedulerStats {
     pub gc_rounds: u64,
     /// Keys with a stable clock after the last round.
     pub gc_stable_keys: u64,
+    /// 1 while dependency-GC rounds are paused because another scheduler holds a lease on
+    /// the store (or the leases cannot be read), else 0.
+    pub gc_paused: u64,
+    /// Dependency-GC rounds skipped (not started, or their result not sent) for that
+    /// reason.
+    pub gc_skipped: u64,
 }
 
 impl SchedulerStats {
