@@ -185,6 +185,37 @@ CASES = {
            "bit.tohex(1, 20), bit.band(0xff, 0x0f, 0x3), bit.bor(1, 2, 4), bit.bxor(5, 1)}", 0),
         ev("return bit.tobit('12')", 0),
     ],
+    "cmsgpack": [
+        *[ev("local s = cmsgpack.pack(" + v + ") local h = {} for i = 1, #s do "
+             "h[i] = string.format('%02x', s:byte(i)) end return table.concat(h)", 0)
+          for v in ["{}", "nil", "true", "false", "1", "-1", "-33", "127", "128", "255", "256",
+                    "65536", "2^32", "-129", "-2^31-1", "1.5", "0.1", "'abc'",
+                    "string.rep('x', 40)", "string.rep('x', 300)", "{1, 2, 3}", "{a = 1}",
+                    "{1, nil, 3}", "{[1] = 1, [3] = 3}", "2^63", "-2^63", "1/0", "0/0",
+                    "string.rep('{', 19) .. '1' .. string.rep('}', 19)", "function() end",
+                    "1, 'two', {3}", "cjson.null"]],
+        ev("return {cmsgpack.unpack(cmsgpack.pack(1, 2, 'x'))}", 0),
+        ev("return select('#', cmsgpack.unpack(''))", 0),
+        ev("local v = cmsgpack.unpack('\\193') return v", 0),
+        ev("local v = cmsgpack.unpack('\\146\\1') return v", 0),
+        ev("local v = cmsgpack.unpack('\\196\\3abc') return v", 0),
+        ev("return cmsgpack.unpack(cmsgpack.pack({a = {1, 2}})).a[2]", 0),
+        ev("return cmsgpack.unpack(cmsgpack.pack(1.5))", 0),
+        ev("return tostring(cmsgpack.unpack(cmsgpack.pack(0.1)))", 0),
+        ev("return select('#', cmsgpack.unpack('\\192'))", 0),
+        ev("return {cmsgpack.unpack('\\147\\1\\192\\3')}", 0),
+        ev("return tostring(cmsgpack.unpack('\\207\\255\\255\\255\\255\\255\\255"
+           "\\255\\255'))", 0),
+        ev("return {cmsgpack.unpack_one(cmsgpack.pack(1, 2, 3))}", 0),
+        ev("return {cmsgpack.unpack_one(cmsgpack.pack(1, 2, 3), 2)}", 0),
+        ev("return {cmsgpack.unpack_limit(cmsgpack.pack(1, 2, 3), 2)}", 0),
+        ev("return {cmsgpack.unpack_limit(cmsgpack.pack(1, 2, 3), 2, 1)}", 0),
+        ev("local v = cmsgpack.unpack_one(cmsgpack.pack(1, 2, 3), 9) return v", 0),
+        ev("local v = cmsgpack.pack() return v", 0),
+        ev("return cmsgpack._VERSION", 0),
+        ev("redis.call('SET', KEYS[1], cmsgpack.pack({n = 5, l = {1, 2}})) "
+           "return cmsgpack.unpack(redis.call('GET', KEYS[1])).l", 1, "{}mp"),
+    ],
     "inside a transaction": [
         ("MULTI",), ev("return redis.call('INCR', KEYS[1])", 1, "{}t"),
         ev("return redis.call('INCR', KEYS[1])", 1, "{}t"), ("EXEC",), ("GET", "{}t"),

@@ -1,12 +1,12 @@
 //! One Lua state per worker thread, reused by every run on it.
 //!
 //! The state is made once (libraries, `redis.*`, the protections below) and keeps each
-//! script compiled, by its source, in a cache bounded by [`FUNCTIONS_PER_WORKER`] (least recently
-//! used dropped first). Nothing a script does can outlive its run, as in Redis 7:
+//! script compiled, by its source, in a cache bounded by [`FUNCTIONS_PER_WORKER`] (least
+//! recently used dropped first). Nothing a script does can outlive its run, as in Redis 7:
 //! - the globals table and every library table (`string`, `table`, `math`, `coroutine`,
-//!   `redis`, `bit`, `cjson`, the strings' metatable) are read-only: assigning to them —
-//!   directly, with `rawset`, `setmetatable` or `table.insert` — raises `Attempt to modify a
-//!   readonly table`, and reading a missing global raises `Script attempted to access
+//!   `redis`, `bit`, `cjson`, `cmsgpack`, the strings' metatable) are read-only: assigning
+//!   to them — directly, with `rawset`, `setmetatable` or `table.insert` — raises `Attempt to
+//!   modify a readonly table`, and reading a missing global raises `Script attempted to access
 //!   nonexistent global variable`. Each is an empty proxy over the real table (`pairs`,
 //!   `next` and `rawget` see through it), so the real tables are out of a script's reach;
 //! - `setfenv` and `getfenv` are not there (as in Redis 7): a script cannot swap an
@@ -301,10 +301,10 @@ fn strip_shebang(body: &[u8]) -> &[u8] {
 }
 
 /// Sets the state up once: `redis.call` and `redis.pcall` over `hidden.raw` (the host call
-/// of the run in progress, see `lua::raw_call`), the helpers, `cjson`'s error raising, and
-/// the read-only globals and libraries. `pcall`, `xpcall` and `coroutine.resume` raise
-/// again once the run is stopped (`killed`): the hook's error could otherwise be caught at
-/// the same point of a loop every time. Returns the runner and the globals' backing table.
+/// of the run in progress, see `lua::raw_call`), the helpers, `cjson`'s and `cmsgpack`'s
+/// error raising, and the read-only globals and libraries. `pcall`, `xpcall` and
+/// `coroutine.resume` raise again once the run is stopped (`killed`): the hook's error
+/// could otherwise be caught at the same point of a loop every time. Returns the runner and the globals' backing table.
 const PRELUDE: &str = r#"
 local hidden, redis, killed = ...
 local G = _G
@@ -366,6 +366,16 @@ cjson.decode = function(s)
   if e then error(e, 2) end
   return v
 end
+local function raised(ok, ...)
+  if not ok then error((...), 3) end
+  return ...
+end
+local mp = cmsgpack
+local mp_pack, mp_unpack, mp_one, mp_limit = mp.pack, mp.unpack, mp.unpack_one, mp.unpack_limit
+mp.pack = function(...) return raised(mp_pack(...)) end
+mp.unpack = function(s) return raised(mp_unpack(s)) end
+mp.unpack_one = function(s, offset) return raised(mp_one(s, offset)) end
+mp.unpack_limit = function(s, limit, offset) return raised(mp_limit(s, limit, offset)) end
 G.redis = redis
 dofile, loadfile, print, setfenv, getfenv, newproxy = nil, nil, nil, nil, nil, nil
 
@@ -412,7 +422,7 @@ end
 local backing = {}
 for k, v in rawnext, G do backing[k] = v end
 for k in rawnext, backing do G[k] = nil end
-for _, name in ipairs({'string', 'table', 'math', 'coroutine', 'redis', 'bit', 'cjson'}) do
+for _, name in ipairs({'string', 'table', 'math', 'coroutine', 'redis', 'bit', 'cjson', 'cmsgpack'}) do
   backing[name] = protect(backing[name])
 end
 local strings = getmeta('')

@@ -7,17 +7,18 @@
 //! keys are the integers 1..n (holes allowed unless the array is "excessively sparse")
 //! as an array, numbers with 14 significant digits, `/` escaped; `decode` gives arrays as
 //! tables 1..n and JSON `null` as `cjson.null` (a light userdata, as in lua-cjson). Error
-//! messages name the same problem as lua-cjson's, not always in its words. `struct` and
-//! `cmsgpack` are not provided.
+//! messages name the same problem as lua-cjson's, not always in its words. (`cmsgpack` is
+//! in `msgpack`; `struct` is not provided.)
 
 use mlua::{Lua, Table, Value, Variadic};
 
-/// Deepest nesting `cjson.encode` follows (lua-cjson's default).
-const MAX_ENCODE_DEPTH: usize = 1000;
+/// Deepest nesting `cjson.encode` follows (lua-cjson: 1,000; 64 here, to keep the
+/// recursion well inside a worker thread's stack).
+const MAX_ENCODE_DEPTH: usize = 64;
 
-/// Adds `bit` and the Rust side of `cjson` to `globals`. `cjson.encode` and `cjson.decode`
-/// return `(nil, message)` on failure: the prelude wraps them to raise a string error at
-/// the script's line, as lua-cjson's errors read.
+/// Adds `bit`, and the Rust side of `cjson` and `cmsgpack` (`msgpack`), to `globals`.
+/// `cjson.encode` and `cjson.decode` return `(nil, message)` on failure: the prelude wraps
+/// them to raise a string error at the script's line, as lua-cjson's errors read.
 pub(super) fn install(lua: &Lua, globals: &Table) -> mlua::Result<()> {
     globals.raw_set("bit", bit(lua)?)?;
     let cjson = lua.create_table()?;
@@ -48,7 +49,8 @@ pub(super) fn install(lua: &Lua, globals: &Table) -> mlua::Result<()> {
             )
         })?,
     )?;
-    globals.raw_set("cjson", cjson)
+    globals.raw_set("cjson", cjson)?;
+    super::msgpack::install(lua, globals)
 }
 
 // ---- bit ----------------------------------------------------------------------------------

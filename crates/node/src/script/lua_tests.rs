@@ -407,3 +407,99 @@ fn bit_and_cjson_as_redis_has_them() {
         "a caught error is a string, as in Redis"
     );
 }
+
+#[test]
+fn cmsgpack_as_redis_has_it() {
+    let hex = |expr: &str| {
+        run(&format!(
+            "local s = cmsgpack.pack({expr}) local h = {{}} \
+             for i = 1, #s do h[i] = string.format('%02x', s:byte(i)) end \
+             return table.concat(h)"
+        ))
+    };
+    for (expr, packed) in [
+        ("{}", "90"),
+        ("nil", "c0"),
+        ("true", "c3"),
+        ("'abc'", "a3616263"),
+        ("{1, 2, 3}", "93010203"),
+        ("{a = 1}", "81a16101"),
+        ("{1, nil, 3}", "8201010303"),
+        ("function() end", "c0"),
+        ("1, 2", "0102"),
+    ] {
+        assert_eq!(
+            hex(expr),
+            format!("${}\r\n{packed}\r\n", packed.len()),
+            "{expr}"
+        );
+    }
+    // Tables nested deeper than 16 are nil; a table holding itself ends there too.
+    let deep = format!("{}1{}", "{".repeat(18), "}".repeat(18));
+    assert_eq!(hex(&deep), format!("$34\r\n{}c0\r\n", "91".repeat(16)));
+    assert!(run("local t = {} t[1] = t return #cmsgpack.pack(t)").starts_with(":"));
+    assert_eq!(
+        run("return {cmsgpack.unpack(cmsgpack.pack(1, 'x', {5, {a = 6}}))}"),
+        "*3\r\n:1\r\n$1\r\nx\r\n*2\r\n:5\r\n*0\r\n"
+    );
+    assert_eq!(
+        run("return cmsgpack.unpack(cmsgpack.pack({a = {1, 2}})).a[2]"),
+        ":2\r\n"
+    );
+    assert_eq!(
+        run("return tostring(cmsgpack.unpack(cmsgpack.pack(0.1)))"),
+        "$3\r\n0.1\r\n"
+    );
+    assert_eq!(run("return select('#', cmsgpack.unpack(''))"), ":0\r\n");
+    assert_eq!(
+        run("return select('#', cmsgpack.unpack('\\192'))"),
+        ":1\r\n"
+    );
+    assert_eq!(
+        run("return {cmsgpack.unpack_one(cmsgpack.pack(1, 2, 3), 1)}"),
+        "*2\r\n:2\r\n:2\r\n"
+    );
+    assert_eq!(
+        run("return {cmsgpack.unpack_limit(cmsgpack.pack(1, 2, 3), 2, 1)}"),
+        "*3\r\n:-1\r\n:2\r\n:3\r\n"
+    );
+    for (body, msg) in [
+        (
+            "local v = cmsgpack.unpack('\\193') return v",
+            "Bad data format in input.",
+        ),
+        (
+            "local v = cmsgpack.unpack('\\146\\1') return v",
+            "Missing bytes in input.",
+        ),
+        // A huge announced count is missing bytes, not an allocation.
+        (
+            "local v = cmsgpack.unpack('\\221\\255\\255\\255\\255') return v",
+            "Missing bytes",
+        ),
+        (
+            "local v = cmsgpack.unpack(string.rep('\\145', 100000)) return v",
+            "Bad data format",
+        ),
+        (
+            "local v = cmsgpack.unpack_one('\\1', 9) return v",
+            "Start offset 9 greater",
+        ),
+        (
+            "local v = cmsgpack.pack() return v",
+            "MessagePack pack needs input.",
+        ),
+    ] {
+        let out = run(body);
+        assert!(
+            out.starts_with("-ERR user_script:1: ") && out.contains(msg),
+            "{body}: {out}"
+        );
+    }
+    assert!(run("cmsgpack.pack = nil").contains("readonly table"));
+    // cjson too keeps a deep or self-holding table from running away.
+    assert!(
+        run("local t = {} t[1] = t local s = cjson.encode(t) return s")
+            .contains("excessive nesting")
+    );
+}

@@ -9,10 +9,10 @@
 //! ops on the worker (`front::resp::scripting`).
 //!
 //! What a script can reach: the base library without `dofile`, `loadfile`, `print`,
-//! `setfenv`, `getfenv` and `newproxy`, and `string`, `table`, `math`, `bit`, `cjson` — no
-//! `io`, `os`, `package`, `debug`, no `require` (Redis also loads `cmsgpack` and `struct`:
-//! not here). Globals and libraries are read-only and reading a missing global is an
-//! error, as in Redis 7, so nothing a run does reaches the next one. Each run is bounded:
+//! `setfenv`, `getfenv` and `newproxy`, and `string`, `table`, `math`, `bit`, `cjson`,
+//! `cmsgpack` — no `io`, `os`, `package`, `debug`, no `require` (Redis also loads
+//! `struct`: not here). Globals and libraries are read-only and reading a missing global is
+//! an error, as in Redis 7, so nothing a run does reaches the next one. Each run is bounded:
 //! an instruction hook stops it past its time budget (`limits.script_time_limit_ms`) or on
 //! `SCRIPT KILL`, checked every [`HOOK_EVERY`] instructions (a long call into a C library
 //! function such as a pattern match is not interrupted), and its Lua heap is limited
@@ -22,7 +22,7 @@
 //! - this module: [`ScriptCache`] (scripts by SHA1, bounded), [`sha1_hex`];
 //! - `lua`: running one script (`eval`, `Host`, `Budget`), its errors;
 //! - `engine`: the worker's Lua state, its compiled scripts, the read-only globals;
-//! - `libs`: `bit` and `cjson`;
+//! - `libs`: `bit` and `cjson`; `msgpack`: `cmsgpack`;
 //! - `runs`: the scripts running on the node ([`Runs`], `SCRIPT KILL`);
 //! - `convert`: Lua values to and from RESP replies, as Redis converts them.
 
@@ -30,6 +30,7 @@ mod convert;
 mod engine;
 mod libs;
 mod lua;
+mod msgpack;
 mod runs;
 
 use std::collections::{BTreeMap, HashMap};
