@@ -81,6 +81,20 @@ def kill_from_another_worker(pool, deadline):
     raise AssertionError("no SCRIPT KILL answered before the deadline")
 
 
+def wait_until_busy(pool, deadline):
+    """Returns once a connection of `pool` stops answering (its worker runs the script),
+    dropping it: by then the script has run for the connection's timeout."""
+    while time.time() < deadline:
+        for conn in list(pool):
+            try:
+                conn.ping()
+            except redis.exceptions.TimeoutError:
+                pool.remove(conn)
+                conn.close()
+                return
+    raise AssertionError("no worker became busy before the deadline")
+
+
 def test_script_kill_with_nothing_running_is_notbusy(node):
     r = redis.Redis(host=node[0], port=node[1])
     with pytest.raises(redis.exceptions.ResponseError, match="^NOTBUSY"):
@@ -116,6 +130,9 @@ def test_a_script_that_wrote_is_unkillable_and_keeps_running(node):
     started = time.time()
     thread, outcome = start(
         node, "redis.call('SET', KEYS[1], 'written') while true do end", "kill:wrote")
+    # Past its first command: a kill between the run's start and its write would (rightly)
+    # stop it before the write.
+    wait_until_busy(pool, started + LIMIT_MS / 1000 - 1)
     reply = kill_from_another_worker(pool, started + LIMIT_MS / 1000 - 1)
     assert reply.startswith("UNKILLABLE"), reply
     # It ends at the time limit, its write kept (as documented).
