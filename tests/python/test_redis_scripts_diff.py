@@ -28,6 +28,10 @@ def servers(tmp_path_factory):
         assert node.stop() == 0
 
 
+HEX = "local h = {} for i = 1, #s do h[i] = string.format('%02x', s:byte(i)) end " \
+      "return table.concat(h)"
+
+
 def ev(body, *rest):
     return ("EVAL", body, *rest)
 
@@ -215,6 +219,32 @@ CASES = {
         ev("return cmsgpack._VERSION", 0),
         ev("redis.call('SET', KEYS[1], cmsgpack.pack({n = 5, l = {1, 2}})) "
            "return cmsgpack.unpack(redis.call('GET', KEYS[1])).l", 1, "{}mp"),
+    ],
+    "struct": [
+        *[ev("local s = struct.pack(" + f + ") " + HEX, 0)
+          for f in ["'>i2', 258", "'<i2', 258", "'i', -2", "'b', -1", "'B', 255", "'h', 1000",
+                    "'l', -5", "'L', 5", "'T', 7", "'>I3', 65536", "'i8', -1", "'!4 b i', 1, 2",
+                    "'!8 b d', 1, 1.5", "'! b h', 1, 2", "'x b', 1", "'f', 1.5", "'d', 0.1",
+                    "'>d', 0.1", "'c3', 'abcdef'", "'c0', 'xyz'", "'s', 'hi'", "'s', 'a\\0b'",
+                    "'>i16', -2", "'<I5', 2^33 + 7", "' i ', '12'", "'B', 256", "'b', 1.7"]],
+        ev("return {struct.unpack('>i2', '\\1\\2')}", 0),
+        ev("return {struct.unpack('<h', '\\255\\255')}", 0),
+        ev("return {struct.unpack('B c0', '\\3abcd')}", 0),
+        ev("return {struct.unpack('s B', 'hi\\0\\7')}", 0),
+        ev("return {struct.unpack('i', '\\1\\0\\0\\0\\2\\0\\0\\0', 5)}", 0),
+        ev("return {struct.unpack('!4 b i', struct.pack('!4 b i', -3, 70000))}", 0),
+        ev("return {struct.unpack('>I3 x c2', '\\1\\0\\0\\9ab')}", 0),
+        ev("return tostring(struct.unpack('d', struct.pack('d', 0.1)))", 0),
+        ev("return tostring(struct.unpack('f', struct.pack('f', 0.1)))", 0),
+        ev("return tostring(struct.unpack('>I8', string.rep('\\255', 8)))", 0),
+        ev("return tostring(struct.unpack('<i8', string.rep('\\255', 8)))", 0),
+        ev("return struct.size('!4 b i d')", 0), ev("return struct.size('>c7 h')", 0),
+        *[ev("local v = " + bad + " return v", 0)
+          for bad in ["struct.size('c0')", "struct.size('s')", "struct.unpack('i', '\\1')",
+                      "struct.pack('q', 1)", "struct.pack('i40', 1)", "struct.pack('!3 i', 1)",
+                      "struct.pack('c5', 'ab')", "struct.pack('i')",
+                      "struct.unpack('s', 'abc')", "struct.unpack('c0', 'abc')",
+                      "struct.unpack('i', '\\1\\0\\0\\0', 0)"]],
     ],
     "inside a transaction": [
         ("MULTI",), ev("return redis.call('INCR', KEYS[1])", 1, "{}t"),

@@ -4,10 +4,10 @@
 //! script compiled, by its source, in a cache bounded by [`FUNCTIONS_PER_WORKER`] (least
 //! recently used dropped first). Nothing a script does can outlive its run, as in Redis 7:
 //! - the globals table and every library table (`string`, `table`, `math`, `coroutine`,
-//!   `redis`, `bit`, `cjson`, `cmsgpack`, the strings' metatable) are read-only: assigning
-//!   to them — directly, with `rawset`, `setmetatable` or `table.insert` — raises `Attempt to
-//!   modify a readonly table`, and reading a missing global raises `Script attempted to access
-//!   nonexistent global variable`. Each is an empty proxy over the real table (`pairs`,
+//!   `redis`, `bit`, `cjson`, `cmsgpack`, `struct`, the strings' metatable) are read-only:
+//!   assigning to them — directly, with `rawset`, `setmetatable` or `table.insert` —
+//!   raises `Attempt to modify a readonly table`, and reading a missing global raises
+//!   `Script attempted to access nonexistent global variable`. Each is an empty proxy over the real table (`pairs`,
 //!   `next` and `rawget` see through it), so the real tables are out of a script's reach;
 //! - `setfenv` and `getfenv` are not there (as in Redis 7): a script cannot swap an
 //!   environment;
@@ -376,6 +376,11 @@ mp.pack = function(...) return raised(mp_pack(...)) end
 mp.unpack = function(s) return raised(mp_unpack(s)) end
 mp.unpack_one = function(s, offset) return raised(mp_one(s, offset)) end
 mp.unpack_limit = function(s, limit, offset) return raised(mp_limit(s, limit, offset)) end
+local st = struct
+local st_pack, st_unpack, st_size = st.pack, st.unpack, st.size
+st.pack = function(...) return raised(st_pack(...)) end
+st.unpack = function(...) return raised(st_unpack(...)) end
+st.size = function(...) return raised(st_size(...)) end
 G.redis = redis
 dofile, loadfile, print, setfenv, getfenv, newproxy = nil, nil, nil, nil, nil, nil
 
@@ -422,7 +427,8 @@ end
 local backing = {}
 for k, v in rawnext, G do backing[k] = v end
 for k in rawnext, backing do G[k] = nil end
-for _, name in ipairs({'string', 'table', 'math', 'coroutine', 'redis', 'bit', 'cjson', 'cmsgpack'}) do
+for _, name in ipairs({'string', 'table', 'math', 'coroutine', 'redis', 'bit', 'cjson', 'cmsgpack',
+    'struct'}) do
   backing[name] = protect(backing[name])
 end
 local strings = getmeta('')

@@ -8,7 +8,7 @@
 //! as an array, numbers with 14 significant digits, `/` escaped; `decode` gives arrays as
 //! tables 1..n and JSON `null` as `cjson.null` (a light userdata, as in lua-cjson). Error
 //! messages name the same problem as lua-cjson's, not always in its words. (`cmsgpack` is
-//! in `msgpack`; `struct` is not provided.)
+//! in `msgpack`, `struct` in `structs`.)
 
 use mlua::{Lua, Table, Value, Variadic};
 
@@ -16,7 +16,8 @@ use mlua::{Lua, Table, Value, Variadic};
 /// recursion well inside a worker thread's stack).
 const MAX_ENCODE_DEPTH: usize = 64;
 
-/// Adds `bit`, and the Rust side of `cjson` and `cmsgpack` (`msgpack`), to `globals`.
+/// Adds `bit`, and the Rust side of `cjson`, `cmsgpack` (`msgpack`) and `struct`
+/// (`structs`), to `globals`.
 /// `cjson.encode` and `cjson.decode` return `(nil, message)` on failure: the prelude wraps
 /// them to raise a string error at the script's line, as lua-cjson's errors read.
 pub(super) fn install(lua: &Lua, globals: &Table) -> mlua::Result<()> {
@@ -50,7 +51,8 @@ pub(super) fn install(lua: &Lua, globals: &Table) -> mlua::Result<()> {
         })?,
     )?;
     globals.raw_set("cjson", cjson)?;
-    super::msgpack::install(lua, globals)
+    super::msgpack::install(lua, globals)?;
+    super::structs::install(lua, globals)
 }
 
 // ---- bit ----------------------------------------------------------------------------------

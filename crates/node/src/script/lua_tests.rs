@@ -503,3 +503,47 @@ fn cmsgpack_as_redis_has_it() {
             .contains("excessive nesting")
     );
 }
+
+#[test]
+fn struct_as_redis_has_it() {
+    assert_eq!(
+        run("return {struct.unpack('>i2 B c0 s', struct.pack('>i2 B c0 s', -2, 3, 'abc', 'z'))}"),
+        "*4\r\n:-2\r\n$3\r\nabc\r\n$1\r\nz\r\n:9\r\n",
+        "c0 takes the count before it"
+    );
+    assert_eq!(run("return #struct.pack('!4 b i d', 1, 2, 3)"), ":16\r\n");
+    assert_eq!(run("return struct.size('!4 b i d')"), ":16\r\n");
+    for (body, msg) in [
+        ("local v = struct.size('c0') return v", "no fixed size"),
+        (
+            "local v = struct.unpack('i', '\\1') return v",
+            "data string too short",
+        ),
+        (
+            "local v = struct.pack('q', 1) return v",
+            "invalid format option 'q'",
+        ),
+        (
+            "local v = struct.pack('i40', 1) return v",
+            "larger than limit of 32",
+        ),
+        (
+            "local v = struct.pack('i') return v",
+            "number expected, got nil",
+        ),
+        (
+            "local v = struct.unpack('s', 'abc') return v",
+            "unfinished string",
+        ),
+        (
+            "local v = struct.pack('i99999999999', 1) return v",
+            "integral size overflow",
+        ),
+    ] {
+        let out = run(body);
+        assert!(
+            out.starts_with("-ERR user_script:1: ") && out.contains(msg),
+            "{body}: {out}"
+        );
+    }
+}

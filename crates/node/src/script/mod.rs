@@ -10,9 +10,9 @@
 //!
 //! What a script can reach: the base library without `dofile`, `loadfile`, `print`,
 //! `setfenv`, `getfenv` and `newproxy`, and `string`, `table`, `math`, `bit`, `cjson`,
-//! `cmsgpack` — no `io`, `os`, `package`, `debug`, no `require` (Redis also loads
-//! `struct`: not here). Globals and libraries are read-only and reading a missing global is
-//! an error, as in Redis 7, so nothing a run does reaches the next one. Each run is bounded:
+//! `cmsgpack`, `struct` — no `io`, `os`, `package`, `debug`, no `require`. Globals and
+//! libraries are read-only and reading a missing global is an error, as in Redis 7, so
+//! nothing a run does reaches the next one. Each run is bounded:
 //! an instruction hook stops it past its time budget (`limits.script_time_limit_ms`) or on
 //! `SCRIPT KILL`, checked every [`HOOK_EVERY`] instructions (a long call into a C library
 //! function such as a pattern match is not interrupted), and its Lua heap is limited
@@ -22,7 +22,7 @@
 //! - this module: [`ScriptCache`] (scripts by SHA1, bounded), [`sha1_hex`];
 //! - `lua`: running one script (`eval`, `Host`, `Budget`), its errors;
 //! - `engine`: the worker's Lua state, its compiled scripts, the read-only globals;
-//! - `libs`: `bit` and `cjson`; `msgpack`: `cmsgpack`;
+//! - `libs`: `bit` and `cjson`; `msgpack`: `cmsgpack`; `structs`: `struct`;
 //! - `runs`: the scripts running on the node ([`Runs`], `SCRIPT KILL`);
 //! - `convert`: Lua values to and from RESP replies, as Redis converts them.
 
@@ -32,6 +32,7 @@ mod libs;
 mod lua;
 mod msgpack;
 mod runs;
+mod structs;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
