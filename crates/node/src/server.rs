@@ -372,6 +372,7 @@ impl Node {
                     shard.break_handoff();
                 }
                 shard.set_keyspace_flags(shared.pubsub.keyspace.clone());
+                shard.set_script_runs(shared.scripts.runs.clone());
                 shard
             })
             .collect();

@@ -1,4 +1,5 @@
-//! The Lua engine: runs one script in a fresh Lua 5.1 state and returns its reply.
+//! The Lua engine: runs one script in the worker's Lua 5.1 state (`engine`) and returns its
+//! reply.
 //!
 //! Errors read as Redis 7's: a runtime error is `ERR user_script:<line>: <message> script:
 //! <sha>, on @user_script:<line>.`, an error reply raised by `redis.call` is that reply's
@@ -6,14 +7,15 @@
 //! script (new function): user_script:<line>: <message>`.
 
 use std::cell::{Cell, RefCell};
-use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use mlua::{HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Value, VmState};
+use mlua::{Lua, MultiValue, Value};
 use wire::resp::{self, Reply, Version};
 
 use super::convert::{self, ReplyError};
-use super::HOOK_EVERY;
+use super::engine::{with_engine, Engine, Stop};
+use super::runs::RunFlags;
 
 /// The commands a script calls (`redis.call` / `redis.pcall`).
 pub(crate) trait Host {
@@ -43,69 +45,9 @@ pub(crate) struct Call<'a> {
     pub(crate) version: Version,
     /// `redis.REDIS_VERSION`.
     pub(crate) redis_version: &'a str,
+    /// The run's `SCRIPT KILL` flags, if it is registered with the node's runs.
+    pub(crate) flags: Option<Arc<RunFlags>>,
 }
-
-/// The chunk name: error messages say `user_script:<line>:` as Redis's do.
-const CHUNK: &str = "@user_script";
-
-/// Defines `redis.call` and `redis.pcall` over the host's raw call (see [`raw_call`]), the
-/// helper functions, and makes the globals read-only. `pcall`, `xpcall` and
-/// `coroutine.resume` raise again once the script is past its time limit (`killed`): the
-/// hook's error could otherwise be caught at the same point of a loop every time.
-const PRELUDE: &str = r#"
-local raw, redis, killed = ...
-local rawpcall, rawxpcall, resume = pcall, xpcall, coroutine.resume
-local function check(...)
-  if killed() then error('Script killed', 0) end
-  return ...
-end
-pcall = function(...) return check(rawpcall(...)) end
-xpcall = function(...) return check(rawxpcall(...)) end
-coroutine.resume = function(...) return check(resume(...)) end
-redis.pcall = function(...)
-  local v, kind = raw({...}, select('#', ...))
-  if kind == 2 then error(v, 2) end
-  return v
-end
-redis.call = function(...)
-  local v, kind = raw({...}, select('#', ...))
-  if kind == 2 then error(v, 2) elseif kind == 1 then error(v.err, 0) end
-  return v
-end
-local rawlog = redis.log
-redis.log = function(level, ...)
-  local parts = {...}
-  for i = 1, select('#', ...) do parts[i] = tostring(parts[i]) end
-  rawlog(tonumber(level) or 2, table.concat(parts, ' '))
-end
-redis.error_reply = function(msg)
-  if type(msg) ~= 'string' then error('wrong number or type of arguments', 2) end
-  return {err = msg}
-end
-redis.status_reply = function(msg)
-  if type(msg) ~= 'string' then error('wrong number or type of arguments', 2) end
-  return {ok = msg}
-end
-redis.LOG_DEBUG, redis.LOG_VERBOSE, redis.LOG_NOTICE, redis.LOG_WARNING = 0, 1, 2, 3
-redis.REPL_NONE, redis.REPL_AOF, redis.REPL_SLAVE, redis.REPL_REPLICA, redis.REPL_ALL = 0, 1, 2, 2, 3
-redis.set_repl = function() end
-redis.replicate_commands = function() return true end
-redis.setresp = function(n)
-  if n == 2 then return end
-  if n == 3 then error('RESP3 replies inside scripts are not supported by latticekv', 2) end
-  error('RESP version must be 2 or 3.', 2)
-end
-redis.breakpoint = function() return false end
-redis.debug = function() end
-_G.redis = redis
-dofile, loadfile, print = nil, nil, nil
-setmetatable(_G, {
-  __newindex = function() error('Attempt to modify a readonly table', 2) end,
-  __index = function(_, name)
-    error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
-  end,
-})
-"#;
 
 /// Runs `body` and returns its reply encoded for `call.version` (an error reply if it
 /// failed). `sha` names it in error messages.
@@ -135,41 +77,68 @@ fn run(
     host: &mut dyn Host,
     out: &mut Vec<u8>,
 ) -> Result<(), String> {
-    let internal = |e: mlua::Error| format!("ERR script engine: {}", root_message(&e));
-    let lua = Lua::new_with(
-        StdLib::TABLE | StdLib::STRING | StdLib::MATH,
-        LuaOptions::new(),
-    )
-    .map_err(internal)?;
-    lua.set_memory_limit(budget.memory).map_err(internal)?;
-    let killed = Rc::new(Cell::new(false));
-    {
-        let (killed, started, limit) = (killed.clone(), Instant::now(), budget.time);
-        lua.set_hook(
-            HookTriggers::new().every_nth_instruction(HOOK_EVERY),
-            move |_, _| {
-                // Once past the limit, every later check raises again, so a script that
-                // catches the error with pcall cannot go on.
-                if killed.get() || started.elapsed() > limit {
-                    killed.set(true);
-                    return Err(mlua::Error::RuntimeError("script time limit".into()));
-                }
-                Ok(VmState::Continue)
-            },
-        );
+    let outcome = with_engine(call.redis_version, |engine| {
+        let result = run_in(engine, body, sha, call, budget, host, out);
+        let stop = engine.end();
+        match (result, stop) {
+            // A stopped run leaves the state behind (its coroutines, its garbage): a new
+            // one serves the next run.
+            (_, Some(stop)) => (Err(stopped(stop, sha, budget)), false),
+            (Err(Failure::Engine(e)), None) => (Err(internal(&e)), false),
+            (Err(Failure::Reply(msg)), None) => (Err(msg), true),
+            (Ok(()), None) => (Ok(()), true),
+        }
+    });
+    outcome.unwrap_or_else(|e| Err(internal(&e)))
+}
+
+/// How a run failed.
+enum Failure {
+    /// The engine failed (the state is dropped).
+    Engine(mlua::Error),
+    /// The script's error reply.
+    Reply(String),
+}
+
+impl From<mlua::Error> for Failure {
+    fn from(e: mlua::Error) -> Self {
+        Failure::Engine(e)
     }
-    let source = strip_shebang(body);
-    let script = lua
-        .load(source)
-        .set_name(CHUNK)
-        .into_function()
-        .map_err(|e| {
-            format!(
-                "ERR Error compiling script (new function): {}",
-                root_message(&e)
-            )
-        })?;
-    let globals = lua.globals();
+}
+
+fn internal(e: &mlua::Error) -> String {
+    format!("ERR script engine: {}", root_message(e))
+}
+
+/// The error reply of a run stopped by its time limit or `SCRIPT KILL`.
+fn stopped(stop: Stop, sha: &str, budget: &Budget) -> String {
+    match stop {
+        Stop::TimeLimit => format!(
+            "ERR Script killed: it ran longer than the script time limit ({} ms) and was \
+             aborted; the writes it made before are kept. script: {sha}",
+            budget.time.as_millis()
+        ),
+        Stop::Killed => format!("ERR Script killed by user with SCRIPT KILL... script: {sha}"),
+    }
+}
+
+fn run_in(
+    engine: &mut Engine,
+    body: &[u8],
+    sha: &str,
+    call: &Call<'_>,
+    budget: &Budget,
+    host: &mut dyn Host,
+    out: &mut Vec<u8>,
+) -> Result<(), Failure> {
+    engine.begin(budget.time, budget.memory, call.flags.clone())?;
+    let script = engine.function(body).map_err(|e| {
+        Failure::Reply(format!(
+            "ERR Error compiling script (new function): {}",
+            root_message(&e)
+        ))
+    })?;
+    let lua = &engine.lua;
     let table = |items: &[&[u8]]| -> mlua::Result<mlua::Table> {
         let t = lua.create_table_with_capacity(items.len(), 0)?;
         for (i, item) in items.iter().enumerate() {
@@ -177,57 +146,30 @@ fn run(
         }
         Ok(t)
     };
-    globals
-        .raw_set("KEYS", table(call.keys).map_err(internal)?)
-        .map_err(internal)?;
-    globals
-        .raw_set("ARGV", table(call.args).map_err(internal)?)
-        .map_err(internal)?;
-    let redis = lua.create_table().map_err(internal)?;
+    engine.backing.raw_set("KEYS", table(call.keys)?)?;
+    engine.backing.raw_set("ARGV", table(call.args)?)?;
     let host = RefCell::new(host);
     // The line of the last `redis.call`, and the last error reply it got: raised as a
     // string (as Redis 7 does), its message reads as the reply's, not as a Lua error's.
     let call_line = Cell::new(0);
     let last_error: RefCell<Option<Vec<u8>>> = RefCell::new(None);
-    let outcome = lua.scope(|scope| {
+    let state = &engine.state;
+    let reply = lua.scope(|scope| {
         let raw = scope.create_function(|lua, (args, n): (mlua::Table, usize)| {
             call_line.set(user_line(lua));
+            if state.stopped().is_some() {
+                return Err(mlua::Error::RuntimeError("Script killed".into()));
+            }
             raw_call(lua, &args, n, &host, &last_error)
         })?;
-        redis.raw_set(
-            "sha1hex",
-            scope.create_function(|_, s: mlua::String| Ok(super::sha1_hex(&s.as_bytes())))?,
-        )?;
-        redis.raw_set(
-            "log",
-            scope.create_function(|_, (level, text): (i64, mlua::String)| {
-                log(level, &String::from_utf8_lossy(&text.as_bytes()));
-                Ok(())
-            })?,
-        )?;
-        redis.raw_set("REDIS_VERSION", call.redis_version)?;
-        redis.raw_set("REDIS_VERSION_NUM", version_num(call.redis_version))?;
-        let is_killed = {
-            let killed = killed.clone();
-            scope.create_function(move |_, ()| Ok(killed.get()))?
-        };
-        lua.load(PRELUDE)
-            .set_name("=prelude")
-            .call::<()>((raw, redis.clone(), is_killed))?;
+        engine.hidden.raw_set("raw", raw)?;
         // The first value the script returns, or what it raised.
-        let protected: MultiValue = lua
-            .load("local f = ... return pcall(f)")
-            .set_name("=run")
-            .call(script)?;
+        let protected: MultiValue = engine.runner.call(script)?;
         let mut values = protected.into_iter();
         let ok = matches!(values.next(), Some(Value::Boolean(true)));
         let value = values.next().unwrap_or(Value::Nil);
-        if killed.get() {
-            return Ok(Err(format!(
-                "ERR Script killed: it ran longer than the script time limit ({} ms) and was \
-                 aborted; the writes it made before are kept. script: {sha}",
-                budget.time.as_millis()
-            )));
+        if state.stop().is_some() {
+            return Ok(Ok(()));
         }
         if !ok {
             let from_call = match &value {
@@ -250,13 +192,12 @@ fn run(
             },
         )
     });
-    match outcome {
-        Ok(result) => result,
-        Err(_) if killed.get() => Err(format!(
-            "ERR Script killed: it ran longer than the script time limit ({} ms) script: {sha}",
-            budget.time.as_millis()
-        )),
-        Err(e) => Err(internal(e)),
+    match reply {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(msg)) => Err(Failure::Reply(msg)),
+        // The hook's error escaping the runner: reported as the stop (see `run`).
+        Err(_) if state.stop().is_some() => Ok(()),
+        Err(e) => Err(Failure::Engine(e)),
     }
 }
 
@@ -382,36 +323,6 @@ fn root_message(e: &mlua::Error) -> String {
         mlua::Error::SyntaxError { message, .. } => message.clone(),
         mlua::Error::MemoryError(_) => "not enough memory".into(),
         other => other.to_string(),
-    }
-}
-
-/// `redis.log(level, message, …)`: to the node's log.
-fn log(level: i64, text: &str) {
-    match level {
-        0 => tracing::debug!(target: "latticekv::script", "{text}"),
-        1 | 2 => tracing::info!(target: "latticekv::script", "{text}"),
-        _ => tracing::warn!(target: "latticekv::script", "{text}"),
-    }
-}
-
-/// `7.0.15` → `0x07000f`, as `REDIS_VERSION_NUM`.
-fn version_num(v: &str) -> i64 {
-    let mut n = 0i64;
-    for part in v.split('.').take(3) {
-        n = (n << 8) | part.parse::<i64>().unwrap_or(0).clamp(0, 255);
-    }
-    n
-}
-
-/// The source without a `#!lua …` first line (Redis 7's shebang), its line kept empty so
-/// line numbers stay those of the text sent.
-fn strip_shebang(body: &[u8]) -> Vec<u8> {
-    if !body.starts_with(b"#!") {
-        return body.to_vec();
-    }
-    match body.iter().position(|&b| b == b'\n') {
-        Some(end) => body[end..].to_vec(),
-        None => Vec::new(),
     }
 }
 

@@ -1,27 +1,38 @@
 //! Lua scripts (RESP `EVAL`): the script cache and the Lua engine, without the commands a
 //! script calls.
 //!
-//! A script runs in a **fresh Lua 5.1 state** (the version Redis embeds) on the worker that
-//! holds its keys, inside one op ([`crate::op::Op::Script`]), so nothing else runs on that
-//! worker until it ends. The engine (`eval`) knows nothing of the store: every
-//! `redis.call` goes to a `Host`, which the RESP front end implements by planning the
-//! command and executing its ops on the worker (`front::resp::scripting`).
+//! A script runs in its **worker's Lua 5.1 state** (the version Redis embeds; one state
+//! per worker thread, reused, each script compiled once) on the worker that holds its keys,
+//! inside one op ([`crate::op::Op::Script`]), so nothing else runs on that worker until it
+//! ends. The engine (`eval`) knows nothing of the store: every `redis.call` goes to a
+//! `Host`, which the RESP front end implements by planning the command and executing its
+//! ops on the worker (`front::resp::scripting`).
 //!
-//! What a script can reach: the base library without `dofile`, `loadfile` and `print`, and
-//! `string`, `table`, `math` — no `io`, `os`, `package`, `debug`, no `require` (Redis also
-//! loads `cjson`, `cmsgpack`, `struct` and `bit`: not here). Globals are read-only and
-//! reading a missing one is an error, as in Redis 7. Each run is bounded: an instruction
-//! hook aborts it past its time budget (`limits.script_time_limit_ms`, checked every
-//! [`HOOK_EVERY`] instructions; a long call into a C library function such as a pattern
-//! match is not interrupted), and its Lua heap is limited (`limits.script_memory_bytes`).
+//! What a script can reach: the base library without `dofile`, `loadfile`, `print`,
+//! `setfenv`, `getfenv` and `newproxy`, and `string`, `table`, `math`, `bit`, `cjson`,
+//! `cmsgpack`, `struct` — no `io`, `os`, `package`, `debug`, no `require`. Globals and
+//! libraries are read-only and reading a missing global is an error, as in Redis 7, so
+//! nothing a run does reaches the next one. Each run is bounded:
+//! an instruction hook stops it past its time budget (`limits.script_time_limit_ms`) or on
+//! `SCRIPT KILL`, checked every [`HOOK_EVERY`] instructions (a long call into a C library
+//! function such as a pattern match is not interrupted), and its Lua heap is limited
+//! (`limits.script_memory_bytes`).
 //!
 //! # Layout
 //! - this module: [`ScriptCache`] (scripts by SHA1, bounded), [`sha1_hex`];
-//! - `lua`: the engine (`eval`, `Host`, `Budget`);
+//! - `lua`: running one script (`eval`, `Host`, `Budget`), its errors;
+//! - `engine`: the worker's Lua state, its compiled scripts, the read-only globals;
+//! - `libs`: `bit` and `cjson`; `msgpack`: `cmsgpack`; `structs`: `struct`;
+//! - `runs`: the scripts running on the node ([`Runs`], `SCRIPT KILL`);
 //! - `convert`: Lua values to and from RESP replies, as Redis converts them.
 
 mod convert;
+mod engine;
+mod libs;
 mod lua;
+mod msgpack;
+mod runs;
+mod structs;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -29,7 +40,9 @@ use std::sync::Mutex;
 use bytes::Bytes;
 use sha1::{Digest, Sha1};
 
+pub use engine::{ENGINE_MEMORY, FUNCTIONS_PER_WORKER};
 pub(crate) use lua::{declares_no_writes, eval, Budget, Call, Host};
+pub use runs::{KillOutcome, RunFlags, RunGuard, Runs};
 
 /// Instructions between two checks of a script's running time.
 pub const HOOK_EVERY: u32 = 10_000;
@@ -61,6 +74,8 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 #[derive(Debug, Default)]
 pub struct ScriptCache {
     inner: Mutex<Cache>,
+    /// The scripts running now on the node's workers (`SCRIPT KILL`).
+    pub runs: std::sync::Arc<Runs>,
 }
 
 #[derive(Debug, Default)]

@@ -287,6 +287,8 @@ pub struct Shard {
     key_events: Vec<crate::notify::KeyEvent>,
     /// Running a quiet op ([`crate::ack::Ack::quiet`]): no keyspace events.
     muted: bool,
+    /// The node's running scripts, which `SCRIPT KILL` stops (`None`: not registered).
+    script_runs: Option<Arc<crate::script::Runs>>,
 }
 
 impl Shard {
@@ -338,6 +340,7 @@ impl Shard {
             keyspace_flags: None,
             key_events: Vec::new(),
             muted: false,
+            script_runs: None,
         }
     }
 

@@ -7,11 +7,12 @@
 //! installs the runner at start ([`install_script_runner`]): the shard cannot depend on the
 //! front end (it sits below it).
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use super::{Route, Shard};
 use crate::error::NodeError;
 use crate::op::OpResult;
+use crate::script::Runs;
 
 /// One script to run: what an [`Op::Script`](crate::op::Op::Script) carries.
 #[derive(Debug)]
@@ -56,6 +57,16 @@ impl Shard {
                 "scripts cannot run on this node (no script runner)".into(),
             )),
         }
+    }
+
+    /// Registers this worker's scripts with the node's running scripts (`SCRIPT KILL`).
+    pub fn set_script_runs(&mut self, runs: Arc<Runs>) {
+        self.script_runs = Some(runs);
+    }
+
+    /// The node's running scripts, if registered.
+    pub fn script_runs(&self) -> Option<&Arc<Runs>> {
+        self.script_runs.as_ref()
     }
 
     /// Checks that a command of a script may touch `key` now: it is served by this worker

@@ -21,7 +21,7 @@ use super::reply::{encode, err, ready, Shape};
 use super::server;
 use super::ConnState;
 use crate::op::{Op, OpResult};
-use crate::script::{self as engine, Budget, Host, ScriptCache};
+use crate::script::{self as engine, Budget, Host, KillOutcome, RunFlags, ScriptCache};
 use crate::shard::{ScriptCall, Shard};
 
 /// Plans the script commands; `None` for any other command.
@@ -104,10 +104,15 @@ fn script(cmd: &Cmd<'_>, scripts: &Arc<ScriptCache>) -> Vec<u8> {
             scripts.flush();
             ready(|o| resp::simple(o, "OK"))
         }
-        b"KILL" if cmd.len() == 2 => err(
-            "NOTBUSY No scripts in execution right now. (A script runs until it ends or \
-             reaches the script time limit: latticekv aborts it then.)",
-        ),
+        b"KILL" if cmd.len() == 2 => match scripts.runs.kill() {
+            KillOutcome::Killed => ready(|o| resp::simple(o, "OK")),
+            KillOutcome::NotBusy => err("NOTBUSY No scripts in execution right now."),
+            KillOutcome::Unkillable => err(
+                "UNKILLABLE Sorry the script already executed write commands against the \
+                 dataset. You can either wait the script termination or kill the server in a \
+                 hard way using the SHUTDOWN NOSAVE command.",
+            ),
+        },
         b"HELP" if cmd.len() == 2 => ready(|o| {
             let lines = [
                 "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -115,6 +120,8 @@ fn script(cmd: &Cmd<'_>, scripts: &Arc<ScriptCache>) -> Vec<u8> {
                 "    Return information about the existence of the scripts in the script cache.",
                 "FLUSH [ASYNC|SYNC]",
                 "    Flush the Lua scripts cache.",
+                "KILL",
+                "    Kill the currently executing Lua script.",
                 "LOAD <script>",
                 "    Load a script into the scripts cache without executing it.",
                 "HELP",
@@ -150,9 +157,13 @@ pub(crate) fn run(shard: &mut Shard, call: ScriptCall<'_>) -> OpResult {
     } else {
         Version::Resp2
     };
+    // Registered with the node's runs (`SCRIPT KILL`) while it runs.
+    let guard = shard.script_runs().map(|runs| runs.start());
+    let flags = guard.as_ref().map(|g| g.flags().clone());
     let mut host = ShardHost {
         shard,
         read_only: call.read_only,
+        flags: flags.clone(),
     };
     let reply = engine::eval(
         call.body,
@@ -162,6 +173,7 @@ pub(crate) fn run(shard: &mut Shard, call: ScriptCall<'_>) -> OpResult {
             args: &call.args,
             version,
             redis_version: server::REDIS_COMPAT_VERSION,
+            flags,
         },
         &budget,
         &mut host,
@@ -173,6 +185,9 @@ pub(crate) fn run(shard: &mut Shard, call: ScriptCall<'_>) -> OpResult {
 struct ShardHost<'s> {
     shard: &'s mut Shard,
     read_only: bool,
+    /// The run's `SCRIPT KILL` flags: a write marks the run unkillable, and is refused if
+    /// the run was killed first.
+    flags: Option<Arc<RunFlags>>,
 }
 
 impl Host for ShardHost<'_> {
@@ -224,7 +239,8 @@ impl Host for ShardHost<'_> {
                 }
             }
         };
-        if self.read_only && ops.iter().any(Op::is_write) {
+        let writes = ops.iter().any(Op::is_write);
+        if self.read_only && writes {
             return error("ERR Write commands are not allowed from read-only scripts.");
         }
         let mut results = Vec::with_capacity(ops.len());
@@ -234,6 +250,9 @@ impl Host for ShardHost<'_> {
                     return parse(&ready(|o| super::reply::write_error(o, &e)));
                 }
             }
+        }
+        if writes && self.flags.as_ref().is_some_and(|f| !f.try_write()) {
+            return error("ERR Script killed by user with SCRIPT KILL...");
         }
         for op in ops {
             results.push(self.shard.execute(op));
