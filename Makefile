@@ -15,7 +15,8 @@ test: deps lint build unit python-test bench-smoke docker-test
 ## Tools the tests drive: redis-cli (and redis-server for benchmarks), PostgreSQL's server
 ## binaries (the backing-store tests start throwaway clusters of their own with them; the
 ## package's own cluster is never used), the redis and pytest Python packages (and PyYAML, for
-## the deploy files' test, with kubernetes-validate), Chromium (the status page's test), Go
+## the deploy files' test, with kubernetes-validate, and helm-python-sdk: Helm's engine as a
+## library, for the chart's test against real Helm), Chromium (the status page's test), Go
 ## (the deploy test renders the Helm chart with deploy/helm/render). Installed only when missing.
 deps:
 	@(command -v redis-cli && command -v redis-server && command -v redis-benchmark) >/dev/null 2>&1 || { \
@@ -26,9 +27,9 @@ deps:
 	  echo "installing postgresql"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) \
 	    || { echo "cannot install postgresql (need root and apt)"; exit 1; }; }
-	@$(PYTHON) -c "import redis, pytest, trustme, cloudpickle, yaml, kubernetes_validate" 2>/dev/null || \
+	@$(PYTHON) -c "import redis, pytest, trustme, cloudpickle, yaml, kubernetes_validate, helm_python" 2>/dev/null || \
 	  $(PYTHON) -m pip install --quiet --disable-pip-version-check redis pytest trustme cloudpickle pyyaml \
-	    kubernetes-validate
+	    kubernetes-validate helm-python-sdk
 # Status page: crates/cli/tests/status_page.rs loads it in headless Chromium.
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "installing chromium"; \
