@@ -146,7 +146,7 @@ pub fn run(args: FaasArgs) -> Result<()> {
     rt.block_on(async move {
         let (stop, shutdown) = watch::channel(false);
         tokio::spawn(async move {
-            on_signal().await;
+            crate::signals::stop_signals(0).await;
             let _ = stop.send(true);
         });
         match args.command {
@@ -191,20 +191,6 @@ pub fn run(args: FaasArgs) -> Result<()> {
         }
         Ok(())
     })
-}
-
-async fn on_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
 }
 
 /// The faas settings of `latticekv local`.
