@@ -14,6 +14,7 @@ mod faas_cmd;
 mod local_cluster;
 mod logging;
 mod monitoring;
+mod refusals;
 mod replay_bar;
 mod signals;
 mod status;
@@ -94,8 +95,15 @@ fn main() {
         }
     }
     let result: Result<i32> = match cli.command {
-        Command::Local(args) if args.nodes > 1 => local_cluster::run(args).map(|()| 0),
-        Command::Local(args) => config::run_local(args).map(|()| 0),
+        Command::Local(args) => refusals::check_local(&args)
+            .and_then(|()| {
+                if args.nodes > 1 {
+                    local_cluster::run(args)
+                } else {
+                    config::run_local(args)
+                }
+            })
+            .map(|()| 0),
         Command::Server(args) => config::run_server(args).map(|()| 0),
         Command::Routing(args) => config::run_routing(args).map(|()| 0),
         Command::Faas(args) => {
