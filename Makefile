@@ -5,7 +5,7 @@ PYTHON ?= python3
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test deps build lint unit python-package python-test bench-smoke docker-image docker-test bench release run clean
+.PHONY: test deps build lint unit python-package python-test bench-smoke docker-image docker-test arm64-test bench release run clean
 
 ## Everything CI checks: dependencies, formatting, lints, unit/property/integration tests,
 ## the redis-py suite against a real node, the benchmarks in smoke mode (no thresholds),
@@ -103,6 +103,19 @@ docker-image:
 ## removes its containers, networks and image even on failure (docs/cluster-testing.md).
 docker-test:
 	CARGO=$(CARGO) tests/docker/run.sh
+
+## The arm64 image, built and checked on x86_64 (not part of `test`: a second full build of
+## the binary): cross-compiled with Debian's gcc-aarch64-linux-gnu, its binary run under
+## qemu-user (docker/test-arm64.sh). Installs the Rust target and those packages if missing.
+arm64-test: build
+	@rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || \
+	  rustup target add aarch64-unknown-linux-gnu
+	@(command -v aarch64-linux-gnu-gcc && command -v qemu-aarch64) >/dev/null 2>&1 || { \
+	  echo "installing gcc-aarch64-linux-gnu and qemu-user"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    gcc-aarch64-linux-gnu qemu-user) \
+	    || { echo "cannot install them (need root and apt)"; exit 1; }; }
+	CARGO=$(CARGO) LATTICEKV_BIN=$(TARGET_DIR)/debug/latticekv docker/test-arm64.sh
 
 release:
 	$(CARGO) build --release
