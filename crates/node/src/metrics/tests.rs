@@ -23,6 +23,7 @@ fn worker(i: u32, requests: u64, latencies_us: &[u64]) -> WorkerStats {
         wal: None,
         lsm: None,
         backing_latency: Cumulative::default(),
+        requests: Default::default(),
     }
 }
 

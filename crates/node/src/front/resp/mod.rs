@@ -67,6 +67,11 @@ use crate::driver::worker::Worker;
 
 pub use server::REDIS_COMPAT_VERSION;
 
+/// The names of the RESP commands latticekv implements (COMMAND's table, lower case).
+pub(crate) fn command_names() -> impl Iterator<Item = &'static str> {
+    server::command_names()
+}
+
 /// Per-connection protocol state.
 #[derive(Debug)]
 pub struct ConnState {
@@ -106,6 +111,8 @@ pub struct Resp {
     /// Resumes a partly received command where it stopped (linear in its size).
     parser: CommandParser,
     args: Args,
+    /// The command `next` ran last (for the request counts).
+    last: Option<crate::stats::requests::Command>,
 }
 
 impl Resp {
@@ -142,6 +149,7 @@ impl Resp {
             },
             parser: CommandParser::new(),
             args: Args::default(),
+            last: None,
         }
     }
 }
@@ -186,7 +194,14 @@ impl Codec for Resp {
             Ok(None) => Step::Need,
             Ok(Some(consumed)) => {
                 let mut step = Step::Ran;
+                self.last = None;
                 if !self.args.is_empty() {
+                    self.last = Some(crate::stats::requests::Command {
+                        protocol: crate::stats::requests::Protocol::Resp,
+                        slot: crate::stats::requests::resp_slot(
+                            self.args.get(buf, 0).unwrap_or_default(),
+                        ),
+                    });
                     let cmd = commands::Cmd {
                         buf,
                         args: &self.args,
@@ -217,6 +232,14 @@ impl Codec for Resp {
 
     fn too_many(&self) -> Vec<u8> {
         TOO_MANY.to_vec()
+    }
+
+    fn last_command(&self) -> Option<crate::stats::requests::Command> {
+        self.last
+    }
+
+    fn is_error(reply: &[u8]) -> bool {
+        crate::stats::requests::resp_is_error(reply)
     }
 
     fn admins_only(&mut self) -> bool {

@@ -558,6 +558,11 @@ const COMMANDS: &[CommandInfo] = &[
     ("script", -2, &["noscript"], 0, 0, 0),
 ];
 
+/// The names in COMMAND's table, in its order.
+pub(super) fn command_names() -> impl Iterator<Item = &'static str> {
+    COMMANDS.iter().map(|c| c.0)
+}
+
 /// True if command `name` (lower case) has `flag` in its COMMAND entry (`noscript`: not
 /// callable from a script).
 pub(super) fn has_flag(name: &str, flag: &str) -> bool {
