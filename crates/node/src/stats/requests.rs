@@ -23,22 +23,25 @@ impl Protocol {
     }
 }
 
-/// A request's command: its protocol and a slot in that protocol's table of names.
+/// A request's command: its protocol, and its name with its slot in that protocol's fixed
+/// table of names (RESP: `front::resp`'s, from COMMAND's table; native: [`NATIVE_NAMES`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Command {
     /// The protocol.
     pub protocol: Protocol,
-    /// Its slot (see [`RequestCounts::names`]).
+    /// Its slot in the protocol's table.
     pub slot: u16,
+    /// Its name (the label value).
+    pub name: &'static str,
 }
 
 /// Requests and error replies of one worker, by command.
 #[derive(Clone, Debug, Default)]
 pub struct RequestCounts {
-    /// RESP, by slot of [`resp_names`]: (requests, errors).
-    resp: Vec<(u64, u64)>,
-    /// Native, by slot of [`NATIVE_NAMES`]: (requests, errors).
-    native: Vec<(u64, u64)>,
+    /// RESP, by slot: (name, requests, errors).
+    resp: Vec<(&'static str, u64, u64)>,
+    /// Native, by slot: (name, requests, errors).
+    native: Vec<(&'static str, u64, u64)>,
 }
 
 impl RequestCounts {
@@ -50,10 +53,12 @@ impl RequestCounts {
         };
         let i = usize::from(c.slot);
         if table.len() <= i {
-            table.resize(i + 1, (0, 0));
+            table.resize(i + 1, ("", 0, 0));
         }
-        table[i].0 += 1;
-        table[i].1 += u64::from(error);
+        let entry = &mut table[i];
+        entry.0 = c.name;
+        entry.1 += 1;
+        entry.2 += u64::from(error);
     }
 
     /// Every command seen: (protocol, command name, requests, errors).
@@ -61,50 +66,15 @@ impl RequestCounts {
         let resp = self
             .resp
             .iter()
-            .enumerate()
-            .filter_map(|(i, &(n, e))| (n > 0).then(|| (Protocol::Resp, resp_name(i), n, e)));
-        let native =
-            self.native.iter().enumerate().filter_map(|(i, &(n, e))| {
-                (n > 0).then(|| (Protocol::Native, native_name(i), n, e))
-            });
+            .filter(|c| c.1 > 0)
+            .map(|&(name, n, e)| (Protocol::Resp, name, n, e));
+        let native = self
+            .native
+            .iter()
+            .filter(|c| c.1 > 0)
+            .map(|&(name, n, e)| (Protocol::Native, name, n, e));
         resp.chain(native)
     }
-}
-
-/// The RESP command names, in slot order (the COMMAND table's); the last slot is `other`.
-pub fn resp_names() -> &'static [&'static str] {
-    static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
-    NAMES.get_or_init(|| {
-        let mut v: Vec<&'static str> = crate::front::resp::command_names().collect();
-        v.push("other");
-        v
-    })
-}
-
-fn resp_name(slot: usize) -> &'static str {
-    resp_names().get(slot).copied().unwrap_or("other")
-}
-
-/// The slot of RESP command `name` (any case); `other`'s for a name latticekv does not know.
-pub fn resp_slot(name: &[u8]) -> u16 {
-    static SLOTS: std::sync::OnceLock<std::collections::HashMap<&'static [u8], u16>> =
-        std::sync::OnceLock::new();
-    let slots = SLOTS.get_or_init(|| {
-        resp_names()
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.as_bytes(), i as u16))
-            .collect()
-    });
-    let other = (resp_names().len() - 1) as u16;
-    let mut lower = [0u8; 32];
-    let Some(buf) = lower.get_mut(..name.len()) else {
-        return other;
-    };
-    for (d, s) in buf.iter_mut().zip(name) {
-        *d = s.to_ascii_lowercase();
-    }
-    slots.get(&buf[..]).copied().unwrap_or(other)
 }
 
 /// The native operations by the number of their field in `Request.op`; gaps and unknown
@@ -140,12 +110,18 @@ pub const NATIVE_NAMES: [&str; 28] = [
     "auth",
 ];
 
-fn native_name(slot: usize) -> &'static str {
-    NATIVE_NAMES.get(slot).copied().unwrap_or("other")
+/// The command of a native request (its operation, by its field number in `Request.op`);
+/// `other` without one (an undecodable request).
+pub fn native_command(op: Option<&wire::pb::request::Op>) -> Command {
+    let slot = op.map_or(0, native_slot);
+    Command {
+        protocol: Protocol::Native,
+        slot,
+        name: NATIVE_NAMES[usize::from(slot)],
+    }
 }
 
-/// The slot of a native request's operation (its field number in `Request.op`).
-pub fn native_slot(op: &wire::pb::request::Op) -> u16 {
+fn native_slot(op: &wire::pb::request::Op) -> u16 {
     use wire::pb::request::Op;
     match op {
         Op::Get(_) => 2,
@@ -234,36 +210,19 @@ mod tests {
     }
 
     #[test]
-    fn resp_slots_are_case_insensitive_and_bounded() {
-        let names = resp_names();
-        let get = resp_slot(b"GET");
-        assert_eq!(names[usize::from(get)], "get");
-        assert_eq!(resp_slot(b"gEt"), get);
-        let other = resp_slot(b"NOSUCHCOMMAND");
-        assert_eq!(names[usize::from(other)], "other");
-        assert_eq!(resp_slot(&[b'x'; 100]), other);
+    fn counts_by_command_name() {
+        let put = native_command(Some(&pb::request::Op::Put(pb::Put::default())));
+        assert_eq!((put.slot, put.name), (3, "put"));
+        assert_eq!(native_command(None).name, "other");
+        let get = Command {
+            protocol: Protocol::Resp,
+            slot: 7,
+            name: "get",
+        };
         let mut c = RequestCounts::default();
-        c.record(
-            Command {
-                protocol: Protocol::Resp,
-                slot: get,
-            },
-            false,
-        );
-        c.record(
-            Command {
-                protocol: Protocol::Resp,
-                slot: get,
-            },
-            true,
-        );
-        c.record(
-            Command {
-                protocol: Protocol::Native,
-                slot: 3,
-            },
-            false,
-        );
+        c.record(get, false);
+        c.record(get, true);
+        c.record(put, false);
         let all: Vec<_> = c.counts().collect();
         assert_eq!(
             all,

@@ -212,13 +212,9 @@ impl Codec for Native {
         };
         let body = buf.split_to(HEADER_LEN + len).freeze().slice(HEADER_LEN..);
         let decoded = pb::Request::decode(body);
-        self.last = Some(crate::stats::requests::Command {
-            protocol: crate::stats::requests::Protocol::Native,
-            slot: match &decoded {
-                Ok(pb::Request { op: Some(op), .. }) => crate::stats::requests::native_slot(op),
-                _ => 0,
-            },
-        });
+        self.last = Some(crate::stats::requests::native_command(
+            decoded.as_ref().ok().and_then(|r| r.op.as_ref()),
+        ));
         match decoded {
             Ok(req) if self.admins_only => return self.admin_gate(req, replies),
             Ok(req) => {

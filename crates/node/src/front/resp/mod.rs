@@ -31,6 +31,7 @@ mod acl;
 // ---- lists (helper B) ----
 mod blocking;
 pub mod commands;
+mod counted;
 mod expiry;
 // ---- lists (helper B) ----
 mod lists;
@@ -66,11 +67,6 @@ use crate::auth::{Permission, User, Users};
 use crate::driver::worker::Worker;
 
 pub use server::REDIS_COMPAT_VERSION;
-
-/// The names of the RESP commands latticekv implements (COMMAND's table, lower case).
-pub(crate) fn command_names() -> impl Iterator<Item = &'static str> {
-    server::command_names()
-}
 
 /// Per-connection protocol state.
 #[derive(Debug)]
@@ -196,12 +192,7 @@ impl Codec for Resp {
                 let mut step = Step::Ran;
                 self.last = None;
                 if !self.args.is_empty() {
-                    self.last = Some(crate::stats::requests::Command {
-                        protocol: crate::stats::requests::Protocol::Resp,
-                        slot: crate::stats::requests::resp_slot(
-                            self.args.get(buf, 0).unwrap_or_default(),
-                        ),
-                    });
+                    self.last = Some(counted::command(self.args.get(buf, 0).unwrap_or_default()));
                     let cmd = commands::Cmd {
                         buf,
                         args: &self.args,

@@ -216,7 +216,7 @@ fn hello(cmd: &Cmd<'_>, state: &mut ConnState) -> Vec<u8> {
 type CommandInfo = (&'static str, i64, &'static [&'static str], i64, i64, i64);
 
 /// The commands latticekv implements.
-const COMMANDS: &[CommandInfo] = &[
+pub(super) const COMMANDS: &[CommandInfo] = &[
     ("get", 2, &["readonly", "fast"], 1, 1, 1),
     ("set", -3, &["write", "denyoom"], 1, 1, 1),
     ("del", -2, &["write"], 1, -1, 1),
@@ -557,11 +557,6 @@ const COMMANDS: &[CommandInfo] = &[
     ),
     ("script", -2, &["noscript"], 0, 0, 0),
 ];
-
-/// The names in COMMAND's table, in its order.
-pub(super) fn command_names() -> impl Iterator<Item = &'static str> {
-    COMMANDS.iter().map(|c| c.0)
-}
 
 /// True if command `name` (lower case) has `flag` in its COMMAND entry (`noscript`: not
 /// callable from a script).
