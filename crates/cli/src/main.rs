@@ -11,6 +11,7 @@ mod commands;
 mod config;
 mod errors;
 mod faas_cmd;
+mod faas_http;
 mod local_cluster;
 mod logging;
 mod monitoring;
