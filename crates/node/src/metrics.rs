@@ -262,6 +262,18 @@ pub fn render(s: &Snapshot<'_>) -> String {
             o.labels, x.worker, x.window.occupancy
         );
     }
+    if w.iter().any(|x| x.window.disk_bytes.is_some()) {
+        o.head(
+            "disk_bytes",
+            "gauge",
+            "Bytes of data on disk (disk tier), when the last statistics window closed.",
+        );
+        for x in w {
+            if let Some(d) = x.window.disk_bytes {
+                o.labelled("disk_bytes", &format!("worker=\"{}\"", x.worker), d);
+            }
+        }
+    }
     let mut total = Cumulative::default();
     for x in w {
         total.add(&x.latency_total);
