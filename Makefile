@@ -5,7 +5,7 @@ PYTHON ?= python3
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: test deps build lint unit python-package python-test bench-smoke docker-image docker-test bench release run clean
+.PHONY: test deps build lint unit python-package python-test bench-smoke docker-image docker-test arm64-test bench release run clean
 
 ## Everything CI checks: dependencies, formatting, lints, unit/property/integration tests,
 ## the redis-py suite against a real node, the benchmarks in smoke mode (no thresholds),
@@ -15,7 +15,8 @@ test: deps lint build unit python-test bench-smoke docker-test
 ## Tools the tests drive: redis-cli (and redis-server for benchmarks), PostgreSQL's server
 ## binaries (the backing-store tests start throwaway clusters of their own with them; the
 ## package's own cluster is never used), the redis and pytest Python packages (and PyYAML, for
-## the deploy files' test, with kubernetes-validate), Chromium (the status page's test), Go
+## the deploy files' test, with kubernetes-validate, and helm-python-sdk: Helm's engine as a
+## library, for the chart's test against real Helm), Chromium (the status page's test), Go
 ## (the deploy test renders the Helm chart with deploy/helm/render). Installed only when missing.
 deps:
 	@(command -v redis-cli && command -v redis-server && command -v redis-benchmark) >/dev/null 2>&1 || { \
@@ -26,9 +27,9 @@ deps:
 	  echo "installing postgresql"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql) \
 	    || { echo "cannot install postgresql (need root and apt)"; exit 1; }; }
-	@$(PYTHON) -c "import redis, pytest, trustme, cloudpickle, yaml, kubernetes_validate" 2>/dev/null || \
+	@$(PYTHON) -c "import redis, pytest, trustme, cloudpickle, yaml, kubernetes_validate, helm_python" 2>/dev/null || \
 	  $(PYTHON) -m pip install --quiet --disable-pip-version-check redis pytest trustme cloudpickle pyyaml \
-	    kubernetes-validate
+	    kubernetes-validate helm-python-sdk
 # Status page: crates/cli/tests/status_page.rs loads it in headless Chromium.
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "installing chromium"; \
@@ -102,6 +103,19 @@ docker-image:
 ## removes its containers, networks and image even on failure (docs/cluster-testing.md).
 docker-test:
 	CARGO=$(CARGO) tests/docker/run.sh
+
+## The arm64 image, built and checked on x86_64 (not part of `test`: a second full build of
+## the binary): cross-compiled with Debian's gcc-aarch64-linux-gnu, its binary run under
+## qemu-user (docker/test-arm64.sh). Installs the Rust target and those packages if missing.
+arm64-test: build
+	@rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || \
+	  rustup target add aarch64-unknown-linux-gnu
+	@(command -v aarch64-linux-gnu-gcc && command -v qemu-aarch64) >/dev/null 2>&1 || { \
+	  echo "installing gcc-aarch64-linux-gnu and qemu-user"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    gcc-aarch64-linux-gnu qemu-user) \
+	    || { echo "cannot install them (need root and apt)"; exit 1; }; }
+	CARGO=$(CARGO) LATTICEKV_BIN=$(TARGET_DIR)/debug/latticekv docker/test-arm64.sh
 
 release:
 	$(CARGO) build --release

@@ -59,6 +59,13 @@ if command -v nm >/dev/null; then
   nm "$BIN" | grep ' T mi_malloc_aligned$' >/dev/null || die "mimalloc (mi_malloc_aligned) is not linked into $BIN"
 fi
 
+# The image's platform is the binary's, not the build host's.
+case "$TARGET" in
+  x86_64-*) platform=linux/amd64 ;;
+  aarch64-*) platform=linux/arm64 ;;
+  *) die "no Docker platform known for TARGET=$TARGET" ;;
+esac
+
 CONTEXT=$(mktemp -d)
 trap 'rm -rf "$CONTEXT"' EXIT
 cp docker/Dockerfile "$CONTEXT/Dockerfile"
@@ -73,4 +80,33 @@ echo "build-image: building image $TAG (FROM scratch, context: the binary only)"
 # The legacy builder warns that it is deprecated when buildx is missing; it still works.
 docker build --quiet "${label_args[@]}" --build-arg "VERSION=$version" \
   --build-arg "REVISION=$revision" --tag "$TAG" "$CONTEXT" 2> >(grep -v -e DEPRECATED -e buildx -e 'docs.docker.com' -e '^ *$' >&2)
-echo "build-image: $TAG ($(docker image inspect --format '{{.Size}}' "$TAG") bytes)"
+arch=$(docker image inspect --format '{{.Os}}/{{.Architecture}}' "$TAG")
+if [ "$arch" != "$platform" ]; then
+  # The legacy builder makes a FROM scratch image for the daemon's own platform, and
+  # refuses --platform for it: write the binary's platform into the image's configuration
+  # (docker save, edit, docker load; the layers are unchanged).
+  echo "build-image: setting $TAG's platform to $platform (was $arch)"
+  SAVED=$(mktemp -d)
+  docker save "$TAG" | tar -x -C "$SAVED"
+  python3 - "$SAVED" "$platform" <<'PY'
+import hashlib, json, os, sys
+d, (os_name, arch) = sys.argv[1], sys.argv[2].split("/")
+manifest = json.load(open(os.path.join(d, "manifest.json")))
+for entry in manifest:
+    config = json.load(open(os.path.join(d, entry["Config"])))
+    config["os"], config["architecture"] = os_name, arch
+    if arch == "arm64":
+        config["variant"] = "v8"
+    body = json.dumps(config, separators=(",", ":")).encode()
+    os.remove(os.path.join(d, entry["Config"]))
+    entry["Config"] = hashlib.sha256(body).hexdigest() + ".json"
+    open(os.path.join(d, entry["Config"]), "wb").write(body)
+json.dump(manifest, open(os.path.join(d, "manifest.json"), "w"))
+PY
+  docker image rm --no-prune "$TAG" >/dev/null
+  tar -C "$SAVED" -c . | docker load --quiet >/dev/null
+  rm -rf "$SAVED"
+  arch=$(docker image inspect --format '{{.Os}}/{{.Architecture}}' "$TAG")
+fi
+[ "$arch" = "$platform" ] || die "$TAG is $arch, not $platform"
+echo "build-image: $TAG ($platform, $(docker image inspect --format '{{.Size}}' "$TAG") bytes)"

@@ -251,8 +251,9 @@ def test_helm_monitor_role_matches_the_manifest():
 
 # --- Rendering the chart and validating every object against the Kubernetes schemas ---
 #
-# No `helm` binary can be installed from the package registries, so deploy/helm/render (Go,
-# standard library only: text/template is Helm's template engine) renders the chart; Go
+# No `helm` command can be installed from the package registries, so deploy/helm/render (Go,
+# standard library only: text/template is Helm's template engine) renders the chart
+# (test_helm_engine.py checks it against Helm's own engine, a library from PyPI); Go
 # comes from Debian's golang-go (`make deps`). kubernetes-validate (PyPI, `make deps`)
 # bundles the JSON schemas generated from the Kubernetes OpenAPI documents.
 

@@ -5,7 +5,9 @@ on either host, passing its result (and the causal metadata) to the next."""
 import os
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -27,12 +29,38 @@ def node():
 def second_host(node):
     proc = subprocess.Popen(
         [binary(), "faas", "host", "--scheduler", node.faas, "--store", node.native,
-         "--executors", "2", "--python", sys.executable, "--id", "second"],
+         "--executors", "2", "--python", sys.executable, "--id", "second",
+         "--http", "127.0.0.1:0"],
         env={**os.environ, "LATTICEKV_LOG": "warn"},
+        stdout=subprocess.PIPE,
+        text=True,
     )
+    proc.http = None
+    for line in proc.stdout:
+        parts = line.split()
+        if parts[:1] == ["http"]:
+            proc.http = parts[1]
+        if parts[:1] == ["press"]:
+            break
+    # Keep draining its stdout.
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    assert proc.http, "faas host --http printed no address"
     yield proc
     proc.terminate()
     proc.wait(timeout=15)
+
+
+def cache_snapshots(host) -> float:
+    """The second host's cache snapshots so far (hits and misses), from its /metrics."""
+    with urllib.request.urlopen(f"http://{host.http}/metrics", timeout=10) as r:
+        assert r.status == 200
+        text = r.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(("latticekv_faas_cache_hits_total{", "latticekv_faas_cache_misses_total{"))
+        and 'host="second"' in line
+    )
 
 
 def test_a_dag_spreads_over_both_hosts_and_its_writes_are_applied(node, second_host):
@@ -91,4 +119,25 @@ def test_call_stats_tell_how_a_call_ran(node, second_host):
     assert stats["attempts"] == stats["aborts"] + 1, stats
     assert stats["meta_bytes"] > 0, stats
     assert cloud.call_dag("stats", args) == 2  # without stats: the result alone
+    cloud.close()
+
+
+def test_a_standalone_host_serves_its_cache_metrics(node, second_host):
+    """`faas host --http`: the host's cache counts its snapshots as functions that read
+    keys run on it."""
+    with urllib.request.urlopen(f"http://{second_host.http}/health", timeout=10) as r:
+        assert r.read() == b"ok\n"
+    cloud = faas.connect(node.native)
+    latticekv.connect(node.native, timeout=5.0).put("metrics-k", b"vv")
+    cloud.register(lambda v: len(v), "mt1")
+    cloud.register(lambda x: x + 1, "mt2")
+    cloud.register_dag("metrics", ["mt1", "mt2"], [("mt1", "mt2")])
+    before = cache_snapshots(second_host)
+    deadline = time.time() + 60
+    while cache_snapshots(second_host) == before and time.time() < deadline:
+        futures = [
+            cloud.call_dag_async("metrics", {"mt1": [faas.Ref("metrics-k")]}) for _ in range(6)
+        ]
+        assert [f.result(timeout=60) for f in futures] == [3] * 6
+    assert cache_snapshots(second_host) > before, "the second host's cache counted nothing"
     cloud.close()

@@ -504,18 +504,17 @@ pub(crate) enum Ending {
 }
 
 /// Waits for SIGINT, SIGTERM or `node` stopping; on SIGHUP, runs `reload` (TLS
-/// certificates) and goes on waiting.
+/// certificates) and goes on waiting. A SIGINT or SIGTERM that came before (while the node
+/// started: the handlers are installed first, [`crate::signals`]) ends the wait at once.
 pub(crate) fn wait(node: Option<&Node>, reload: &dyn Fn()) -> Result<Ending> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        let mut interrupt =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-        // Only now that SIGTERM is handled: scripts wait for this line, then may stop the
-        // node at once (before, a SIGTERM right after the banner could kill it uncleanly).
+        let mut stops = crate::signals::stops()?;
+        let mut hangups = crate::signals::hangups()?;
+        // SIGTERM has been handled since the process started: scripts may wait for this
+        // line, but need not.
         say!("press Ctrl-C to stop");
         let _ = std::io::stdout().flush();
         let mut stopped = node.map(Node::stopped);
@@ -530,10 +529,9 @@ pub(crate) fn wait(node: Option<&Node>, reload: &dyn Fn()) -> Result<Ending> {
         tokio::pin!(node_stopped);
         loop {
             tokio::select! {
-                _ = interrupt.recv() => return Ok(Ending::Signal),
-                _ = term.recv() => return Ok(Ending::Signal),
+                _ = stops.wait_for(|n| *n > 0) => return Ok(Ending::Signal),
                 _ = &mut node_stopped => return Ok(Ending::NodeStopped),
-                _ = hangup.recv() => reload(),
+                Ok(()) = hangups.changed() => reload(),
             }
         }
     })
@@ -580,12 +578,12 @@ fn serve_node(config: NodeConfig, node: Node, leave_on_signal: bool) -> Result<(
     Ok(())
 }
 
-/// A receiver that becomes true on the next SIGINT or SIGTERM (watched on a thread of its
-/// own, while the node leaves).
+/// A receiver that becomes true on the second SIGINT or SIGTERM (the first started the
+/// leave), watched on a thread of its own while the node leaves.
 fn second_signal() -> Result<tokio::sync::watch::Receiver<bool>> {
     let (tx, rx) = tokio::sync::watch::channel(false);
     std::thread::Builder::new()
-        .name("lkv-signals".into())
+        .name("lkv-second-signal".into())
         .spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -593,20 +591,8 @@ fn second_signal() -> Result<tokio::sync::watch::Receiver<bool>> {
             else {
                 return;
             };
-            rt.block_on(async move {
-                use tokio::signal::unix::{signal, SignalKind};
-                let (Ok(mut term), Ok(mut int)) = (
-                    signal(SignalKind::terminate()),
-                    signal(SignalKind::interrupt()),
-                ) else {
-                    return;
-                };
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = int.recv() => {}
-                }
-                let _ = tx.send(true);
-            });
+            rt.block_on(crate::signals::stop_signals(1));
+            let _ = tx.send(true);
         })?;
     Ok(rx)
 }
@@ -664,7 +650,10 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
     }
     // Ready means one cluster: wait (briefly) until the memory node sees its disk nodes.
     let ready = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !memory.has_peers() && std::time::Instant::now() < ready {
+    while !memory.has_peers()
+        && std::time::Instant::now() < ready
+        && !crate::signals::stop_requested()
+    {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     for (c, node) in &disks {

@@ -43,6 +43,10 @@ struct SchedulerArgs {
     /// (docs/serverless.md).
     #[arg(long, env = "LATTICEKV_FAAS_DEP_GC_MS", default_value_t = DEFAULT_DEP_GC_MS)]
     dep_gc_ms: u64,
+    /// HTTP address for `/metrics` (its `latticekv_faas_*` families) and `/health`; none
+    /// by default.
+    #[arg(long)]
+    http: Option<SocketAddr>,
 }
 
 /// `latticekv faas host`
@@ -68,6 +72,10 @@ struct HostArgs {
     /// This host's id (default: `host-<pid>`).
     #[arg(long)]
     id: Option<String>,
+    /// HTTP address for `/metrics` (its cache's `latticekv_faas_cache_*` families) and
+    /// `/health`; none by default.
+    #[arg(long)]
+    http: Option<SocketAddr>,
     #[command(flatten)]
     data: DataPlaneArgs,
 }
@@ -109,16 +117,7 @@ pub(crate) struct DataPlaneArgs {
 
 impl DataPlaneArgs {
     /// The data plane over `store` for a host with `executors` executors (runs on the
-    /// current runtime).
-    pub(crate) fn build(
-        &self,
-        store: client::Client,
-        executors: u32,
-    ) -> Arc<dyn faas::data::DataPlane> {
-        self.build_with_cache(store, executors).0
-    }
-
-    /// [`build`](Self::build), with the causal cache if it is one (for its metrics).
+    /// current runtime), with the causal cache if it is one (for its metrics).
     pub(crate) fn build_with_cache(
         &self,
         store: client::Client,
@@ -158,7 +157,7 @@ pub fn run(args: FaasArgs) -> Result<()> {
     rt.block_on(async move {
         let (stop, shutdown) = watch::channel(false);
         tokio::spawn(async move {
-            on_signal().await;
+            crate::signals::stop_signals(0).await;
             let _ = stop.send(true);
         });
         match args.command {
@@ -176,6 +175,15 @@ pub fn run(args: FaasArgs) -> Result<()> {
                     .await
                     .with_context(|| format!("listening on {}", a.listen))?;
                 say!("faas    {}", scheduler.local_addr()?);
+                if let Some(addr) = a.http {
+                    let stats = scheduler.stats_handle();
+                    let render: crate::faas_http::Render =
+                        Arc::new(move || faas::metrics::render(Some(&stats.stats()), None));
+                    let bound = crate::faas_http::start(addr, render, shutdown.clone())
+                        .await
+                        .with_context(|| format!("--http {addr}"))?;
+                    say!("http    {bound} (metrics: /metrics)");
+                }
                 say!("press Ctrl-C to stop");
                 scheduler.serve(shutdown).await?;
             }
@@ -196,27 +204,24 @@ pub fn run(args: FaasArgs) -> Result<()> {
                     config.executors,
                     a.data.data_plane
                 );
+                let (data, cache) = a.data.build_with_cache(store, config.executors);
+                if let Some(addr) = a.http {
+                    let host = config.host_id.clone();
+                    let render: crate::faas_http::Render = Arc::new(move || {
+                        let stats = cache.as_ref().map(|c| c.stats());
+                        faas::metrics::render(None, stats.as_ref().map(|s| (host.as_str(), s)))
+                    });
+                    let bound = crate::faas_http::start(addr, render, shutdown.clone())
+                        .await
+                        .with_context(|| format!("--http {addr}"))?;
+                    say!("http    {bound} (metrics: /metrics)");
+                }
                 say!("press Ctrl-C to stop");
-                let data = a.data.build(store, config.executors);
                 faas::host::run(config, data, shutdown).await?;
             }
         }
         Ok(())
     })
-}
-
-async fn on_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
 }
 
 /// The faas settings of `latticekv local`.

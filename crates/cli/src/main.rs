@@ -11,10 +11,13 @@ mod commands;
 mod config;
 mod errors;
 mod faas_cmd;
+mod faas_http;
 mod local_cluster;
 mod logging;
 mod monitoring;
+mod refusals;
 mod replay_bar;
+mod signals;
 mod status;
 
 use anyhow::Result;
@@ -82,9 +85,26 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     logging::set_format(cli.log_format);
+    if matches!(
+        cli.command,
+        Command::Local(_) | Command::Server(_) | Command::Routing(_) | Command::Faas(_)
+    ) {
+        // Before anything starts: a signal during start-up then stops the process cleanly.
+        if let Err(e) = signals::install() {
+            eprintln!("error: {}", errors::report(&e));
+            std::process::exit(2);
+        }
+    }
     let result: Result<i32> = match cli.command {
-        Command::Local(args) if args.nodes > 1 => local_cluster::run(args).map(|()| 0),
-        Command::Local(args) => config::run_local(args).map(|()| 0),
+        Command::Local(args) => refusals::check_local(&args)
+            .and_then(|()| {
+                if args.nodes > 1 {
+                    local_cluster::run(args)
+                } else {
+                    config::run_local(args)
+                }
+            })
+            .map(|()| 0),
         Command::Server(args) => config::run_server(args).map(|()| 0),
         Command::Routing(args) => config::run_routing(args).map(|()| 0),
         Command::Faas(args) => {

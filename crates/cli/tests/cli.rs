@@ -245,3 +245,49 @@ fn leave_is_refused_when_no_other_node_can_take_the_keys() {
         "the node did not stop after a forced leave"
     );
 }
+
+#[test]
+fn contradictory_local_flags_are_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    for (flags, says) in [
+        (
+            &["--http", "127.0.0.1:0", "--no-http"][..],
+            "--http 127.0.0.1:0 and --no-http contradict each other",
+        ),
+        (
+            &["--nodes", "2", "--http", "127.0.0.1:0"][..],
+            "--http 127.0.0.1:0 with --nodes 2: the local cluster opens no HTTP port",
+        ),
+        (
+            &["--monitor", "false", "--monitor-config", "policy.toml"][..],
+            "--monitor-config policy.toml with --monitor false",
+        ),
+        (
+            &["--nodes", "0"][..],
+            "--nodes 0: a local cluster has at least one node",
+        ),
+    ] {
+        let mut child = std::process::Command::new(common::bin())
+            .args(["local", "--listen", "127.0.0.1:0", "--resp", "127.0.0.1:0"])
+            .args(["--data-dir", data])
+            .args(flags)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A refusal is immediate; a node that started instead is stopped, and fails below.
+        if !common::eventually(std::time::Duration::from_secs(10), || {
+            matches!(child.try_wait(), Ok(Some(_)))
+        }) {
+            let _ = child.kill();
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{flags:?} started something");
+    }
+    // Nothing was created in the data directory.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

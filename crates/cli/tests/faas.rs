@@ -1,7 +1,10 @@
 //! The serverless layer's scheduler against a real store, through the Rust client, with
 //! hosts played by the test (the Python executors are tested in tests/python/test_faas.py):
 //! registration and its validation, discovery through the store, errors by code, a call
-//! run again when its host drops, and a registry shared by two schedulers.
+//! run again when its host drops, a registry shared by two schedulers, and a scheduler's
+//! metrics over `--http`.
+
+mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -27,6 +30,8 @@ fn store() -> NodeProc {
 struct SchedulerProc {
     child: Child,
     addr: String,
+    /// Its HTTP address, with `--http`.
+    http: Option<std::net::SocketAddr>,
 }
 
 impl Drop for SchedulerProc {
@@ -37,20 +42,26 @@ impl Drop for SchedulerProc {
 }
 
 fn scheduler(store: &NodeProc) -> SchedulerProc {
+    scheduler_with(store, &[])
+}
+
+fn scheduler_with(store: &NodeProc, extra: &[&str]) -> SchedulerProc {
     let mut child = Command::new(bin())
         .args(["faas", "scheduler", "--listen", "127.0.0.1:0", "--store"])
         .arg(store.native.to_string())
+        .args(extra)
         .env("LATTICEKV_LOG", "warn")
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn the scheduler");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut addr = None;
+    let (mut addr, mut http) = (None, None);
     for line in lines.by_ref() {
         let line = line.unwrap();
         let parts: Vec<&str> = line.split_whitespace().collect();
         match parts.as_slice() {
             ["faas", a] => addr = Some(a.to_string()),
+            ["http", a, ..] => http = a.parse().ok(),
             ["press", ..] => break,
             _ => {}
         }
@@ -59,6 +70,7 @@ fn scheduler(store: &NodeProc) -> SchedulerProc {
     SchedulerProc {
         child,
         addr: addr.expect("the scheduler printed its address"),
+        http,
     }
 }
 
@@ -278,4 +290,86 @@ fn a_scheduler_listens_on_loopback_only() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not a loopback address"), "{err}");
+}
+
+/// `faas scheduler --http`: its `/metrics` move as hosts connect and calls are answered, and
+/// `/health` answers; bad requests are refused and it keeps serving.
+#[test]
+fn a_standalone_scheduler_serves_its_metrics_over_http() {
+    let store = store();
+    let sched = scheduler_with(&store, &["--http", "127.0.0.1:0"]);
+    let http = sched.http.expect("the scheduler printed its HTTP address");
+    let metrics = || {
+        let (status, body) = common::http::http(http, "GET", "/metrics");
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    let value = |body: &str, name: &str, labels: &str| -> f64 {
+        body.lines()
+            .filter(|l| l.starts_with(name) && l.contains(labels))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let before = metrics();
+    assert_eq!(value(&before, "latticekv_faas_hosts", ""), 0.0, "{before}");
+    assert_eq!(
+        common::http::http(http, "GET", "/health"),
+        (200, "ok\n".to_string())
+    );
+    rt().block_on(async {
+        let mut host = fake_host(&sched.addr, "a").await;
+        let mut hosts = 0.0;
+        assert!(
+            testkit::eventually(Duration::from_secs(20), || {
+                hosts = value(&metrics(), "latticekv_faas_hosts", "");
+                hosts == 1.0
+            }),
+            "hosts {hosts}"
+        );
+        // Two calls run by the host, answered.
+        let client = FaasClient::connect(&sched.addr).await.unwrap();
+        client
+            .register_function("f", b"code-f".to_vec())
+            .await
+            .unwrap();
+        for _ in 0..2 {
+            let c = client.clone();
+            let call = tokio::spawn(async move {
+                c.call("f", vec![Arg::Value(b"x".to_vec())], CallOptions::default())
+                    .await
+            });
+            let run = next_run(&mut host).await;
+            let done = pb::ToScheduler {
+                msg: Some(pb::to_scheduler::Msg::DagDone(pb::DagDone {
+                    run_id: run.run_id,
+                    result: Some(pb::dag_done::Result::Value(b"r".as_slice().into())),
+                })),
+            };
+            conn::write(&mut host, &done).await.unwrap();
+            let got = tokio::time::timeout(Duration::from_secs(20), call)
+                .await
+                .expect("the call finished")
+                .unwrap()
+                .unwrap();
+            assert_eq!(&got[..], b"r");
+        }
+    });
+    let after = metrics();
+    let ok = "outcome=\"ok\"";
+    let grew =
+        |name: &str, labels: &str| value(&after, name, labels) - value(&before, name, labels);
+    assert_eq!(grew("latticekv_faas_calls_total", ok), 2.0, "{after}");
+    assert_eq!(
+        grew("latticekv_faas_call_duration_seconds_count", ""),
+        2.0,
+        "{after}"
+    );
+    assert_eq!(common::http::http(http, "POST", "/metrics").0, 405);
+    assert_eq!(common::http::http(http, "GET", "/nope").0, 404);
+    let mut junk = std::net::TcpStream::connect(http).unwrap();
+    std::io::Write::write_all(&mut junk, b"\x00\x01garbage\r\n\r\n").unwrap();
+    let mut sink = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut junk, &mut sink);
+    assert!(String::from_utf8_lossy(&sink).starts_with("HTTP/1.1 400"));
+    assert_eq!(common::http::http(http, "GET", "/health").0, 200);
 }

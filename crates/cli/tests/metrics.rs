@@ -183,3 +183,112 @@ fn a_durable_write_waits_for_an_fsync_under_a_periodic_policy() {
         );
     }
 }
+
+/// Requests and error replies are counted by protocol and command, exactly: direct replies
+/// and replies that waited for another worker (a pipeline over two workers) alike, RESP and
+/// native, unknown commands under `other`.
+#[test]
+fn requests_and_errors_are_counted_by_protocol_and_command() {
+    use wire::pb::{self, request::Op};
+
+    let node = NodeProc::start(&["--workers", "2", "--disk-nodes", "0"]);
+    let addr = node.http.expect("local prints its HTTP address");
+    let count = |m: &str, name: &str, protocol: &str, command: &str| {
+        let labels = [
+            format!("protocol=\"{protocol}\""),
+            format!("command=\"{command}\""),
+        ];
+        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+        total_where(m, name, &labels)
+    };
+    let before = scrape(addr);
+    let grew = |after: &str, name: &str, protocol: &str, command: &str| {
+        count(after, name, protocol, command) - count(&before, name, protocol, command)
+    };
+
+    // RESP, one at a time: 300 SETs, 200 GETs, 50 LPUSHes on strings (WRONGTYPE), 10
+    // unknown commands.
+    let mut r = Resp::connect(node.resp);
+    for i in 0..300 {
+        let key = format!("k{i}");
+        r.roundtrip(&[b"SET", key.as_bytes(), b"v"], b"+OK\r\n");
+    }
+    for i in 0..200 {
+        let key = format!("k{i}");
+        r.roundtrip(&[b"GET", key.as_bytes()], b"$1\r\nv\r\n");
+    }
+    for i in 0..50 {
+        let key = format!("k{i}");
+        r.send(&[b"LPUSH", key.as_bytes(), b"x"]);
+        assert!(r.line().starts_with("-WRONGTYPE"));
+    }
+    for _ in 0..10 {
+        r.send(&[b"NOSUCHCOMMAND", b"a"]);
+        assert!(r.line().starts_with("-ERR unknown command"));
+    }
+    // Pipelined: 40 SETs and 40 failing LPUSHes interleaved, over keys of both workers,
+    // so some replies wait in the queue behind others.
+    let mut pipeline = Vec::new();
+    for i in 0..40 {
+        for args in [
+            vec![b"SET".to_vec(), format!("p{i}").into_bytes(), b"v".to_vec()],
+            vec![
+                b"LPUSH".to_vec(),
+                format!("k{i}").into_bytes(),
+                b"x".to_vec(),
+            ],
+        ] {
+            pipeline.extend(format!("*{}\r\n", args.len()).into_bytes());
+            for a in args {
+                pipeline.extend(format!("${}\r\n", a.len()).into_bytes());
+                pipeline.extend(a);
+                pipeline.extend(b"\r\n");
+            }
+        }
+    }
+    let mut replies = Resp::connect(node.resp);
+    replies.stream.write_all(&pipeline).unwrap();
+    for _ in 0..40 {
+        assert_eq!(replies.line(), "+OK\r\n");
+        assert!(replies.line().starts_with("-WRONGTYPE"));
+    }
+
+    // Native: 30 puts and a bad one (no value), 20 gets.
+    let mut n = common::Native::connect(node.native);
+    for i in 0..30 {
+        let resp = n.call(Op::Put(pb::Put {
+            key: format!("n{i}").into(),
+            value: Some(wire::convert::value_to_pb(&common::cluster::value(i))),
+        }));
+        assert!(!matches!(resp.result, Some(pb::response::Result::Error(_))));
+    }
+    let bad = n.call(Op::Put(pb::Put {
+        key: "n0".into(),
+        value: None,
+    }));
+    assert!(matches!(bad.result, Some(pb::response::Result::Error(_))));
+    for i in 0..20 {
+        n.call(Op::Get(pb::Get {
+            key: format!("n{i}").into(),
+        }));
+    }
+
+    let after = scrape(addr);
+    let req = "latticekv_requests_total";
+    let err = "latticekv_request_errors_total";
+    assert!(after.contains("# TYPE latticekv_requests_total counter"));
+    assert_eq!(grew(&after, req, "resp", "set"), 340.0);
+    assert_eq!(grew(&after, err, "resp", "set"), 0.0);
+    assert_eq!(grew(&after, req, "resp", "get"), 200.0);
+    assert_eq!(grew(&after, err, "resp", "get"), 0.0);
+    assert_eq!(grew(&after, req, "resp", "lpush"), 90.0);
+    assert_eq!(grew(&after, err, "resp", "lpush"), 90.0);
+    assert_eq!(grew(&after, req, "resp", "other"), 10.0);
+    assert_eq!(grew(&after, err, "resp", "other"), 10.0);
+    assert_eq!(grew(&after, req, "native", "put"), 31.0);
+    assert_eq!(grew(&after, err, "native", "put"), 1.0);
+    assert_eq!(grew(&after, req, "native", "get"), 20.0);
+    assert_eq!(grew(&after, err, "native", "get"), 0.0);
+    // The command label takes only known names: the unknown one is not a series of its own.
+    assert!(!after.to_lowercase().contains("nosuchcommand"));
+}

@@ -262,14 +262,58 @@ pub fn render(s: &Snapshot<'_>) -> String {
             o.labels, x.worker, x.window.occupancy
         );
     }
+    if w.iter().any(|x| x.window.disk_bytes.is_some()) {
+        o.head(
+            "disk_bytes",
+            "gauge",
+            "Bytes of data on disk (disk tier), when the last statistics window closed.",
+        );
+        for x in w {
+            if let Some(d) = x.window.disk_bytes {
+                o.labelled("disk_bytes", &format!("worker=\"{}\"", x.worker), d);
+            }
+        }
+    }
     let mut total = Cumulative::default();
     for x in w {
         total.add(&x.latency_total);
     }
     latency_histogram(&mut o, &total);
+    requests(&mut o, w);
     storage::render(&mut o, w);
     policy::render(&mut o, s.policy, s.now_ms);
     o.text
+}
+
+/// Requests and error replies by protocol and command, summed over the workers (only the
+/// commands that ran).
+fn requests(o: &mut Out, workers: &[WorkerStats]) {
+    let mut sums: std::collections::BTreeMap<(&str, &str), (u64, u64)> = Default::default();
+    for w in workers {
+        for (protocol, command, n, errors) in w.requests.counts() {
+            let s = sums.entry((protocol.name(), command)).or_default();
+            s.0 += n;
+            s.1 += errors;
+        }
+    }
+    for (name, help, errors) in [
+        (
+            "requests_total",
+            "Client requests, by protocol and command.",
+            false,
+        ),
+        (
+            "request_errors_total",
+            "Client requests answered with an error, by protocol and command.",
+            true,
+        ),
+    ] {
+        o.head(name, "counter", help);
+        for ((protocol, command), (n, e)) in &sums {
+            let extra = format!("protocol=\"{protocol}\",command=\"{command}\"");
+            o.labelled(name, &extra, if errors { *e } else { *n });
+        }
+    }
 }
 
 fn latency_histogram(o: &mut Out, h: &Cumulative) {

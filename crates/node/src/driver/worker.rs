@@ -141,6 +141,8 @@ pub struct WorkerStats {
     pub lsm: Option<super::journal::LsmMetrics>,
     /// Durations of the batches it applied to the backing store since it started.
     pub backing_latency: crate::stats::latency::Cumulative,
+    /// Client requests and error replies since it started, by protocol and command.
+    pub requests: crate::stats::requests::RequestCounts,
 }
 
 /// One worker (see the module docs).
@@ -178,6 +180,8 @@ pub struct Worker {
     spill_marked: Cell<bool>,
     /// Latencies of served client requests since the worker started (metrics).
     latency_total: RefCell<crate::stats::latency::Cumulative>,
+    /// Client requests and error replies, by protocol and command.
+    requests: RefCell<crate::stats::requests::RequestCounts>,
     /// Where its shard's keyspace events go (the pub/sub fan-out, set at start; `None`:
     /// dropped).
     key_event_sink: Cell<Option<KeyEventSink>>,
@@ -279,6 +283,7 @@ impl Worker {
             wal: self.journal.wal_metrics(),
             lsm: self.journal.lsm_metrics(),
             backing_latency: self.backing_latency.borrow().clone(),
+            requests: self.requests.borrow().clone(),
         }
     }
 
@@ -303,6 +308,11 @@ impl Worker {
             last_error: m.last_error().unwrap_or_default().to_string(),
             applied_per_sec: core.backing_rate(),
         })
+    }
+
+    /// Counts a client request of `command`, an error reply if `error`.
+    pub fn count_request(&self, command: crate::stats::requests::Command, error: bool) {
+        self.requests.borrow_mut().record(command, error);
     }
 
     /// `requests` client requests were answered `elapsed` after they arrived (the
@@ -724,6 +734,7 @@ impl Worker {
             memory_waiting: Cell::new(false),
             spill_marked: Cell::new(false),
             latency_total: RefCell::new(Default::default()),
+            requests: RefCell::new(Default::default()),
             key_event_sink: Cell::new(None),
             backing_latency: RefCell::new(Default::default()),
         })

@@ -33,6 +33,7 @@ use tokio::task::spawn_local;
 use crate::driver::conns::{ConnectionPermit, LocalConnection};
 use crate::driver::worker::{Answer, Worker};
 use crate::op::OpResult;
+use crate::stats::requests::Command;
 
 /// Most requests a connection runs before it writes their replies (bounds the reply queue).
 pub const MAX_PIPELINE: usize = 1024;
@@ -60,6 +61,11 @@ pub struct Replies {
     /// Set while a reply of the batch is a blocked pop: the connection then watches its
     /// socket, so a client that closes drops the waiter.
     blocked: Rc<std::cell::Cell<bool>>,
+    /// The batch's requests, for their counts: each one's command and where its reply
+    /// starts, as (queued replies, bytes in `out`) when it ran.
+    marks: Vec<(Command, usize, usize)>,
+    /// Where each queued reply of the batch started in `out` once settled.
+    starts: Vec<usize>,
 }
 
 impl Replies {
@@ -122,6 +128,7 @@ impl Replies {
     /// Waits for every queued reply, in order, into `out`.
     pub async fn settle(&mut self, dropped: impl Fn(&mut Vec<u8>)) {
         while let Some(w) = self.queue.pop_front() {
+            self.starts.push(self.out.len());
             match w {
                 Waiting::Bytes(b) => self.out.extend_from_slice(&b),
                 Waiting::Results(rx, encode) => match rx.await {
@@ -174,6 +181,17 @@ pub trait Codec {
 
     /// The reply when a request was dropped (its worker stopped).
     fn dropped(out: &mut Vec<u8>);
+
+    /// The command of the request [`next`](Self::next) just ran, for the request counts
+    /// (`None`: not counted).
+    fn last_command(&self) -> Option<Command> {
+        None
+    }
+
+    /// True if the reply that starts `reply` is an error.
+    fn is_error(_reply: &[u8]) -> bool {
+        false
+    }
 
     /// True once the client asked to close (after the replies are written).
     fn quit(&self) -> bool {
@@ -308,7 +326,12 @@ pub async fn run_batch<C: Codec>(
             batch.full = true;
             break;
         }
-        match codec.next(w, inbuf, replies) {
+        let mark = (replies.queue.len(), replies.out.len());
+        let step = codec.next(w, inbuf, replies);
+        if let (Step::Ran | Step::RanUntimed, Some(c)) = (&step, codec.last_command()) {
+            replies.marks.push((c, mark.0, mark.1));
+        }
+        match step {
             Step::Need => break,
             Step::Ran => {
                 batch.requests += 1;
@@ -323,8 +346,27 @@ pub async fn run_batch<C: Codec>(
     }
     codec.batch_ran();
     replies.settle(C::dropped).await;
+    count_requests::<C>(w, replies);
     codec.drain_pushes(&mut replies.out);
     batch
+}
+
+/// Counts the settled batch's requests on `w`, each an error if its reply is one (a request
+/// that wrote no reply is not; one that wrote several is judged by its first).
+fn count_requests<C: Codec>(w: &Worker, replies: &mut Replies) {
+    for &(command, queued, at) in &replies.marks {
+        let start = if queued == 0 {
+            Some(at)
+        } else {
+            replies.starts.get(queued).copied()
+        };
+        let error = start
+            .and_then(|s| replies.out.get(s..))
+            .is_some_and(C::is_error);
+        w.count_request(command, error);
+    }
+    replies.marks.clear();
+    replies.starts.clear();
 }
 
 /// Serves one connection with `codec` until the client closes it, quits or breaks the
@@ -350,6 +392,8 @@ pub async fn serve<C: Codec>(
         out: Vec::with_capacity(16 * 1024),
         queue: VecDeque::new(),
         blocked: Default::default(),
+        marks: Vec::new(),
+        starts: Vec::new(),
     };
     let blocked = replies.blocked.clone();
     let mut shutdown = w.shared.shutdown();

@@ -54,6 +54,7 @@ fn worker(i: u32, requests: u64, latencies_us: &[u64], hot: &[(&str, u64)]) -> W
         wal: None,
         lsm: None,
         backing_latency: Cumulative::default(),
+        requests: Default::default(),
     }
 }
 

@@ -23,6 +23,7 @@ fn worker(i: u32, requests: u64, latencies_us: &[u64]) -> WorkerStats {
         wal: None,
         lsm: None,
         backing_latency: Cumulative::default(),
+        requests: Default::default(),
     }
 }
 
@@ -208,9 +209,16 @@ fn renders_the_lsm_tables_and_anti_entropy_sessions() {
         l0_tables: 2,
         ..Default::default()
     });
+    w0.window = Arc::new(crate::stats::Window {
+        disk_bytes: Some(123_456),
+        ..Default::default()
+    });
     let text = render_one("d", "disk", &[w0]);
     let l = r#"node="d",tier="disk""#;
     let v = |s: &str| value(&text, &format!("latticekv_{s}"));
+    assert_eq!(v(&format!("disk_bytes{{{l},worker=\"0\"}}")), 123_456.0);
+    // A memory-tier node has no such series.
+    assert!(!render_one("m", "memory", &[worker(0, 1, &[])]).contains("latticekv_disk_bytes"));
     assert_eq!(v(&format!("lsm_tables{{{l}}}")), 5.0);
     assert_eq!(v(&format!("lsm_l0_tables{{{l}}}")), 2.0);
     assert_eq!(

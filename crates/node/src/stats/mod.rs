@@ -20,6 +20,7 @@
 
 mod hot;
 pub mod latency;
+pub mod requests;
 mod sketch;
 #[cfg(test)]
 mod tests;

@@ -75,6 +75,8 @@ pub struct Native {
     admins_only: bool,
     /// The connection presented a certificate the cluster's CA signed.
     node_certificate: bool,
+    /// The operation `next` ran last (for the request counts).
+    last: Option<crate::stats::requests::Command>,
 }
 
 impl Native {
@@ -93,6 +95,7 @@ impl Native {
             users: w.shared.users.clone(),
             admins_only: false,
             node_certificate,
+            last: None,
         }
     }
 }
@@ -208,7 +211,11 @@ impl Codec for Native {
             }
         };
         let body = buf.split_to(HEADER_LEN + len).freeze().slice(HEADER_LEN..);
-        match pb::Request::decode(body) {
+        let decoded = pb::Request::decode(body);
+        self.last = Some(crate::stats::requests::native_command(
+            decoded.as_ref().ok().and_then(|r| r.op.as_ref()),
+        ));
+        match decoded {
             Ok(req) if self.admins_only => return self.admin_gate(req, replies),
             Ok(req) => {
                 let timed = !informational(&req);
@@ -243,6 +250,14 @@ impl Codec for Native {
     fn admins_only(&mut self) -> bool {
         self.admins_only = self.user.is_none();
         self.admins_only
+    }
+
+    fn last_command(&self) -> Option<crate::stats::requests::Command> {
+        self.last
+    }
+
+    fn is_error(reply: &[u8]) -> bool {
+        crate::stats::requests::native_is_error(reply)
     }
 
     fn dropped(out: &mut Vec<u8>) {

@@ -31,6 +31,7 @@ mod acl;
 // ---- lists (helper B) ----
 mod blocking;
 pub mod commands;
+mod counted;
 mod expiry;
 // ---- lists (helper B) ----
 mod lists;
@@ -106,6 +107,8 @@ pub struct Resp {
     /// Resumes a partly received command where it stopped (linear in its size).
     parser: CommandParser,
     args: Args,
+    /// The command `next` ran last (for the request counts).
+    last: Option<crate::stats::requests::Command>,
 }
 
 impl Resp {
@@ -142,6 +145,7 @@ impl Resp {
             },
             parser: CommandParser::new(),
             args: Args::default(),
+            last: None,
         }
     }
 }
@@ -186,7 +190,9 @@ impl Codec for Resp {
             Ok(None) => Step::Need,
             Ok(Some(consumed)) => {
                 let mut step = Step::Ran;
+                self.last = None;
                 if !self.args.is_empty() {
+                    self.last = Some(counted::command(self.args.get(buf, 0).unwrap_or_default()));
                     let cmd = commands::Cmd {
                         buf,
                         args: &self.args,
@@ -217,6 +223,14 @@ impl Codec for Resp {
 
     fn too_many(&self) -> Vec<u8> {
         TOO_MANY.to_vec()
+    }
+
+    fn last_command(&self) -> Option<crate::stats::requests::Command> {
+        self.last
+    }
+
+    fn is_error(reply: &[u8]) -> bool {
+        crate::stats::requests::resp_is_error(reply)
     }
 
     fn admins_only(&mut self) -> bool {

@@ -216,7 +216,7 @@ fn hello(cmd: &Cmd<'_>, state: &mut ConnState) -> Vec<u8> {
 type CommandInfo = (&'static str, i64, &'static [&'static str], i64, i64, i64);
 
 /// The commands latticekv implements.
-const COMMANDS: &[CommandInfo] = &[
+pub(super) const COMMANDS: &[CommandInfo] = &[
     ("get", 2, &["readonly", "fast"], 1, 1, 1),
     ("set", -3, &["write", "denyoom"], 1, 1, 1),
     ("del", -2, &["write"], 1, -1, 1),
