@@ -249,24 +249,6 @@ fn shifted(addr: SocketAddr, by: u16) -> SocketAddr {
 /// The configuration of disk node `i` of a local deployment whose memory node has `config`
 /// and answers at `seed`: ports 100 × (i + 1) above the memory node's, data under
 /// `data/disk<i>`.
-/// Starts a disk node of `latticekv local` from a thread at a lower priority, so its
-/// threads (workers, LSM flushes and compactions) inherit it: the memory node beside it,
-/// which answers the requests, goes first when both want the CPU
-/// ([`node::priority::BACKGROUND_NICE`]).
-fn start_in_background(c: NodeConfig) -> Result<Node> {
-    let starting = std::thread::Builder::new()
-        .name("lkv-disk-start".into())
-        .spawn(move || {
-            node::priority::lower_this_thread(node::priority::BACKGROUND_NICE);
-            Node::start(c)
-        })
-        .context("starting a thread")?;
-    match starting.join() {
-        Ok(started) => Ok(started?),
-        Err(_) => bail!("the disk node's start-up panicked"),
-    }
-}
-
 fn local_disk_config(
     config: &NodeConfig,
     i: usize,
@@ -644,7 +626,7 @@ pub fn run_local(args: LocalArgs) -> Result<()> {
     let mut disks = Vec::new();
     for i in 0..args.disk_nodes {
         let c = local_disk_config(&config, i, seed.clone(), &data);
-        let node = start_in_background(c.clone())
+        let node = Node::start(c.clone())
             .with_context(|| format!("starting disk node {} in {}", i + 1, data.display()))?;
         disks.push((c, node));
     }

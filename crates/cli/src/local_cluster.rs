@@ -31,10 +31,8 @@ fn secrets(a: &NodeArgs) -> Vec<(String, String)> {
     env
 }
 
-/// Starts `latticekv ARGS` with `env`; a disk-tier node at a lower priority (its requests
-/// are the cold ones; see `node::priority`).
+/// Starts `latticekv ARGS` with `env`.
 fn spawn_child(args: &[String], env: &[(String, String)]) -> Result<ChildNode> {
-    let background = args.windows(2).any(|w| w[0] == "--tier" && w[1] == "disk");
     let exe = std::env::current_exe().context("finding the latticekv binary")?;
     let mut command = Command::new(exe);
     command.envs(env.iter().map(|(k, v)| (k, v)));
@@ -45,15 +43,11 @@ fn spawn_child(args: &[String], env: &[(String, String)]) -> Result<ChildNode> {
     {
         use std::os::unix::process::CommandExt;
         // SAFETY: the closure runs in the child between fork and exec and only calls
-        // prctl and nice (system calls, no locks or allocation), and reads errno.
+        // prctl, which is async-signal-safe, and reads errno.
         unsafe {
-            command.pre_exec(move || {
+            command.pre_exec(|| {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
                     return Err(std::io::Error::last_os_error());
-                }
-                if background {
-                    // Best effort: a failure leaves the priority as it was.
-                    libc::nice(node::priority::BACKGROUND_NICE);
                 }
                 Ok(())
             });

@@ -2,14 +2,34 @@
 //! CPU to the threads that serve requests when both want it.
 //!
 //! On Linux the nice value belongs to a thread and is inherited by the threads it starts,
-//! so lowering it on a thread before it starts a component (the disk nodes `latticekv
-//! local` runs beside its memory node, with their LSM's flush and compaction threads) lowers
-//! the whole component. Lowering needs no privilege; it cannot be raised back without one.
+//! so lowering it on a thread before it starts a component (a disk-tier node's LSM, whose
+//! flush and compaction threads start when it opens) lowers the whole component. Lowering
+//! needs no privilege; it cannot be raised back without one, hence a thread of its own.
+//!
+//! Only work nobody waits for is lowered: LSM flushes and compactions, snapshots. A disk
+//! node's workers keep their priority: they answer the memory tier's fetches and
+//! anti-entropy steps, which time out if a busy memory worker starves them (lowering the
+//! whole disk node was tried: under a sustained load on one shared core its first
+//! anti-entropy session timed out, `bench/background`).
 
-/// How much `latticekv local` lowers the priority of its disk nodes, and a memory node
-/// the priority of its snapshot thread: at nice 10 a busy thread gets about a tenth of a
+/// How far background threads are lowered: at nice 10 a busy thread gets about a tenth of a
 /// contended core against one at nice 0 (CFS weights 110 and 1024), and all of an idle one.
 pub const BACKGROUND_NICE: i32 = 10;
+
+/// Runs `f` on a new thread lowered by [`BACKGROUND_NICE`] and returns its result: threads
+/// `f` starts keep the lower priority after it returns.
+pub fn lowered<T: Send>(f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+    std::thread::scope(|s| {
+        let t = std::thread::Builder::new()
+            .name("lkv-lowered".into())
+            .spawn_scoped(s, || {
+                lower_this_thread(BACKGROUND_NICE);
+                f()
+            })?;
+        t.join()
+            .map_err(|_| std::io::Error::other("a lowered start-up thread panicked"))
+    })
+}
 
 /// Lowers the calling thread's priority by `by` nice steps (and so that of every thread it
 /// starts afterwards). Best effort: where it fails or is unsupported, nothing changes.

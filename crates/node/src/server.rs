@@ -245,7 +245,13 @@ impl Node {
                     background_threads: 2,
                     memtable_bytes: config.disk.memtable_bytes.max(1 << 20),
                 };
-                Some(DiskDb::open(&dir.join("lsm"), &options).map_err(StartError::Disk)?)
+                // Opened from a thread at a lower priority: the LSM's flush and compaction
+                // threads, started by the open, inherit it (`priority`).
+                let lsm = dir.join("lsm");
+                crate::priority::lowered(|| DiskDb::open(&lsm, &options))
+                    .map_err(StartError::Thread)?
+                    .map_err(StartError::Disk)?
+                    .into()
             }
         };
 

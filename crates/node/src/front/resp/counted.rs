@@ -9,8 +9,9 @@ use super::server::COMMANDS;
 /// table, or `other` (the slot past it) for a name latticekv does not implement, so
 /// clients cannot add series.
 pub(super) fn command(name: &[u8]) -> Command {
-    static SLOTS: std::sync::OnceLock<std::collections::HashMap<&'static [u8], u16>> =
-        std::sync::OnceLock::new();
+    // foldhash, not SipHash: a lookup per request, of names the server chose.
+    type Slots = std::collections::HashMap<&'static [u8], u16, foldhash::fast::FixedState>;
+    static SLOTS: std::sync::OnceLock<Slots> = std::sync::OnceLock::new();
     let slots = SLOTS.get_or_init(|| {
         COMMANDS
             .iter()
