@@ -244,15 +244,19 @@ def test_serverless_report_from_fake_results_parses_back():
     m = script("serverless")
     args = SimpleNamespace(thetas=[1.0, 1.5], lengths=[3, 6], executors=3, clients=4,
                            keys=1000, value_size=1024, rounds=2, requests=10,
-                           length_requests=5, warmup=2)
+                           length_requests=5, warmup=2, dep_gc_ms=200)
     results = {}
     for i, (plane, dag, length, theta, p) in enumerate(m.cells(args)):
         stats = {"protocol": p, "attempts": 1 + i % 2, "aborts": i % 2,
                  "early_aborts": 0, "meta_bytes": 100 * i}
         results[(plane, dag, length, theta, p)] = (
             [(0.001 * (i + k), stats, k == 0) for k in range(10)], [])
-    text, grid, lengths = m.report(results, args, [1.5, 2.5], 600.0)
-    assert len(grid) == 2 * 2 * 5 and len(lengths) == 2 * 5
+    # Dependency-list gauges after two cells: (p50, p99, max, GC rounds).
+    deps = [(2, 5, 7, 3), (3, 6, 9, 11)]
+    text, grid, lengths = m.report(results, args, [1.5, 2.5], 600.0, deps)
+    systems = len(m.SYSTEM_CELLS)
+    assert len(grid) == 2 * 2 * systems and len(lengths) == 2 * systems
+    assert "2 / 5 / 7 after the first cell, 3 / 6 / 9 after the last, largest seen 9" in text
     for p, b in zip(m.GRID.parse(text), grid, strict=True):
         close(p, b)
     for p, b in zip(m.LENGTH.parse(text), lengths, strict=True):
