@@ -50,6 +50,24 @@ def test_errors_are_exceptions_and_the_connection_survives(node):
     assert r.get("str") == b"v"
 
 
+def test_streams_are_refused_naming_the_alternatives(node):
+    r = client(node)
+    for call in (lambda: r.xadd("s", {"f": "v"}), lambda: r.xread({"s": 0}),
+                 lambda: r.xlen("s"), lambda: r.xgroup_create("s", "g")):
+        with pytest.raises(redis.exceptions.ResponseError,
+                           match="streams are not supported.*BLMOVE.*PUBLISH"):
+            call()
+    # In a transaction the refusal comes at queue time, as an unknown command's does, and
+    # the transaction is aborted with nothing applied.
+    p = r.pipeline(transaction=True)
+    p.set("after", "1")
+    p.xadd("s", {"f": "v"})
+    with pytest.raises(redis.exceptions.ResponseError, match="streams are not supported"):
+        p.execute()
+    assert r.get("after") is None
+    assert r.ping()
+
+
 def test_pipeline_and_binary_values(node):
     r = client(node)
     blob = bytes(range(256)) * 4
