@@ -428,8 +428,21 @@ pub(super) fn plan_data<'a>(cmd: &Cmd<'a>) -> Option<Plan<'a>> {
 
 /// Redis's stream commands: not built, so refused naming what to use instead.
 const STREAM_COMMANDS: [&str; 15] = [
-    "XADD", "XRANGE", "XREVRANGE", "XLEN", "XREAD", "XREADGROUP", "XGROUP", "XACK", "XCLAIM",
-    "XAUTOCLAIM", "XDEL", "XTRIM", "XINFO", "XPENDING", "XSETID",
+    "XADD",
+    "XRANGE",
+    "XREVRANGE",
+    "XLEN",
+    "XREAD",
+    "XREADGROUP",
+    "XGROUP",
+    "XACK",
+    "XCLAIM",
+    "XAUTOCLAIM",
+    "XDEL",
+    "XTRIM",
+    "XINFO",
+    "XPENDING",
+    "XSETID",
 ];
 
 /// The reply to a command latticekv does not implement (also at queue time in `MULTI`,
