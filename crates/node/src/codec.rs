@@ -79,35 +79,14 @@ pub fn encode_journal(entries: &[JournalEntry]) -> Bytes {
 /// `max_bytes` each (one entry larger than that gets a payload of its own), in order.
 /// Each entry replays on its own, so a log record needs no more than a batch of them.
 pub fn encode_journal_chunks(entries: &[JournalEntry], max_bytes: usize) -> Vec<Bytes> {
-    let mut out = Vec::new();
-    let mut current = Vec::new();
-    let mut size = 0;
+    let mut buf = crate::codec_journal::JournalBuf::with_max_payload(max_bytes);
     for e in entries {
-        let entry = journal_entry_to_pb(e);
-        let len = entry.encoded_len();
-        // Field tag, length prefix, body.
-        let framed = 1 + prost::length_delimiter_len(len) + len;
-        if !current.is_empty() && size + framed > max_bytes {
-            out.push(encode_pb_entries(std::mem::take(&mut current)));
-            size = 0;
+        match e {
+            JournalEntry::Merge(key, record) => buf.push_merge(key, record),
+            JournalEntry::Drop(key) => buf.push_drop(key),
         }
-        current.push(entry);
-        size += framed;
     }
-    if !current.is_empty() {
-        out.push(encode_pb_entries(current));
-    }
-    out
-}
-
-fn encode_pb_entries(entries: Vec<pb::gossip::Entry>) -> Bytes {
-    Bytes::from(
-        pb::Replicate {
-            entries,
-            ..Default::default()
-        }
-        .encode_to_vec(),
-    )
+    buf.take()
 }
 
 fn journal_entry_to_pb(e: &JournalEntry) -> pb::gossip::Entry {

@@ -21,7 +21,7 @@ pub const MAX_JOURNAL_PAYLOAD: usize = 4 << 20;
 
 /// Changes queued for the write-ahead log, as finished log payloads and the one being
 /// built.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct JournalBuf {
     /// Payloads already full (each at most about [`MAX_JOURNAL_PAYLOAD`] bytes).
     full: Vec<Bytes>,
@@ -31,12 +31,31 @@ pub struct JournalBuf {
     changes: usize,
     /// The size of the last payload taken, to size the next one's buffer once.
     last_size: usize,
+    /// Payloads end before this many bytes (one larger change gets a payload of its own).
+    max_payload: usize,
+}
+
+impl Default for JournalBuf {
+    fn default() -> Self {
+        JournalBuf::with_max_payload(MAX_JOURNAL_PAYLOAD)
+    }
 }
 
 impl JournalBuf {
-    /// An empty queue.
+    /// An empty queue of payloads of at most about [`MAX_JOURNAL_PAYLOAD`] bytes.
     pub fn new() -> JournalBuf {
         JournalBuf::default()
+    }
+
+    /// An empty queue of payloads of at most about `max_payload` bytes.
+    pub fn with_max_payload(max_payload: usize) -> JournalBuf {
+        JournalBuf {
+            full: Vec::new(),
+            current: Vec::new(),
+            changes: 0,
+            last_size: 0,
+            max_payload,
+        }
     }
 
     /// Changes queued.
@@ -91,14 +110,15 @@ impl JournalBuf {
     }
 
     /// Starts a new payload if an entry of `len` bytes (its body) would take the current
-    /// one past [`MAX_JOURNAL_PAYLOAD`].
+    /// one past the payload limit.
     fn make_room(&mut self, len: usize) {
         let framed = 1 + encoded_len_varint(len as u64) + len;
-        if !self.current.is_empty() && self.current.len() + framed > MAX_JOURNAL_PAYLOAD {
+        if !self.current.is_empty() && self.current.len() + framed > self.max_payload {
             self.full
                 .push(Bytes::from(std::mem::take(&mut self.current)));
         }
         if self.current.capacity() == 0 {
+            // Sized like the last payload taken, once (not above the usual limit).
             let hint = self.last_size.clamp(256, MAX_JOURNAL_PAYLOAD);
             self.current.reserve(hint.max(framed));
         }

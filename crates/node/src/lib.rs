@@ -55,7 +55,7 @@ pub mod fuzzing;
 pub(crate) mod glob;
 pub mod leave;
 pub mod metrics;
-pub mod priority;
+pub(crate) mod priority;
 // ---- lists (helper B) ----
 pub mod list_op;
 pub mod op;

@@ -14,11 +14,11 @@
 
 /// How far background threads are lowered: at nice 10 a busy thread gets about a tenth of a
 /// contended core against one at nice 0 (CFS weights 110 and 1024), and all of an idle one.
-pub const BACKGROUND_NICE: i32 = 10;
+pub(crate) const BACKGROUND_NICE: i32 = 10;
 
 /// Runs `f` on a new thread lowered by [`BACKGROUND_NICE`] and returns its result: threads
 /// `f` starts keep the lower priority after it returns.
-pub fn lowered<T: Send>(f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+pub(crate) fn lowered<T: Send>(f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
     std::thread::scope(|s| {
         let t = std::thread::Builder::new()
             .name("lkv-lowered".into())
@@ -33,12 +33,16 @@ pub fn lowered<T: Send>(f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
 
 /// Lowers the calling thread's priority by `by` nice steps (and so that of every thread it
 /// starts afterwards). Best effort: where it fails or is unsupported, nothing changes.
-pub fn lower_this_thread(by: i32) {
+pub(crate) fn lower_this_thread(by: i32) {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: nice(2) changes only the calling thread's scheduling priority.
-        let r = unsafe { libc::nice(by) };
-        if r == -1 && std::io::Error::last_os_error().raw_os_error().unwrap_or(0) != 0 {
+        // SAFETY: nice(2) changes only the calling thread's scheduling priority; errno is
+        // cleared first because -1 is also a valid new nice value.
+        let failed = unsafe {
+            *libc::__errno_location() = 0;
+            libc::nice(by) == -1 && *libc::__errno_location() != 0
+        };
+        if failed {
             tracing::debug!(error = %std::io::Error::last_os_error(), "could not lower a thread's priority");
         }
     }
@@ -47,7 +51,8 @@ pub fn lower_this_thread(by: i32) {
 }
 
 /// The calling thread's nice value (Linux; 0 elsewhere).
-pub fn this_thread_nice() -> i32 {
+#[cfg(test)]
+fn this_thread_nice() -> i32 {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: getpriority(2) reads the calling thread's priority (who = 0).

@@ -248,10 +248,10 @@ impl Node {
                 // Opened from a thread at a lower priority: the LSM's flush and compaction
                 // threads, started by the open, inherit it (`priority`).
                 let lsm = dir.join("lsm");
-                crate::priority::lowered(|| DiskDb::open(&lsm, &options))
+                let db = crate::priority::lowered(|| DiskDb::open(&lsm, &options))
                     .map_err(StartError::Thread)?
-                    .map_err(StartError::Disk)?
-                    .into()
+                    .map_err(StartError::Disk)?;
+                Some(db)
             }
         };
 
