@@ -175,6 +175,10 @@ pub fn error_from_pb(e: pb::Error) -> NodeError {
 }
 
 #[cfg(test)]
+#[path = "codec_journal_tests.rs"]
+mod journal_buf_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::op::{Condition, Deadline, ExpireWhen, Guard, Op};
