@@ -25,4 +25,4 @@ pub mod wal;
 
 pub use disk::{DiskDb, DiskOptions, DiskStore, StoreError};
 pub use lattice::Record;
-pub use memory::{is_live, partition_of, MemStore, MergeOutcome, RecordRef, PARTITIONS};
+pub use memory::{is_live, partition_of, MemStore, MergeOutcome, RecordRef, Slot, PARTITIONS};

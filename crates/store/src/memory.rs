@@ -73,6 +73,13 @@ const TICK_MASK: u32 = SYNCED - 1;
 /// Bytes of a packed block's timestamp.
 const TS_BYTES: usize = 16;
 
+/// Where a key would be stored in a [`MemStore`] (see [`MemStore::locate`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Slot {
+    part: usize,
+    hash: u64,
+}
+
 /// What a write did to the stored record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MergeOutcome {
@@ -216,6 +223,19 @@ fn unpack(block: &[u8]) -> Packed<'_> {
         ts: Timestamp::new(word(&ts[..8]), word(&ts[8..])),
         value,
     }
+}
+
+/// Asks the CPU to load the cache line at `ptr` (a hint: no fault, no effect on memory).
+#[inline(always)]
+fn prefetch_line(ptr: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `prefetcht0` is a hint: it never faults and reads or writes no memory the
+    // program can observe, whatever the address; SSE is part of x86_64's baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(ptr.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ptr;
 }
 
 fn packed_key(block: &[u8]) -> &[u8] {
@@ -402,6 +422,39 @@ impl MemStore {
         part.full
             .find(hash, |e| &*e.key == key)
             .map(|e| RecordRef::Full(&e.record))
+    }
+
+    /// Where `key` would be stored: what [`MemStore::prefetch`] needs, computed apart so a
+    /// caller can hash a batch's keys first and then prefetch them in a tight loop.
+    #[inline]
+    pub fn locate(&self, key: &[u8]) -> Slot {
+        Slot {
+            part: partition_of(key),
+            hash: self.hash(key),
+        }
+    }
+
+    /// Starts loading the entry at `slot` (from [`MemStore::locate`]) into the CPU's cache,
+    /// without waiting for it: a connection calls this for the keys of the next requests of
+    /// a pipelined batch, so their cache misses overlap instead of each stalling its own
+    /// request (the first lookup of a random key is the largest single cost of a pipelined
+    /// SET). Changes nothing; an absent key costs the probe.
+    ///
+    /// Only the packed table (plain strings, the common case) is probed: probing both would
+    /// miss on the other table's control bytes for every key.
+    #[inline]
+    pub fn prefetch(&self, slot: Slot) {
+        let Some(part) = self.parts.get(slot.part) else {
+            return;
+        };
+        // hashbrown has no prefetch of its own: a probe whose test matches nothing reads the
+        // control bytes and the candidate slots, and asks for each candidate's block (the
+        // line the key comparison would miss on) without waiting for it. Issued for several
+        // keys back to back, the probes' own misses overlap too.
+        let _ = part.packed.find(slot.hash, |block| {
+            prefetch_line(block.as_ptr());
+            false
+        });
     }
 
     /// The record of `key` if it is live (see [`is_live`]).

@@ -265,6 +265,18 @@ impl Worker {
         self.core.borrow()
     }
 
+    /// A connection starts running a batch of requests back to back (see
+    /// [`crate::shard::Shard::begin_batch`]); [`Worker::end_batch`] must follow before it
+    /// yields.
+    pub(crate) fn begin_batch(&self) {
+        self.core.borrow().shard().begin_batch();
+    }
+
+    /// Ends the batch [`Worker::begin_batch`] started.
+    pub(crate) fn end_batch(&self) {
+        self.core.borrow().shard().end_batch();
+    }
+
     /// Which replica this worker is.
     pub fn me(&self) -> Replica {
         self.me

@@ -321,6 +321,8 @@ pub async fn run_batch<C: Codec>(
         close: false,
         full: false,
     };
+    // Nothing below yields until `end_batch`: the requests share one clock reading.
+    w.begin_batch();
     while !codec.quit() {
         if batch.requests >= MAX_PIPELINE || replies.out.len() >= max_batch_reply {
             batch.full = true;
@@ -344,6 +346,7 @@ pub async fn run_batch<C: Codec>(
             }
         }
     }
+    w.end_batch();
     codec.batch_ran();
     replies.settle(C::dropped).await;
     count_requests::<C>(w, replies);

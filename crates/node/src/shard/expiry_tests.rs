@@ -242,3 +242,43 @@ fn holds_tombstones_only_while_a_delete_is_stored() {
     assert_eq!(int(set(&mut s)), 1);
     assert!(!s.holds_tombstones(), "written again: live");
 }
+
+#[test]
+fn the_writes_of_a_batch_share_one_clock_reading_and_stay_ordered() {
+    let (mut s, clock) = shard_with_clock();
+    let put = |s: &mut Shard, key: &'static [u8]| {
+        s.execute(Op::Assign {
+            key,
+            value: b"v",
+            condition: Condition::Always,
+        })
+    };
+    let stamp = |s: &Shard, key: &[u8]| s.store().get(key).map(|r| r.epoch());
+    s.begin_batch();
+    put(&mut s, b"a");
+    clock.advance(5);
+    put(&mut s, b"b");
+    s.end_batch();
+    put(&mut s, b"c");
+    let (a, b, c) = (
+        stamp(&s, b"a").unwrap(),
+        stamp(&s, b"b").unwrap(),
+        stamp(&s, b"c").unwrap(),
+    );
+    assert_eq!(
+        a.physical_ms(),
+        T0,
+        "the batch's first write reads the clock"
+    );
+    assert_eq!(
+        b.physical_ms(),
+        T0,
+        "later writes of the batch reuse that reading"
+    );
+    assert!(b > a, "the hybrid clock still orders the batch's writes");
+    assert_eq!(
+        c.physical_ms(),
+        T0 + 5,
+        "after the batch, writes read the clock again"
+    );
+}

@@ -209,6 +209,10 @@ pub struct Shard {
     /// The latest wall-clock reading (ms) taken through `clock_ms`: a client timestamp
     /// within the skew bound of it needs no new reading (see `check_client_timestamp`).
     last_wall_ms: std::cell::Cell<u64>,
+    /// Set between [`Shard::begin_batch`] and [`Shard::end_batch`]: the wall clock is read once
+    /// per batch of a connection's requests (as Redis reads it once per event-loop turn),
+    /// then kept here. `None` until the batch's first reading.
+    batch_wall_ms: std::cell::Cell<Option<Option<u64>>>,
     /// Randomness (replica choice), seeded.
     rng: fastrand::Rng,
     /// The keys.
@@ -306,6 +310,7 @@ impl Shard {
             hlc: Hlc::new(actor),
             clock,
             last_wall_ms: std::cell::Cell::new(0),
+            batch_wall_ms: std::cell::Cell::new(None),
             store: MemStore::with_seed(rng.u64(..)),
             rng,
             view,

@@ -72,11 +72,31 @@ impl Shard {
         self.live(key).and_then(|r| r.full_value())
     }
 
-    /// The physical clock reading behind write timestamps.
+    /// The physical clock reading behind write timestamps: read once per batch of requests
+    /// inside one (see [`Shard::begin_batch`]).
     pub(super) fn clock_ms(&self) -> u64 {
+        if let Some(Some(now)) = self.batch_wall_ms.get() {
+            return now;
+        }
         let now = self.clock.wall_ms();
         self.last_wall_ms.set(now);
+        if self.batch_wall_ms.get().is_some() {
+            self.batch_wall_ms.set(Some(Some(now)));
+        }
         now
+    }
+
+    /// Starts a batch of a connection's requests, run back to back without yielding: the
+    /// wall clock behind their timestamps is read at most once for all of them (a batch runs
+    /// in well under a millisecond; the hybrid logical clock still orders its writes). Must
+    /// be ended by [`Shard::end_batch`] before the worker runs anything else.
+    pub fn begin_batch(&self) {
+        self.batch_wall_ms.set(Some(None));
+    }
+
+    /// Ends the batch [`Shard::begin_batch`] started: the next timestamp reads the clock.
+    pub fn end_batch(&self) {
+        self.batch_wall_ms.set(None);
     }
 
     /// The epoch a write of type `ty` to `key` carries (see the module docs).

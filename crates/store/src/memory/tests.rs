@@ -254,3 +254,29 @@ fn a_deadline_set_on_a_packed_register_unpacks_it() {
     s.merge(b"k", lww(3, b"w"));
     assert_eq!(s.get(b"k").map(|r| r.to_record().deadline_ms()), Some(None));
 }
+
+#[test]
+fn prefetching_a_key_changes_nothing_the_store_can_observe() {
+    let mut s = MemStore::with_seed(3);
+    for i in 0..1000u32 {
+        s.merge(format!("k{i}").as_bytes(), lww(1, b"v"));
+    }
+    s.merge(b"set", Record::tombstone(ts(2)));
+    s.get_touched(b"k7");
+    let (bytes, len, live) = (s.bytes(), s.len(), s.live_keys());
+    let ages: Vec<_> = [&b"k7"[..], b"k8", b"set"]
+        .iter()
+        .map(|k| s.age(k))
+        .collect();
+    for key in [&b"k7"[..], b"k999", b"set", b"absent", b""] {
+        s.prefetch(s.locate(key));
+    }
+    assert_eq!((s.bytes(), s.len(), s.live_keys()), (bytes, len, live));
+    let after: Vec<_> = [&b"k7"[..], b"k8", b"set"]
+        .iter()
+        .map(|k| s.age(k))
+        .collect();
+    assert_eq!(after, ages, "a prefetch is not an access");
+    assert_eq!(value(&s, b"k7"), lww(1, b"v").value);
+    assert!(s.get(b"absent").is_none());
+}

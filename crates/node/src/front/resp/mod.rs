@@ -53,6 +53,7 @@ mod info;
 mod keys;
 mod keys_reply;
 pub(crate) mod listing;
+mod prefetch;
 mod rename;
 mod sets;
 
@@ -107,6 +108,8 @@ pub struct Resp {
     /// Resumes a partly received command where it stopped (linear in its size).
     parser: CommandParser,
     args: Args,
+    /// The keys of the next requests of a pipelined batch, asked into the CPU's cache.
+    prefetch: prefetch::Prefetch,
     /// The command `next` ran last (for the request counts).
     last: Option<crate::stats::requests::Command>,
 }
@@ -145,6 +148,7 @@ impl Resp {
             },
             parser: CommandParser::new(),
             args: Args::default(),
+            prefetch: prefetch::Prefetch::default(),
             last: None,
         }
     }
@@ -186,8 +190,14 @@ impl Codec for Resp {
             // `CLIENT KILL` from another connection: nothing more runs.
             return Step::Close;
         }
+        if !self.parser.in_progress() {
+            self.prefetch.before_request(w, buf, &self.limits);
+        }
         match self.parser.parse(buf, &self.limits, &mut self.args) {
-            Ok(None) => Step::Need,
+            Ok(None) => {
+                self.prefetch.reset();
+                Step::Need
+            }
             Ok(Some(consumed)) => {
                 let mut step = Step::Ran;
                 self.last = None;
