@@ -63,6 +63,7 @@ impl Layout {
                 resp: m.resp.clone(),
                 peer: String::new(),
                 vnodes: m.vnodes.max(1),
+                placement: m.placement,
             })
             .collect();
         let fronts: Vec<String> = nodes
@@ -79,6 +80,8 @@ impl Layout {
                 resp: String::new(),
                 peer: String::new(),
                 vnodes: t.vnodes.max(1),
+                // An older node, which places whole keys.
+                placement: placement::PLACEMENT_WHOLE_KEY,
             });
         }
         Layout {

@@ -302,14 +302,17 @@ impl Node {
         let (agent, snapshots, agent_thread) = agent::spawn(
             AgentConfig::new(
                 &config,
-                agent::storage_description(
-                    config.tier.tier(),
-                    published.front.clone(),
-                    published.resp.clone(),
-                    published.workers.clone(),
-                    config.vnodes,
-                    published.peer.clone(),
-                ),
+                crate::cluster::membership::Description {
+                    placement: config.placement_version(),
+                    ..agent::storage_description(
+                        config.tier.tier(),
+                        published.front.clone(),
+                        published.resp.clone(),
+                        published.workers.clone(),
+                        config.vnodes,
+                        published.peer.clone(),
+                    )
+                },
                 tls.as_ref().map(|t| t.peers_out.clone()),
             ),
             shutdown.clone(),
@@ -406,6 +409,16 @@ impl Node {
             }
         } else {
             journals.extend((0..workers).map(|_| JournalSetup::None));
+        }
+        // Keys stored under the other hash-tag rule move to their replicas (see
+        // `Shard::check_rule_placement`).
+        let moving: usize = shards.iter_mut().map(Shard::check_rule_placement).sum();
+        if moving > 0 {
+            tracing::info!(
+                keys = moving,
+                hash_tags = view.view.hash_tags(),
+                "moving keys stored under the other hash-tag rule to their workers"
+            );
         }
         let core_config = core_config(&config);
         let backing_config = Arc::new(config.backing.clone());

@@ -53,7 +53,7 @@ pub(crate) use zset_parse::{parse_zset, ZsetCmd};
 
 use foldhash::fast::FixedState;
 use lattice::{Blob, Hlc, Record};
-use placement::{key_hash, Replica, Tier};
+use placement::{Replica, Tier};
 use store::MemStore;
 
 use crate::clock::Clock;
@@ -425,7 +425,7 @@ impl Shard {
         let vector = self.view.vector(key);
         self.view
             .view
-            .for_each_replica_all(key_hash(key), &vector, |r| {
+            .for_each_replica_all(self.view.view.key_hash(key), &vector, |r| {
                 first.get_or_insert(r);
             });
         first == Some(self.config.me)
@@ -455,9 +455,12 @@ impl Shard {
         }
         let mut count = 0;
         let vector = self.view.vector(key);
-        self.view
-            .view
-            .for_each_replica(key_hash(key), Tier::Memory, vector.memory, |_| count += 1);
+        self.view.view.for_each_replica(
+            self.view.view.key_hash(key),
+            Tier::Memory,
+            vector.memory,
+            |_| count += 1,
+        );
         count
     }
 
@@ -477,7 +480,8 @@ impl Shard {
         }
         let mut count = 0;
         let vector = self.view.vector(key);
-        let (view, hash) = (&self.view.view, key_hash(key));
+        let view = &self.view.view;
+        let hash = view.key_hash(key);
         if memory_only {
             view.for_each_replica(hash, Tier::Memory, vector.memory, |_| count += 1);
         } else {
@@ -493,8 +497,8 @@ impl Shard {
             return Route::Local;
         }
         let vector = self.view.vector(key);
-        let hash = key_hash(key);
         let view = &self.view.view;
+        let hash = view.key_hash(key);
         let me = self.config.me;
         let mut local = false;
         let mut memory = 0usize;
@@ -645,6 +649,8 @@ mod gossip_tests;
 mod handoff_tests;
 #[cfg(test)]
 mod keyspace_tests;
+#[cfg(test)]
+mod rule_tests;
 #[cfg(test)]
 mod sole_tests;
 #[cfg(test)]

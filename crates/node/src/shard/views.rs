@@ -106,6 +106,51 @@ impl Shard {
         }
     }
 
+    /// At start, before serving: the keys stored here (replayed from the log, or on disk)
+    /// may have been placed under the other hash-tag rule — written before this version,
+    /// under `hash_tags = false`, or while a cluster member did not advertise hash tags.
+    /// Each key is compared against the current view as if the view had changed from this
+    /// view under the other rule: a key whose placement differs moves to its replicas by
+    /// hand-off (dropped here once they acknowledged it durably, as after any view change).
+    /// A memory-tier worker compares its tagged keys at once (only they can differ; they
+    /// are in RAM); a disk-tier worker walks its store between requests, as after a change
+    /// of the rings. Meanwhile (`settle_ms`) reads that miss also ask the replicas under
+    /// the other rule. Returns how many keys a memory-tier worker queued to move.
+    pub fn check_rule_placement(&mut self) -> usize {
+        let other = Arc::new(self.view.under_rule(!self.view.view.hash_tags()));
+        if self.is_disk() {
+            for base in self.reconcile.iter_mut() {
+                if base.is_none() {
+                    *base = Some(other.clone());
+                    self.reconcile_waiting += 1;
+                }
+            }
+        } else {
+            let (me, new) = (self.config.me, self.view.clone());
+            let mut handoff: Vec<Blob> = Vec::new();
+            let mut directed: Vec<(Replica, Blob)> = Vec::new();
+            for p in 0..store::PARTITIONS {
+                self.for_each_in_partition(p, None, |key, _| {
+                    if placement::hash_tag(key).is_some() {
+                        compare(key, &other, &new, me, &mut handoff, &mut directed);
+                    }
+                    true
+                });
+            }
+            let moved = handoff.len() + directed.len();
+            self.apply_moves(handoff, directed);
+            if moved == 0 {
+                return 0;
+            }
+            self.previous = vec![other];
+            self.settling_until_ms = self.clock.mono_ms().saturating_add(self.config.settle_ms);
+            return moved;
+        }
+        self.previous = vec![other];
+        self.settling_until_ms = self.clock.mono_ms().saturating_add(self.config.settle_ms);
+        0
+    }
+
     /// [`set_view`](Self::set_view), then the whole comparison at once (unit tests).
     #[cfg(test)]
     pub(crate) fn set_view_now(&mut self, next: Arc<ViewState>) {

@@ -33,6 +33,7 @@ impl World {
             resp: format!("{id}/resp"),
             peer: format!("{id}/peer"),
             vnodes: 16,
+            placement: placement::PLACEMENT_HASH_TAGS,
         };
         self.next_inc += 1;
         let clock = Arc::new(ManualClock::new(EPOCH_MS + self.now));
