@@ -110,13 +110,17 @@ impl Shard {
     /// may have been placed under the other hash-tag rule — written before this version,
     /// under `hash_tags = false`, or while a cluster member did not advertise hash tags.
     /// Each key is compared against the current view as if the view had changed from this
-    /// view under the other rule: a key whose placement differs moves to its replicas by
-    /// hand-off (dropped here once they acknowledged it durably, as after any view change).
-    /// A memory-tier worker compares its tagged keys at once (only they can differ; they
-    /// are in RAM); a disk-tier worker walks its store between requests, as after a change
-    /// of the rings. Meanwhile (`settle_ms`) reads that miss also ask the replicas under
-    /// the other rule. Returns how many keys a memory-tier worker queued to move.
-    pub fn check_rule_placement(&mut self) -> usize {
+    /// view under the other rule: a key whose placement differs is handed off to its
+    /// replicas (dropped here once they acknowledged it durably, as after any view change).
+    ///
+    /// A memory-tier worker compares its tagged keys at once (only they can differ, and
+    /// they are in RAM) and returns a copy of each key it hands off, for each of its new
+    /// replicas on this node: merged there before the node serves (see
+    /// `server::start`), a key reads back at once from its new worker, while the hand-off
+    /// still decides when the copy here is dropped. A disk-tier worker walks its store
+    /// between requests instead, as after a change of the rings, and meanwhile
+    /// (`settle_ms`) reads that miss also ask the replicas under the other rule.
+    pub fn check_rule_placement(&mut self) -> Vec<(Replica, Blob, Record)> {
         let other = Arc::new(self.view.under_rule(!self.view.view.hash_tags()));
         if self.is_disk() {
             for base in self.reconcile.iter_mut() {
@@ -125,30 +129,38 @@ impl Shard {
                     self.reconcile_waiting += 1;
                 }
             }
-        } else {
-            let (me, new) = (self.config.me, self.view.clone());
-            let mut handoff: Vec<Blob> = Vec::new();
-            let mut directed: Vec<(Replica, Blob)> = Vec::new();
-            for p in 0..store::PARTITIONS {
-                self.for_each_in_partition(p, None, |key, _| {
-                    if placement::hash_tag(key).is_some() {
-                        compare(key, &other, &new, me, &mut handoff, &mut directed);
-                    }
-                    true
-                });
-            }
-            let moved = handoff.len() + directed.len();
-            self.apply_moves(handoff, directed);
-            if moved == 0 {
-                return 0;
-            }
             self.previous = vec![other];
             self.settling_until_ms = self.clock.mono_ms().saturating_add(self.config.settle_ms);
-            return moved;
+            return Vec::new();
         }
-        self.previous = vec![other];
-        self.settling_until_ms = self.clock.mono_ms().saturating_add(self.config.settle_ms);
-        0
+        let (me, new) = (self.config.me, self.view.clone());
+        let mut handoff: Vec<Blob> = Vec::new();
+        let mut directed: Vec<(Replica, Blob)> = Vec::new();
+        for p in 0..store::PARTITIONS {
+            self.for_each_in_partition(p, None, |key, _| {
+                if placement::hash_tag(key).is_some() {
+                    compare(key, &other, &new, me, &mut handoff, &mut directed);
+                }
+                true
+            });
+        }
+        let mut copies: Vec<(Replica, Blob, Record)> = Vec::new();
+        let targets = handoff
+            .iter()
+            .flat_map(|key| new.replicas(key).into_iter().map(move |r| (r, key)))
+            .chain(directed.iter().map(|(r, key)| (*r, key)));
+        for (to, key) in targets {
+            if let Some(record) = self.store.get(key) {
+                copies.push((to, key.clone(), record.to_record()));
+            }
+        }
+        if copies.iter().any(|(to, ..)| to.node != me.node) {
+            self.previous = vec![other];
+            self.settling_until_ms = self.clock.mono_ms().saturating_add(self.config.settle_ms);
+        }
+        copies.retain(|(to, ..)| to.node == me.node);
+        self.apply_moves(handoff, directed);
+        copies
     }
 
     /// [`set_view`](Self::set_view), then the whole comparison at once (unit tests).
