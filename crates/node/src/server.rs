@@ -410,27 +410,9 @@ impl Node {
         } else {
             journals.extend((0..workers).map(|_| JournalSetup::None));
         }
-        // Keys stored under the other hash-tag rule move to their workers (see
-        // `Shard::check_rule_placement`): copied there now, dropped where they were once
-        // the hand-off is acknowledged.
-        let copies: Vec<_> = shards
-            .iter_mut()
-            .flat_map(Shard::check_rule_placement)
-            .collect();
-        if !copies.is_empty() {
-            tracing::info!(
-                keys = copies.len(),
-                hash_tags = view.view.hash_tags(),
-                "moving keys stored under the other hash-tag rule to their workers"
-            );
-        }
-        for (to, key, record) in copies {
-            if let Some(shard) = shards.get_mut(to.worker as usize) {
-                shard
-                    .merge_gossip(vec![(bytes::Bytes::from(key.to_vec()), record)])
-                    .map_err(|e| StartError::Config(format!("moving keys between workers: {e}")))?;
-            }
-        }
+        // Keys stored under the other hash-tag rule move to their workers.
+        crate::shard::place_by_rule(&mut shards)
+            .map_err(|e| StartError::Config(format!("moving keys between workers: {e}")))?;
         let core_config = core_config(&config);
         let backing_config = Arc::new(config.backing.clone());
         let mut threads = Vec::with_capacity(workers);

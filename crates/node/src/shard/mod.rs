@@ -67,6 +67,7 @@ pub use keyspace::{KeyFilter, ScanPage};
 pub use script::{install_script_runner, ScriptCall, ScriptRunner};
 pub use sync::Outgoing;
 pub use tier::{EVICT_STEP, HARD_CEILING_FACTOR, LOW_WATERMARK_PERCENT};
+pub(crate) use views::place_by_rule;
 
 /// Hash maps of a shard: seeded from the shard's seed, so their iteration order (which
 /// decides the order batches go out in) is the same in every run of a simulation seed.

@@ -106,20 +106,9 @@ fn write_then_restart(
     (after, written)
 }
 
-/// What a start does: each worker's check, its copies merged into their workers. Returns
-/// how many copies moved.
+/// What a start does ([`place_by_rule`]). Returns how many copies moved.
 fn start(shards: &mut [Shard]) -> usize {
-    let copies: Vec<_> = shards
-        .iter_mut()
-        .flat_map(Shard::check_rule_placement)
-        .collect();
-    for (to, key, record) in &copies {
-        let key = Bytes::from(key.to_vec());
-        shards[to.worker as usize]
-            .merge_gossip(vec![(key, record.clone())])
-            .unwrap();
-    }
-    copies.len()
+    place_by_rule(shards).unwrap()
 }
 
 fn check_every_key_on_its_worker(

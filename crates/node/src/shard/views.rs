@@ -116,7 +116,7 @@ impl Shard {
     /// A memory-tier worker compares its tagged keys at once (only they can differ, and
     /// they are in RAM) and returns a copy of each key it hands off, for each of its new
     /// replicas on this node: merged there before the node serves (see
-    /// `server::start`), a key reads back at once from its new worker, while the hand-off
+    /// [`place_by_rule`]), a key reads back at once from its new worker, while the hand-off
     /// still decides when the copy here is dropped. A disk-tier worker walks its store
     /// between requests instead, as after a change of the rings, and meanwhile
     /// (`settle_ms`) reads that miss also ask the replicas under the other rule.
@@ -234,6 +234,28 @@ impl Shard {
             None
         }
     }
+}
+
+/// At a node's start, before its workers run: each worker's
+/// [`check_rule_placement`](Shard::check_rule_placement), and the copies it returns merged
+/// into their workers (journaled there). Returns how many copies moved.
+pub fn place_by_rule(shards: &mut [Shard]) -> Result<usize, crate::error::NodeError> {
+    let copies: Vec<(Replica, Blob, Record)> = shards
+        .iter_mut()
+        .flat_map(Shard::check_rule_placement)
+        .collect();
+    if !copies.is_empty() {
+        tracing::info!(
+            keys = copies.len(),
+            "moving keys stored under the other hash-tag rule to their workers"
+        );
+    }
+    for (to, key, record) in &copies {
+        if let Some(shard) = shards.get_mut(to.worker as usize) {
+            shard.merge_gossip(vec![(bytes::Bytes::from(key.to_vec()), record.clone())])?;
+        }
+    }
+    Ok(copies.len())
 }
 
 /// The memory tier's members of `view` (ids, worker counts, virtual nodes), sorted.
