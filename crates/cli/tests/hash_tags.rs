@@ -94,6 +94,11 @@ fn the_rule_waits_for_every_member_and_its_change_loses_nothing() {
         .collect();
     assert_eq!(placement["n1"], placement::PLACEMENT_HASH_TAGS);
     assert_eq!(placement["n2"], placement::PLACEMENT_WHOLE_KEY);
+    let status = n1.cli_ok(&["status"]);
+    assert!(
+        status.contains("placement whole keys (members placing whole keys: n2)"),
+        "{status}"
+    );
 
     let keys = tagged_keys();
     write_all(n1.native, &keys);
@@ -130,6 +135,7 @@ fn the_rule_waits_for_every_member_and_its_change_loses_nothing() {
     for t in 0..TAGS {
         assert_eq!(script_refusal(&n1, t), None, "tag {t}");
     }
+    assert!(n1.cli_ok(&["status"]).contains("placement hash tags"));
 
     // A node with hash tags joins: the rule stays, each tag's keys stay together, on
     // either node.
