@@ -119,7 +119,8 @@ impl Shard {
     /// [`place_by_rule`]), a key reads back at once from its new worker, while the hand-off
     /// still decides when the copy here is dropped. A disk-tier worker walks its store
     /// between requests instead, as after a change of the rings, and meanwhile
-    /// (`settle_ms`) reads that miss also ask the replicas under the other rule.
+    /// (`settle_ms`) reads that miss also ask the replicas under the other rule — as do
+    /// the misses of a memory-tier worker that evicted keys to the disk tier.
     pub fn check_rule_placement(&mut self) -> Vec<(Replica, Blob, Record)> {
         let other = Arc::new(self.view.under_rule(!self.view.view.hash_tags()));
         if self.is_disk() {
@@ -154,7 +155,9 @@ impl Shard {
                 copies.push((to, key.clone(), record.to_record()));
             }
         }
-        if copies.iter().any(|(to, ..)| to.node != me.node) {
+        // Keys this worker evicted are on the disk tier, where the disk node moves them in
+        // the background: meanwhile its misses also fetch from the other rule's replicas.
+        if self.spilled() || copies.iter().any(|(to, ..)| to.node != me.node) {
             self.previous = vec![other];
             self.settling_until_ms = self.clock.mono_ms().saturating_add(self.config.settle_ms);
         }
