@@ -44,9 +44,9 @@ pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {
 /// has one, else of the whole key.
 #[inline]
 pub fn placement_hash(key: &[u8], hash_tags: bool) -> u64 {
-    match hash_tag(key) {
-        Some(tag) if hash_tags => key_hash(tag),
-        _ => key_hash(key),
+    match hash_tags.then(|| hash_tag(key)).flatten() {
+        Some(tag) => key_hash(tag),
+        None => key_hash(key),
     }
 }
 
