@@ -111,7 +111,7 @@ impl WriteRec {
 /// The name of user key `i`: every other key has one of three hash tags, so a change of
 /// the hash-tag rule (a member placing whole keys joining or going) moves keys.
 pub fn key_name(i: usize) -> Bytes {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         Bytes::from(format!("{{t{}}}:k{i}", i % 3))
     } else {
         Bytes::from(format!("k{i}"))
