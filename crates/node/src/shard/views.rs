@@ -138,7 +138,8 @@ impl Shard {
         let mut handoff: Vec<Blob> = Vec::new();
         let mut directed: Vec<(Replica, Blob)> = Vec::new();
         for p in 0..store::PARTITIONS {
-            self.for_each_in_partition(p, None, |key, _| {
+            // Records lent, not copied: only the keys matter.
+            self.for_each_ref_in_partition(p, |key, _| {
                 if placement::hash_tag(key).is_some() {
                     compare(key, &other, &new, me, &mut handoff, &mut directed);
                 }
