@@ -222,3 +222,37 @@ fn an_older_member_keeps_whole_keys_for_the_cluster() {
     assert!(both.view.hash_tags());
     assert_ne!(mixed.rings, both.rings);
 }
+
+/// On a node that evicted to the disk tier before this start, what the log held of a key
+/// may be part of it: the copy on its new worker is partial too (its reads complete it
+/// from the disk tier), as the key replayed on the old worker is.
+#[test]
+fn a_copy_on_a_node_that_evicted_is_partial() {
+    let tags = Arc::new(ViewState::single_node(
+        "n",
+        WORKERS,
+        32,
+        default_vector(1, 1),
+    ));
+    let whole = Arc::new(tags.under_rule(false));
+    let keys = keys(&whole);
+    let mut before = shards(&whole);
+    let mut after = shards(&tags);
+    for s in after.iter_mut() {
+        s.mark_spilled();
+    }
+    for k in &keys {
+        let w = whole.replicas(k.as_bytes())[0].worker as usize;
+        before[w].execute(Op::CounterAdd {
+            key: k.as_bytes(),
+            delta: 1,
+        });
+        let record = before[w].record_of(k.as_bytes()).unwrap().unwrap();
+        after[w].restore(vec![JournalEntry::Merge(Bytes::from(k.clone()), record)]);
+    }
+    assert!(start(&mut after) > 0);
+    for k in &keys[..4] {
+        let owner = tags.replicas(k.as_bytes())[0].worker as usize;
+        assert!(after[owner].store.is_partial(k.as_bytes()), "{k}");
+    }
+}

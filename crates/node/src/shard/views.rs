@@ -257,6 +257,11 @@ pub fn place_by_rule(shards: &mut [Shard]) -> Result<usize, crate::error::NodeEr
     for (to, key, record) in &copies {
         if let Some(shard) = shards.get_mut(to.worker as usize) {
             shard.merge_gossip(vec![(bytes::Bytes::from(key.to_vec()), record.clone())])?;
+            if shard.spilled() {
+                // As for a key replayed from the log of a node that evicted: what it holds
+                // may be part of the key (the disk tier has the rest).
+                shard.store.set_partial(key, true);
+            }
         }
     }
     Ok(copies.len())
