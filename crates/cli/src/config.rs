@@ -88,6 +88,10 @@ pub struct NodeArgs {
     /// Pin worker i to CPU i.
     #[arg(long, env = "LATTICEKV_PIN_WORKERS")]
     pub(crate) pin_workers: Option<bool>,
+    /// Place keys with a Redis hash tag (`{…}`) by the tag, once every storage node of the
+    /// cluster does (`false`: by the whole key, as before hash tags).
+    #[arg(long, env = "LATTICEKV_HASH_TAGS")]
+    pub(crate) hash_tags: Option<bool>,
     /// Node name (unique in the cluster).
     #[arg(long, env = "LATTICEKV_NODE_ID")]
     pub(crate) node_id: Option<String>,
@@ -375,6 +379,9 @@ pub fn node_config(args: &NodeArgs) -> Result<NodeConfig> {
     }
     if let Some(v) = args.pin_workers {
         config.pin_workers = v;
+    }
+    if let Some(v) = args.hash_tags {
+        config.hash_tags = v;
     }
     if let Some(v) = &args.node_id {
         config.node_id = v.clone();

@@ -354,8 +354,31 @@ pub fn to_json(s: &pb::Status) -> Value {
             "incarnation": m.incarnation,
             "ring_share": share(&m.node_id),
             "front": m.front,
+            "placement": m.placement,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// Whether the hash-tag rule is in force among the storage members in the rings, and if
+/// not which of them keep whole keys (docs/protocol.md, "Hash tags").
+fn placement_line(members: &[pb::Member]) -> String {
+    let whole: Vec<&str> = members
+        .iter()
+        .filter(|m| {
+            (m.role == "memory" || m.role == "disk")
+                && matches!(status_name(m.status), "alive" | "suspect")
+                && m.placement < placement::PLACEMENT_HASH_TAGS
+        })
+        .map(|m| m.node_id.as_str())
+        .collect();
+    if whole.is_empty() {
+        "hash tags (keys sharing a {tag} share a worker)".into()
+    } else {
+        format!(
+            "whole keys (members placing whole keys: {})",
+            whole.join(", ")
+        )
+    }
 }
 
 /// Bytes, for people: `0 B`, `512 B`, `1.5 KiB`, `2.0 GiB` (binary units; `--json` keeps
@@ -388,6 +411,7 @@ async fn print_tables(
             size(s.memory_budget_bytes)
         );
     }
+    println!("placement {}", placement_line(&s.members));
     let share = |id: &str| {
         s.ownership
             .iter()

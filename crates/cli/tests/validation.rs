@@ -62,6 +62,7 @@ fn forged(id: &str, f: impl FnOnce(&mut pb::Member)) -> pb::Member {
         workers: vec!["127.0.0.1:3".into()],
         vnodes: 64,
         peer: "127.0.0.1:4".into(),
+        placement: placement::PLACEMENT_HASH_TAGS,
     };
     f(&mut m);
     m

@@ -63,6 +63,7 @@ impl Layout {
                 resp: m.resp.clone(),
                 peer: String::new(),
                 vnodes: m.vnodes.max(1),
+                placement: m.placement,
             })
             .collect();
         let fronts: Vec<String> = nodes
@@ -79,6 +80,8 @@ impl Layout {
                 resp: String::new(),
                 peer: String::new(),
                 vnodes: t.vnodes.max(1),
+                // An older node, which places whole keys.
+                placement: placement::PLACEMENT_WHOLE_KEY,
             });
         }
         Layout {
@@ -163,7 +166,45 @@ mod tests {
             workers: workers.iter().map(|w| w.to_string()).collect(),
             vnodes: 64,
             peer: format!("{id}:peer"),
+            placement: placement::PLACEMENT_HASH_TAGS,
         }
+    }
+
+    /// The client places keys by the rule the members advertise: tagged keys together when
+    /// every storage member advertises hash tags, by the whole key otherwise (a member too
+    /// old to say, or a topology without members).
+    #[test]
+    fn tagged_keys_follow_the_members_rule() {
+        let workers = ["a:1", "a:2", "a:3", "a:4"];
+        let with = |members: Vec<pb::Member>| {
+            Layout::from_topology(&pb::Topology {
+                members,
+                default_global_replication: 1,
+                default_local_replication: 1,
+                ..Default::default()
+            })
+        };
+        let tags = with(vec![member("a", &workers), member("b", &["b:1", "b:2"])]);
+        let mut older = member("b", &["b:1", "b:2"]);
+        older.placement = 0;
+        let whole = with(vec![member("a", &workers), older]);
+        let apart = |l: &Layout, t: usize| {
+            l.replicas(format!("{{t{t}}}:a").as_bytes())
+                != l.replicas(format!("{{t{t}}}:b").as_bytes())
+        };
+        assert!((0..50).all(|t| !apart(&tags, t)));
+        assert!((0..50).any(|t| apart(&whole, t)));
+        let bare = Layout::from_topology(&pb::Topology {
+            node_id: "n".into(),
+            workers: workers.iter().map(|w| w.to_string()).collect(),
+            vnodes: 64,
+            default_local_replication: 1,
+            ..Default::default()
+        });
+        assert!(
+            (0..50).any(|t| apart(&bare, t)),
+            "an older node places whole keys"
+        );
     }
 
     #[test]

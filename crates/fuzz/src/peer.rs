@@ -91,6 +91,7 @@ fn other_member(now_ms: u64) -> pb::Member {
         workers: vec!["other:7701".into(), "other:7702".into()],
         vnodes: 16,
         peer: "other:17700".into(),
+        placement: placement::PLACEMENT_HASH_TAGS,
     }
 }
 

@@ -553,6 +553,7 @@ pub fn peer() -> Vec<Seed> {
         workers: vec![format!("{id}:7701")],
         vnodes: 8,
         peer: format!("{id}:17700"),
+        placement: placement::PLACEMENT_HASH_TAGS,
     };
     let mut c = Script(Vec::new());
     c.client_write(0, "a");

@@ -66,6 +66,11 @@ pub struct NodeConfig {
     /// Pin worker `i` to CPU `i mod cores` (Anna's one-thread-per-core). Default: false
     /// (several nodes or a benchmark client may share the machine).
     pub pin_workers: bool,
+    /// Advertise the hash-tag placement (`placement::PLACEMENT_HASH_TAGS`): keys with a
+    /// Redis hash tag (`{…}`) are placed by the tag once every storage node of the cluster
+    /// advertises it. `false` keeps every key placed by its whole hash, as versions before
+    /// hash tags did (and makes the whole cluster keep that rule). Default: true.
+    pub hash_tags: bool,
     /// Size and resource limits.
     pub limits: Limits,
     /// Cluster membership, failure detection, replication across nodes.
@@ -315,6 +320,7 @@ impl Default for NodeConfig {
             vnodes: placement::ring::DEFAULT_VNODES,
             tombstone_grace_secs: 60,
             pin_workers: false,
+            hash_tags: true,
             limits: Limits::default(),
             cluster: ClusterConfig::default(),
             tier: NodeTier::Memory,
@@ -422,6 +428,15 @@ impl NodeConfig {
 }
 
 impl NodeConfig {
+    /// The placement version this node advertises (see [`NodeConfig::hash_tags`]).
+    pub fn placement_version(&self) -> u32 {
+        if self.hash_tags {
+            placement::PLACEMENT_HASH_TAGS
+        } else {
+            placement::PLACEMENT_WHOLE_KEY
+        }
+    }
+
     /// Checks what a storage node checks before it binds a port: the worker count, the
     /// default local replication, the users (returned, loaded), that a disk-tier node and a
     /// node acknowledging `durable` have a data directory, and the write-ahead log's options (also when no log is kept: a

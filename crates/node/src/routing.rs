@@ -88,6 +88,7 @@ impl RoutingNode {
                     workers: Vec::new(),
                     vnodes: config.vnodes,
                     peer: published_peer,
+                    placement: config.placement_version(),
                 },
                 tls.as_ref().map(|t| t.peers_out.clone()),
             ),

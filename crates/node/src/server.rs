@@ -302,14 +302,17 @@ impl Node {
         let (agent, snapshots, agent_thread) = agent::spawn(
             AgentConfig::new(
                 &config,
-                agent::storage_description(
-                    config.tier.tier(),
-                    published.front.clone(),
-                    published.resp.clone(),
-                    published.workers.clone(),
-                    config.vnodes,
-                    published.peer.clone(),
-                ),
+                crate::cluster::membership::Description {
+                    placement: config.placement_version(),
+                    ..agent::storage_description(
+                        config.tier.tier(),
+                        published.front.clone(),
+                        published.resp.clone(),
+                        published.workers.clone(),
+                        config.vnodes,
+                        published.peer.clone(),
+                    )
+                },
                 tls.as_ref().map(|t| t.peers_out.clone()),
             ),
             shutdown.clone(),
@@ -407,6 +410,9 @@ impl Node {
         } else {
             journals.extend((0..workers).map(|_| JournalSetup::None));
         }
+        // Keys stored under the other hash-tag rule move to their workers.
+        crate::shard::place_by_rule(&mut shards)
+            .map_err(|e| StartError::Config(format!("moving keys between workers: {e}")))?;
         let core_config = core_config(&config);
         let backing_config = Arc::new(config.backing.clone());
         let mut threads = Vec::with_capacity(workers);

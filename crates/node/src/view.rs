@@ -137,6 +137,7 @@ impl ViewState {
             resp: String::new(),
             peer: String::new(),
             vnodes,
+            placement: placement::PLACEMENT_HASH_TAGS,
         };
         ViewState::of(vec![node], ReplicationTable::new(), default)
     }
@@ -156,6 +157,27 @@ impl ViewState {
             replication: self.replication.clone(),
             default: self.default,
             dead: 0,
+        }
+    }
+
+    /// This view with the hash-tag rule in force or not (whatever its members advertise):
+    /// where keys were placed under the other rule. Its `rings` differs from this view's
+    /// when the rule does, so comparing the two moves the keys whose placement differs.
+    pub fn under_rule(&self, hash_tags: bool) -> ViewState {
+        /// Marks a fingerprint whose rule was flipped ("hashtags", little-endian).
+        const RULE_FLIPPED: u64 = 0x7367_6174_6873_6168;
+        let flipped = hash_tags != self.view.hash_tags();
+        ViewState {
+            version: self.version,
+            rings: if flipped {
+                self.rings ^ RULE_FLIPPED
+            } else {
+                self.rings
+            },
+            view: self.view.clone().with_hash_tags(hash_tags),
+            replication: self.replication.clone(),
+            default: self.default,
+            dead: self.dead,
         }
     }
 
@@ -186,13 +208,19 @@ pub fn default_vector(global: u32, local: u32) -> ReplicationVector {
     }
 }
 
-/// Fingerprint of a set of ring members: ids, tiers, worker counts and vnodes, order-free.
+/// Fingerprint of a set of ring members: ids, tiers, worker counts and vnodes, order-free,
+/// and whether the hash-tag rule is in force among them (a change of rule moves keys as a
+/// change of members does; the fingerprint of members without the rule is the one of
+/// versions before it).
 pub fn rings_fingerprint(nodes: &[placement::NodeInfo]) -> u64 {
     let mut parts: Vec<String> = nodes
         .iter()
         .map(|n| format!("{}|{:?}|{}|{}", n.id, n.tier, n.workers.len(), n.vnodes))
         .collect();
     parts.sort();
+    if placement::hash_tags_in_force(nodes) {
+        parts.push("hash-tags".to_string());
+    }
     xxhash_rust::xxh3::xxh3_64(parts.join("\n").as_bytes())
 }
 
@@ -287,6 +315,7 @@ mod tests {
             resp: String::new(),
             peer: String::new(),
             vnodes: 16,
+            placement: placement::PLACEMENT_HASH_TAGS,
         };
         let view = ViewState::of(vec![node("a"), node("b")], ReplicationTable::new(), default);
         let v = requested_vector(&view, &request(2, Some(1))).unwrap();

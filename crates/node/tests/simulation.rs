@@ -64,6 +64,7 @@ fn replicas_converge_and_keep_every_acknowledged_write() {
         assert!(total.failures > 0 && total.restarts > 0, "{total:?}");
         assert!(total.leaves > 0 && total.joins > 0, "{total:?}");
         assert!(total.partitions > 0 && total.vectors > 0, "{total:?}");
+        assert!(total.rule_changes > 0, "{total:?}");
         assert!(
             total.excused > 0,
             "no write was ever lost to a crash: {total:?}"

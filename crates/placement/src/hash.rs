@@ -3,6 +3,11 @@
 //! Placement must never change between versions, platforms or languages, so it uses a
 //! specified hash: xxh3-64 with the fixed seed [`HASH_SEED`]. (The reference implementation
 //! used `std::hash<string>`, whose output differs between standard libraries.)
+//!
+//! Under the hash-tag rule ([`placement_hash`] with `hash_tags`), a key containing a Redis
+//! Cluster hash tag (`{…}`, see [`hash_tag`]) is placed by the hash of its tag alone, so keys
+//! sharing a tag share their nodes and workers. Whether the rule is in force is a property of
+//! the cluster view ([`crate::ClusterView::hash_tags`]).
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -13,6 +18,36 @@ pub const HASH_SEED: u64 = u64::from_le_bytes(*b"lattice!");
 #[inline]
 pub fn key_hash(key: &[u8]) -> u64 {
     xxh3_64_with_seed(key, HASH_SEED)
+}
+
+/// Placement version of a node that places every key by the hash of the whole key (also
+/// what a member that advertises no version, an older one, is taken to use).
+pub const PLACEMENT_WHOLE_KEY: u32 = 1;
+
+/// Placement version of a node that can place keys under the hash-tag rule: it does so when
+/// every storage node of the cluster advertises this version or a later one.
+pub const PLACEMENT_HASH_TAGS: u32 = 2;
+
+/// The hash tag of `key` as Redis Cluster defines it (`keyHashSlot`): the bytes between the
+/// first `{` and the first `}` after it, if there is at least one. `None` (the whole key is
+/// hashed) without a `{`, without a `}` after it, or if the two are adjacent: `foo{}{bar}`
+/// has no tag, `foo{{bar}}` has the tag `{bar`, `foo{bar}{zap}` the tag `bar`.
+#[inline]
+pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let rest = &key[open + 1..];
+    let close = rest.iter().position(|&b| b == b'}')?;
+    (close > 0).then(|| &rest[..close])
+}
+
+/// Position of `key` on every ring: [`key_hash`] of its [`hash_tag`] if `hash_tags` and it
+/// has one, else of the whole key.
+#[inline]
+pub fn placement_hash(key: &[u8], hash_tags: bool) -> u64 {
+    match hash_tags.then(|| hash_tag(key)).flatten() {
+        Some(tag) => key_hash(tag),
+        None => key_hash(key),
+    }
 }
 
 /// Position of virtual node `vnode` of the ring member labelled `label`.
@@ -39,5 +74,49 @@ mod tests {
         assert_eq!(key_hash(b"greeting"), 0x6791_6205_82d9_e6eb);
         assert_eq!(vnode_hash(b"worker/0", 0), 0x1cd5_c213_e23b_27ed);
         assert_ne!(key_hash(b"a"), key_hash(b"b"));
+    }
+
+    /// Redis's `keyHashSlot` (cluster.c), case by case.
+    #[test]
+    fn hash_tags_follow_redis() {
+        let tag = hash_tag;
+        assert_eq!(tag(b"{user1000}.following"), Some(&b"user1000"[..]));
+        assert_eq!(tag(b"bull:{queue}:wait"), Some(&b"queue"[..]));
+        assert_eq!(
+            tag(b"foo{bar}{zap}"),
+            Some(&b"bar"[..]),
+            "the first tag only"
+        );
+        assert_eq!(
+            tag(b"foo{}{bar}"),
+            None,
+            "an empty first tag: the whole key"
+        );
+        assert_eq!(tag(b"foo{{bar}}zap"), Some(&b"{bar"[..]));
+        assert_eq!(tag(b"foo{bar}}"), Some(&b"bar"[..]));
+        assert_eq!(tag(b"{}"), None);
+        assert_eq!(tag(b"{"), None);
+        assert_eq!(
+            tag(b"}{"),
+            None,
+            "a closing brace before the first opening one closes nothing"
+        );
+        assert_eq!(tag(b"a}b{c"), None);
+        assert_eq!(tag(b"plain"), None);
+        assert_eq!(tag(b""), None);
+        assert_eq!(tag(b"{a}"), Some(&b"a"[..]));
+        assert_eq!(tag(b"x{\xff\x00}"), Some(&b"\xff\x00"[..]), "any bytes");
+    }
+
+    #[test]
+    fn placement_hash_hashes_the_tag_only_under_the_rule() {
+        assert_eq!(placement_hash(b"{t}:a", true), key_hash(b"t"));
+        assert_eq!(
+            placement_hash(b"{t}:a", true),
+            placement_hash(b"x{t}y", true)
+        );
+        assert_eq!(placement_hash(b"{t}:a", false), key_hash(b"{t}:a"));
+        assert_eq!(placement_hash(b"foo{}{bar}", true), key_hash(b"foo{}{bar}"));
+        assert_eq!(placement_hash(b"plain", true), key_hash(b"plain"));
     }
 }

@@ -4,7 +4,8 @@
 //! every client and every other-language client computes the same answer without asking.
 //!
 //! # Layout
-//! - [`hash`]: the stable key hash (xxh3-64 with a fixed seed; specified in `docs/protocol.md`).
+//! - [`hash`]: the stable key hash (xxh3-64 with a fixed seed; specified in `docs/protocol.md`)
+//!   and Redis Cluster's hash tags.
 //! - [`ring`]: a consistent-hash ring with virtual nodes, used as the local ring (workers of a
 //!   node) and, with the cluster, as the global ring (nodes of a tier).
 //! - [`replication`]: per-key replication vectors and the reserved metadata key space they are
@@ -20,7 +21,9 @@ pub mod replication;
 pub mod ring;
 pub mod view;
 
-pub use hash::{key_hash, HASH_SEED};
+pub use hash::{
+    hash_tag, key_hash, placement_hash, HASH_SEED, PLACEMENT_HASH_TAGS, PLACEMENT_WHOLE_KEY,
+};
 pub use replication::{Replication, ReplicationVector, Tier, METADATA_PREFIX};
 pub use ring::Ring;
-pub use view::{node_key, ClusterView, NodeInfo, NodeKey, Replica};
+pub use view::{hash_tags_in_force, node_key, ClusterView, NodeInfo, NodeKey, Replica};

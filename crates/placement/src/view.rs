@@ -8,11 +8,16 @@
 //!
 //! Nodes are identified by [`NodeKey`], the stable hash of their id, so replica sets computed
 //! under two views can be compared.
+//!
+//! Both rings place a key by [`placement_hash`]: the hash of its Redis hash tag (`{…}`) when
+//! the view's hash-tag rule is in force, else of the whole key. The rule is in force when
+//! every storage node of the view advertises [`PLACEMENT_HASH_TAGS`] (a view with an older
+//! node keeps the whole-key rule, which that node applies).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::hash::{key_hash, HASH_SEED};
+use crate::hash::{placement_hash, HASH_SEED, PLACEMENT_HASH_TAGS};
 use crate::replication::{Replication, ReplicationVector, Tier};
 use crate::ring::Ring;
 
@@ -51,6 +56,9 @@ pub struct NodeInfo {
     pub peer: String,
     /// Virtual nodes per worker on its local ring (and per node on the global ring).
     pub vnodes: u32,
+    /// The placement version the node advertises ([`crate::hash::PLACEMENT_WHOLE_KEY`],
+    /// [`PLACEMENT_HASH_TAGS`]; 0 from a node too old to advertise one: whole keys).
+    pub placement: u32,
 }
 
 /// The storage nodes of the cluster and the rings built from them.
@@ -62,6 +70,8 @@ pub struct ClusterView {
     global: HashMap<Tier, Ring<NodeKey>>,
     /// Local rings, shared between nodes with the same worker count and vnodes.
     local: HashMap<NodeKey, Arc<Ring<u32>>>,
+    /// The hash-tag rule is in force: every node advertises [`PLACEMENT_HASH_TAGS`].
+    hash_tags: bool,
 }
 
 impl ClusterView {
@@ -71,12 +81,14 @@ impl ClusterView {
             nodes: HashMap::new(),
             global: HashMap::new(),
             local: HashMap::new(),
+            hash_tags: false,
         };
         let mut shapes: HashMap<(usize, u32), Arc<Ring<u32>>> = HashMap::new();
         let mut sorted: Vec<NodeInfo> = nodes.into_iter().collect();
         // Insertion order does not change ring positions, but keep views built from the
         // same members identical anyway.
         sorted.sort_by(|a, b| a.id.cmp(&b.id));
+        view.hash_tags = hash_tags_in_force(&sorted);
         for info in sorted {
             let key = node_key(&info.id);
             let shape = (info.workers.len(), info.vnodes);
@@ -97,6 +109,24 @@ impl ClusterView {
     /// A view of one node (a standalone server).
     pub fn single(info: NodeInfo) -> ClusterView {
         ClusterView::new([info])
+    }
+
+    /// True if the hash-tag rule is in force: keys with a `{tag}` are placed by the tag.
+    pub fn hash_tags(&self) -> bool {
+        self.hash_tags
+    }
+
+    /// This view with the hash-tag rule in force or not, whatever its nodes advertise (the
+    /// placement a node's data may have been written under; tests).
+    pub fn with_hash_tags(mut self, hash_tags: bool) -> ClusterView {
+        self.hash_tags = hash_tags;
+        self
+    }
+
+    /// Position of `key` on this view's rings ([`placement_hash`] under its rule).
+    #[inline]
+    pub fn key_hash(&self, key: &[u8]) -> u64 {
+        placement_hash(key, self.hash_tags)
     }
 
     /// The node with key `node`.
@@ -164,14 +194,14 @@ impl ClusterView {
     /// and that its writes are gossiped to.
     pub fn replicas(&self, key: &[u8], vector: &ReplicationVector) -> Vec<Replica> {
         let mut out = Vec::new();
-        self.for_each_replica_all(key_hash(key), vector, |r| out.push(r));
+        self.for_each_replica_all(self.key_hash(key), vector, |r| out.push(r));
         out
     }
 
     /// The replicas that serve requests for `key`: its memory-tier replicas, or its
     /// disk-tier replicas if it has none in memory (a cold key).
     pub fn serving_replicas(&self, key: &[u8], vector: &ReplicationVector) -> Vec<Replica> {
-        let hash = key_hash(key);
+        let hash = self.key_hash(key);
         let mut out = Vec::new();
         self.for_each_replica(hash, Tier::Memory, vector.memory, |r| out.push(r));
         if out.is_empty() {
@@ -183,7 +213,7 @@ impl ClusterView {
     /// True if `replica` is one of `key`'s replicas (any tier) under `vector`.
     pub fn is_replica(&self, key: &[u8], vector: &ReplicationVector, replica: Replica) -> bool {
         let mut found = false;
-        self.for_each_replica_all(key_hash(key), vector, |r| found |= r == replica);
+        self.for_each_replica_all(self.key_hash(key), vector, |r| found |= r == replica);
         found
     }
 
@@ -197,9 +227,16 @@ impl ClusterView {
     }
 }
 
+/// True if the hash-tag rule is in force among `nodes`: there is one, and every one
+/// advertises [`PLACEMENT_HASH_TAGS`] or later.
+pub fn hash_tags_in_force(nodes: &[NodeInfo]) -> bool {
+    !nodes.is_empty() && nodes.iter().all(|n| n.placement >= PLACEMENT_HASH_TAGS)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn node(id: &str, workers: usize) -> NodeInfo {
         NodeInfo {
@@ -210,6 +247,7 @@ mod tests {
             resp: format!("{id}:resp"),
             peer: String::new(),
             vnodes: 64,
+            placement: PLACEMENT_HASH_TAGS,
         }
     }
 
@@ -320,5 +358,96 @@ mod tests {
             }
         }
         assert!((3_500..=6_500).contains(&moved), "{moved}");
+    }
+
+    /// A key whose bytes between `{` and `}` are `tag`, with arbitrary text around.
+    fn tagged(prefix: &[u8], tag: &[u8], suffix: &[u8]) -> Vec<u8> {
+        let mut k = prefix
+            .iter()
+            .copied()
+            .filter(|&b| b != b'{')
+            .collect::<Vec<u8>>();
+        k.push(b'{');
+        k.extend_from_slice(tag);
+        k.push(b'}');
+        k.extend_from_slice(suffix);
+        k
+    }
+
+    proptest! {
+        /// Under the rule, keys sharing a tag have the same replicas (nodes and workers), in
+        /// every tier and with any replication; a view with one older node keeps the
+        /// whole-key rule.
+        #[test]
+        fn tagged_keys_share_nodes_and_workers(
+            tag in proptest::collection::vec(any::<u8>().prop_filter("no }", |b| *b != b'}'), 1..8),
+            keys in proptest::collection::vec(
+                (proptest::collection::vec(any::<u8>(), 0..6),
+                 proptest::collection::vec(any::<u8>(), 0..6)), 2..6),
+            global in 1u32..3,
+            local in 1u32..3,
+        ) {
+            let view = ClusterView::new([
+                node("a", 4), node("b", 3), node("c", 4), disk_node("d1", 2), disk_node("d2", 2),
+            ]);
+            prop_assert!(view.hash_tags());
+            let v = ReplicationVector {
+                memory: Replication { global, local },
+                disk: Replication { global: 1, local: 1 },
+            };
+            let first = view.replicas(&tagged(&keys[0].0, &tag, &keys[0].1), &v);
+            prop_assert!(!first.is_empty());
+            for (prefix, suffix) in &keys[1..] {
+                let key = tagged(prefix, &tag, suffix);
+                prop_assert_eq!(&view.replicas(&key, &v), &first);
+                prop_assert_eq!(view.serving_replicas(&key, &v), view.serving_replicas(&tag_only(&tag), &v));
+            }
+            // One node without the version: whole keys, as that node places them.
+            let mixed = ClusterView::new([
+                node("a", 4), NodeInfo { placement: 0, ..node("b", 3) }, node("c", 4),
+            ]);
+            prop_assert!(!mixed.hash_tags());
+            for (prefix, suffix) in &keys {
+                let key = tagged(prefix, &tag, suffix);
+                prop_assert_eq!(mixed.key_hash(&key), crate::hash::key_hash(&key));
+            }
+        }
+    }
+
+    /// The key `tag` itself: under the rule a tagged key lives with it (as in Redis, where
+    /// `{t}x` and `t` share a slot).
+    fn tag_only(tag: &[u8]) -> Vec<u8> {
+        tag.to_vec()
+    }
+
+    #[test]
+    fn tagged_keys_spread_by_tag_and_rule_is_all_or_nothing() {
+        let view = ClusterView::new([node("a", 4), node("b", 4)]);
+        assert!(view.hash_tags());
+        let v = vector(1, 1);
+        // Keys of different tags still spread over every node and worker.
+        let mut seen = std::collections::BTreeSet::new();
+        for i in 0..2_000 {
+            let k = format!("bull:{{q{i}}}:wait");
+            let r = view.replicas(k.as_bytes(), &v);
+            assert_eq!(
+                r,
+                view.replicas(format!("bull:{{q{i}}}:active").as_bytes(), &v)
+            );
+            seen.insert(r[0]);
+        }
+        assert_eq!(seen.len(), 8, "{seen:?}");
+        // Without the rule, the two keys of one tag are placed apart somewhere.
+        let whole = view.clone().with_hash_tags(false);
+        assert!((0..200).any(|i| {
+            whole.replicas(format!("{{t{i}}}:a").as_bytes(), &v)
+                != whole.replicas(format!("{{t{i}}}:b").as_bytes(), &v)
+        }));
+        assert!(!ClusterView::new([]).hash_tags());
+        let old = NodeInfo {
+            placement: crate::hash::PLACEMENT_WHOLE_KEY,
+            ..node("c", 1)
+        };
+        assert!(!ClusterView::new([node("a", 4), old]).hash_tags());
     }
 }

@@ -92,6 +92,9 @@ pub struct Description {
     pub vnodes: u32,
     /// Peer-plane address: where other nodes' workers and agents reach this node.
     pub peer: String,
+    /// Placement version the node uses (`placement::PLACEMENT_HASH_TAGS`, or
+    /// `PLACEMENT_WHOLE_KEY` with `hash_tags = false`; 0 from an older node).
+    pub placement: u32,
 }
 
 /// One member's state.
@@ -250,6 +253,7 @@ mod tests {
             workers: vec!["w".into()],
             vnodes: 8,
             peer: "p".into(),
+            placement: placement::PLACEMENT_HASH_TAGS,
         }
     }
 

@@ -26,6 +26,7 @@ pub fn member_to_pb(id: &str, m: &Member) -> pb::Member {
         workers: m.desc.workers.clone(),
         vnodes: m.desc.vnodes,
         peer: m.desc.peer.clone(),
+        placement: m.desc.placement,
     }
 }
 
@@ -114,6 +115,7 @@ pub fn member_from_pb(m: &pb::Member, now_ms: u64) -> Result<(String, Member), M
                 workers: m.workers.clone(),
                 vnodes: m.vnodes.max(1),
                 peer: m.peer.clone(),
+                placement: m.placement,
             },
         },
     ))
@@ -172,6 +174,7 @@ pub fn ring_nodes(membership: &Membership) -> Vec<NodeInfo> {
                 resp: m.desc.resp,
                 peer: m.desc.peer,
                 vnodes: m.desc.vnodes,
+                placement: m.desc.placement,
             }),
             Role::Routing => None,
         })
@@ -230,6 +233,7 @@ mod tests {
                     workers: vec!["a:3".into()],
                     vnodes: 64,
                     peer: "a:4".into(),
+                    placement: placement::PLACEMENT_HASH_TAGS,
                 },
             },
         );
@@ -255,7 +259,73 @@ mod tests {
             workers: vec!["a:3".into()],
             vnodes: 64,
             peer: "a:4".into(),
+            placement: placement::PLACEMENT_HASH_TAGS,
         }
+    }
+
+    /// The hash-tag rule is in force only when every storage member advertises it; a
+    /// member too old to say (0) keeps the whole-key rule, and the rule is part of the
+    /// rings' fingerprint (a change of rule moves keys like a change of members).
+    #[test]
+    fn hash_tags_need_every_storage_member() {
+        let now = 10;
+        let view_of = |members: &[pb::Member]| {
+            let mut m = Membership::new();
+            assert!(merge_members(&mut m, members, &Membership::new(), now));
+            build_view(
+                1,
+                &m,
+                &ReplicationTable::new(),
+                crate::view::default_vector(1, 1),
+            )
+        };
+        let new = |id: &str| member(id, 1);
+        let old = |id: &str| pb::Member {
+            placement: 0,
+            ..member(id, 1)
+        };
+        let whole = |id: &str| pb::Member {
+            placement: placement::PLACEMENT_WHOLE_KEY,
+            ..member(id, 1)
+        };
+        let routing = pb::Member {
+            role: "routing".into(),
+            placement: 0,
+            ..member("r", 1)
+        };
+        let all_new = view_of(&[new("a"), new("b"), routing.clone()]);
+        assert!(all_new.view.hash_tags(), "routing members do not count");
+        let mixed = view_of(&[new("a"), old("b")]);
+        assert!(!mixed.view.hash_tags());
+        assert!(!view_of(&[new("a"), whole("b")]).view.hash_tags());
+        assert_ne!(all_new.rings, view_of(&[new("a"), old("b"), routing]).rings);
+        // Without the rule the fingerprint is the one of versions before it.
+        assert_eq!(
+            mixed.rings,
+            crate::view::rings_fingerprint(&placement_free(&ring_nodes(&{
+                let mut m = Membership::new();
+                merge_members(&mut m, &[new("a"), old("b")], &Membership::new(), now);
+                m
+            })))
+        );
+        // The placement each member advertises survives the round trip.
+        let mut m = Membership::new();
+        merge_members(&mut m, &[new("a"), old("b")], &Membership::new(), now);
+        let back = membership_to_pb(&m);
+        let a = back.iter().find(|x| x.node_id == "a").unwrap();
+        assert_eq!(a.placement, placement::PLACEMENT_HASH_TAGS);
+        assert_eq!(back.iter().find(|x| x.node_id == "b").unwrap().placement, 0);
+    }
+
+    /// `nodes` as an older version saw them (no placement field, whole keys).
+    fn placement_free(nodes: &[NodeInfo]) -> Vec<NodeInfo> {
+        nodes
+            .iter()
+            .map(|n| NodeInfo {
+                placement: 0,
+                ..n.clone()
+            })
+            .collect()
     }
 
     #[test]

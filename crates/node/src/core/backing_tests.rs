@@ -27,6 +27,7 @@ fn view() -> Arc<ViewState> {
         resp: "m/resp".into(),
         peer: "m/peer".into(),
         vnodes: 32,
+        placement: placement::PLACEMENT_HASH_TAGS,
     };
     Arc::new(ViewState::of(
         vec![info],

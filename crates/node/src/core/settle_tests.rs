@@ -23,6 +23,7 @@ fn info(id: &str) -> NodeInfo {
         resp: format!("{id}/resp"),
         peer: format!("{id}/peer"),
         vnodes: 32,
+        placement: placement::PLACEMENT_HASH_TAGS,
     }
 }
 

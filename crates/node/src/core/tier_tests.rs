@@ -27,6 +27,7 @@ fn info(id: &str, tier: Tier) -> NodeInfo {
         resp: format!("{id}/resp"),
         peer: format!("{id}/peer"),
         vnodes: 32,
+        placement: placement::PLACEMENT_HASH_TAGS,
     }
 }
 

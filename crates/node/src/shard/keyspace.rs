@@ -4,9 +4,10 @@
 //! A node lists the keys it holds a replica of, each at exactly one worker: the first of the
 //! key's replicas on this node (so a key replicated on several of its workers is listed
 //! once). Keys are visited in
-//! the order of their placement hash (`placement::key_hash`): a scan cursor is a position in
-//! that order, the same on every worker and node, so a key that moves between workers
-//! during a scan is still visited where it is when the scan passes its hash.
+//! the order of the hash of the whole key (`placement::key_hash`, whatever the hash-tag
+//! rule): a scan cursor is a position in that order, the same on every worker and node, so
+//! a key that moves between workers during a scan is still visited where it is when the
+//! scan passes its hash.
 //!
 //! Internal keys (the metadata prefix `\x00lkv\x00`) are never listed. Only records in
 //! memory are visited: keys a memory-tier worker evicted to the disk tier are listed by
@@ -44,7 +45,7 @@ impl Shard {
         let vector = self.view.vector(key);
         self.view
             .view
-            .for_each_replica_all(key_hash(key), &vector, |r| {
+            .for_each_replica_all(self.view.view.key_hash(key), &vector, |r| {
                 if r.node == me.node && first.is_none() {
                     first = Some(r);
                 }

@@ -53,7 +53,7 @@ pub(crate) use zset_parse::{parse_zset, ZsetCmd};
 
 use foldhash::fast::FixedState;
 use lattice::{Blob, Hlc, Record};
-use placement::{key_hash, Replica, Tier};
+use placement::{Replica, Tier};
 use store::MemStore;
 
 use crate::clock::Clock;
@@ -67,6 +67,7 @@ pub use keyspace::{KeyFilter, ScanPage};
 pub use script::{install_script_runner, ScriptCall, ScriptRunner};
 pub use sync::Outgoing;
 pub use tier::{EVICT_STEP, HARD_CEILING_FACTOR, LOW_WATERMARK_PERCENT};
+pub(crate) use views::place_by_rule;
 
 /// Hash maps of a shard: seeded from the shard's seed, so their iteration order (which
 /// decides the order batches go out in) is the same in every run of a simulation seed.
@@ -430,7 +431,7 @@ impl Shard {
         let vector = self.view.vector(key);
         self.view
             .view
-            .for_each_replica_all(key_hash(key), &vector, |r| {
+            .for_each_replica_all(self.view.view.key_hash(key), &vector, |r| {
                 first.get_or_insert(r);
             });
         first == Some(self.config.me)
@@ -460,9 +461,12 @@ impl Shard {
         }
         let mut count = 0;
         let vector = self.view.vector(key);
-        self.view
-            .view
-            .for_each_replica(key_hash(key), Tier::Memory, vector.memory, |_| count += 1);
+        self.view.view.for_each_replica(
+            self.view.view.key_hash(key),
+            Tier::Memory,
+            vector.memory,
+            |_| count += 1,
+        );
         count
     }
 
@@ -482,7 +486,8 @@ impl Shard {
         }
         let mut count = 0;
         let vector = self.view.vector(key);
-        let (view, hash) = (&self.view.view, key_hash(key));
+        let view = &self.view.view;
+        let hash = view.key_hash(key);
         if memory_only {
             view.for_each_replica(hash, Tier::Memory, vector.memory, |_| count += 1);
         } else {
@@ -498,8 +503,8 @@ impl Shard {
             return Route::Local;
         }
         let vector = self.view.vector(key);
-        let hash = key_hash(key);
         let view = &self.view.view;
+        let hash = view.key_hash(key);
         let me = self.config.me;
         let mut local = false;
         let mut memory = 0usize;
@@ -650,6 +655,8 @@ mod gossip_tests;
 mod handoff_tests;
 #[cfg(test)]
 mod keyspace_tests;
+#[cfg(test)]
+mod rule_tests;
 #[cfg(test)]
 mod sole_tests;
 #[cfg(test)]

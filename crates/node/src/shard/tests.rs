@@ -26,6 +26,7 @@ pub(super) fn node(id: &str, workers: usize) -> NodeInfo {
         resp: format!("{id}/resp"),
         peer: String::new(),
         vnodes: 32,
+        placement: placement::PLACEMENT_HASH_TAGS,
     }
 }
 

@@ -283,9 +283,12 @@ impl Shard {
         let me = self.config.me;
         let vector = self.view.vector(key);
         let mut out = Vec::new();
-        self.view
-            .view
-            .for_each_replica(key_hash(key), Tier::Disk, vector.disk, |r| out.push(r));
+        self.view.view.for_each_replica(
+            self.view.view.key_hash(key),
+            Tier::Disk,
+            vector.disk,
+            |r| out.push(r),
+        );
         if let Some(views) = self.settling() {
             for view in views {
                 for r in view.replicas(key) {

@@ -106,6 +106,67 @@ impl Shard {
         }
     }
 
+    /// At start, before serving: the keys stored here (replayed from the log, or on disk)
+    /// may have been placed under the other hash-tag rule — written before this version,
+    /// under `hash_tags = false`, or while a cluster member did not advertise hash tags.
+    /// Each key is compared against the current view as if the view had changed from this
+    /// view under the other rule: a key whose placement differs is handed off to its
+    /// replicas (dropped here once they acknowledged it durably, as after any view change).
+    ///
+    /// A memory-tier worker compares its tagged keys at once (only they can differ, and
+    /// they are in RAM) and returns a copy of each key it hands off, for each of its new
+    /// replicas on this node: merged there before the node serves (see
+    /// [`place_by_rule`]), a key reads back at once from its new worker, while the hand-off
+    /// still decides when the copy here is dropped. A disk-tier worker walks its store
+    /// between requests instead, as after a change of the rings, and meanwhile
+    /// (`settle_ms`) reads that miss also ask the replicas under the other rule — as do
+    /// the misses of a memory-tier worker that evicted keys to the disk tier.
+    pub fn check_rule_placement(&mut self) -> Vec<(Replica, Blob, Record)> {
+        let other = Arc::new(self.view.under_rule(!self.view.view.hash_tags()));
+        if self.is_disk() {
+            for base in self.reconcile.iter_mut() {
+                if base.is_none() {
+                    *base = Some(other.clone());
+                    self.reconcile_waiting += 1;
+                }
+            }
+            self.previous = vec![other];
+            self.settling_until_ms = self.clock.mono_ms().saturating_add(self.config.settle_ms);
+            return Vec::new();
+        }
+        let (me, new) = (self.config.me, self.view.clone());
+        let mut handoff: Vec<Blob> = Vec::new();
+        let mut directed: Vec<(Replica, Blob)> = Vec::new();
+        for p in 0..store::PARTITIONS {
+            // Records lent, not copied: only the keys matter.
+            self.for_each_ref_in_partition(p, |key, _| {
+                if placement::hash_tag(key).is_some() {
+                    compare(key, &other, &new, me, &mut handoff, &mut directed);
+                }
+                true
+            });
+        }
+        let mut copies: Vec<(Replica, Blob, Record)> = Vec::new();
+        let targets = handoff
+            .iter()
+            .flat_map(|key| new.replicas(key).into_iter().map(move |r| (r, key)))
+            .chain(directed.iter().map(|(r, key)| (*r, key)));
+        for (to, key) in targets {
+            if let Some(record) = self.store.get(key) {
+                copies.push((to, key.clone(), record.to_record()));
+            }
+        }
+        // Keys this worker evicted are on the disk tier, where the disk node moves them in
+        // the background: meanwhile its misses also fetch from the other rule's replicas.
+        if self.spilled() || copies.iter().any(|(to, ..)| to.node != me.node) {
+            self.previous = vec![other];
+            self.settling_until_ms = self.clock.mono_ms().saturating_add(self.config.settle_ms);
+        }
+        copies.retain(|(to, ..)| to.node == me.node);
+        self.apply_moves(handoff, directed);
+        copies
+    }
+
     /// [`set_view`](Self::set_view), then the whole comparison at once (unit tests).
     #[cfg(test)]
     pub(crate) fn set_view_now(&mut self, next: Arc<ViewState>) {
@@ -177,6 +238,33 @@ impl Shard {
             None
         }
     }
+}
+
+/// At a node's start, before its workers run: each worker's
+/// [`check_rule_placement`](Shard::check_rule_placement), and the copies it returns merged
+/// into their workers (journaled there). Returns how many copies moved.
+pub fn place_by_rule(shards: &mut [Shard]) -> Result<usize, crate::error::NodeError> {
+    let copies: Vec<(Replica, Blob, Record)> = shards
+        .iter_mut()
+        .flat_map(Shard::check_rule_placement)
+        .collect();
+    if !copies.is_empty() {
+        tracing::info!(
+            keys = copies.len(),
+            "moving keys stored under the other hash-tag rule to their workers"
+        );
+    }
+    for (to, key, record) in &copies {
+        if let Some(shard) = shards.get_mut(to.worker as usize) {
+            shard.merge_gossip(vec![(bytes::Bytes::from(key.to_vec()), record.clone())])?;
+            if shard.spilled() {
+                // As for a key replayed from the log of a node that evicted: what it holds
+                // may be part of the key (the disk tier has the rest).
+                shard.store.set_partial(key, true);
+            }
+        }
+    }
+    Ok(copies.len())
 }
 
 /// The memory tier's members of `view` (ids, worker counts, virtual nodes), sorted.

@@ -301,6 +301,8 @@ pub struct Report {
     pub vectors: u64,
     /// Views published by agents.
     pub views: u64,
+    /// Views that changed the hash-tag rule of the node publishing them.
+    pub rule_changes: u64,
     /// Anti-entropy exchanges that found differing buckets.
     pub repairs: u64,
     /// Simulated ms from the end of the active phase until quiescence.
@@ -336,6 +338,7 @@ impl Report {
         self.partitions += o.partitions;
         self.vectors += o.vectors;
         self.views += o.views;
+        self.rule_changes += o.rule_changes;
         self.repairs += o.repairs;
         self.quiesce_ms = self.quiesce_ms.max(o.quiesce_ms);
         self.misplaced_writes += o.misplaced_writes;

@@ -211,6 +211,8 @@ pub struct World {
     /// Every node ever started, by key.
     pub nodes: BTreeMap<NodeKey, NodeSim>,
     worker_counts: BTreeMap<String, usize>,
+    /// Placement version of each node id (kept across restarts, as its worker count).
+    placements: BTreeMap<String, u32>,
     next_fresh: usize,
     /// Membership with perfect information.
     pub truth: Truth,
@@ -253,6 +255,7 @@ impl World {
             in_flight: 0,
             nodes: BTreeMap::new(),
             worker_counts: BTreeMap::new(),
+            placements: BTreeMap::new(),
             next_fresh: 0,
             truth: Truth::default(),
             partition: None,

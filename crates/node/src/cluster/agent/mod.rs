@@ -445,5 +445,6 @@ pub fn storage_description(
         workers,
         vnodes,
         peer,
+        placement: placement::PLACEMENT_HASH_TAGS,
     }
 }

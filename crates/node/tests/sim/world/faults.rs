@@ -61,6 +61,16 @@ impl World {
         );
         self.trace.notable(self.now, what);
         self.report.views += 1;
+        if view.view.hash_tags() != self.nodes[&nk].view.view.hash_tags() {
+            self.report.rule_changes += 1;
+            let rule = if view.view.hash_tags() {
+                "hash tags"
+            } else {
+                "whole keys"
+            };
+            let what = format!("{}: placement by {rule}", self.nodes[&nk].id);
+            self.trace.notable(self.now, what);
+        }
         let table_version = self.truth.table_version;
         let node = self.nodes.get_mut(&nk).expect("node");
         node.synced = true;

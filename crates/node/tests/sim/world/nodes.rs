@@ -25,6 +25,22 @@ impl World {
                 w
             }
         };
+        // One node in four places whole keys (an older version, or `hash_tags = false`):
+        // while it is in the rings the cluster does too. Fixed per node, like its worker
+        // count: the agents here learn members, not changed descriptions, so a restart
+        // does not change what the rings are built from.
+        let placement = match self.placements.get(id) {
+            Some(&p) => p,
+            None => {
+                let p = if self.rng.usize(0..4) == 0 {
+                    placement::PLACEMENT_WHOLE_KEY
+                } else {
+                    placement::PLACEMENT_HASH_TAGS
+                };
+                self.placements.insert(id.to_string(), p);
+                p
+            }
+        };
         let info = NodeInfo {
             id: id.to_string(),
             tier: Tier::Memory,
@@ -33,6 +49,7 @@ impl World {
             resp: format!("{id}/resp"),
             peer: format!("{id}/peer"),
             vnodes: 16,
+            placement,
         };
         self.next_inc += 1;
         let clock = Arc::new(ManualClock::new(EPOCH_MS + self.now));
