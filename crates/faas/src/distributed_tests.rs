@@ -138,6 +138,9 @@ fn hb_queries_every_function_then_runs_opt_or_falls_back_to_con() {
     for (f, h) in [("a", "h1"), ("b", "h2"), ("c", "h1")] {
         s.prepared(f, h);
     }
+    // OPT does not wait for the simulation: the sources are ready once placed.
+    assert!(!s.needs_query());
+    assert_eq!(s.ready(), vec!["a", "b"]);
     let view = |s: &Spread, f: &str| pb::HbView {
         run_id: 5,
         attempt: s.attempt(),
@@ -241,4 +244,84 @@ fn hb_reuses_an_opt_result_when_con_binds_the_same_versions() {
     let a_edge = refs_from_pb(&m.upstream_meta[0].r).unwrap();
     assert_eq!(a_edge[&key("a")].sources, BTreeSet::from([CacheId(2)]));
     assert_eq!(m.writes.len(), 2);
+}
+
+#[test]
+fn hb_runs_opt_while_it_simulates_and_aborts_early_only_before_the_sink() {
+    let key = |k: &str| cache::Key::from(k.as_bytes());
+    let keys: BTreeMap<String, KeySet> = BTreeMap::from([
+        ("a".to_string(), KeySet::from([key("x")])),
+        ("b".to_string(), KeySet::from([key("y")])),
+        ("c".to_string(), KeySet::new()),
+    ]);
+    let clock = |n: u64| {
+        vec![pb::ClockEntry {
+            actor: 9,
+            counter: n,
+        }]
+    };
+    let vref = |k: &str, n: u64| pb::VersionRef {
+        key: Bytes::from(k.to_string()),
+        clock: clock(n),
+        sources: vec![1],
+    };
+    // a's cache holds x@1; b's holds y@1, which depends on x@2: the branches meet at c
+    // with incompatible versions of x, so the simulation aborts at the fan-in.
+    let a_keys = vec![pb::KeyMeta {
+        key: Bytes::from("x"),
+        clock: clock(1),
+        cut: vec![vref("x", 1)],
+    }];
+    let b_keys = vec![pb::KeyMeta {
+        key: Bytes::from("y"),
+        clock: clock(1),
+        cut: vec![vref("y", 1), vref("x", 2)],
+    }];
+    let view = |s: &Spread, f: &str, keys: &[pb::KeyMeta]| pb::HbView {
+        run_id: 5,
+        attempt: s.attempt(),
+        function: f.into(),
+        cache_id: 1,
+        keys: keys.to_vec(),
+    };
+    let ok = |s: &Spread, f: &str| pb::FnDone {
+        run_id: 5,
+        attempt: s.attempt(),
+        function: f.into(),
+        result: Some(pb::fn_done::Result::Value(Bytes::from("r"))),
+        meta: Some(pb::EdgeMeta::default()),
+        writes: Vec::new(),
+    };
+    for sink_sent in [false, true] {
+        let mut s = Spread::hb(5, vee(), keys.clone());
+        for (f, h) in [("a", "h1"), ("b", "h2"), ("c", "h1")] {
+            s.prepared(f, h);
+        }
+        assert_eq!(s.ready(), vec!["a", "b"]);
+        s.placed("a", "h1");
+        s.placed("b", "h2");
+        // a finished before its cache's view came in: the view still counts.
+        assert_eq!(s.done("h1", ok(&s, "a")), Event::Progress);
+        if sink_sent {
+            assert_eq!(s.done("h2", ok(&s, "b")), Event::Progress);
+            assert_eq!(s.ready(), vec!["c"]);
+            s.placed("c", "h1");
+        }
+        assert_eq!(s.hb_view("h2", view(&s, "a", &a_keys)), HbEvent::Stale);
+        assert_eq!(s.hb_view("h1", view(&s, "a", &a_keys)), HbEvent::Waiting);
+        assert_eq!(s.hb_view("h2", view(&s, "b", &b_keys)), HbEvent::Waiting);
+        let event = s.hb_view("h1", view(&s, "c", &[]));
+        if sink_sent {
+            // Too late to save anything: OPT goes on, and the next view is stale.
+            assert!(matches!(event, HbEvent::TooLate(_)), "{event:?}");
+            assert_eq!(s.hb_view("h1", view(&s, "c", &[])), HbEvent::Stale);
+        } else {
+            assert!(matches!(event, HbEvent::EarlyAbort(_)), "{event:?}");
+            // The scheduler ends the attempt; CON reuses a's OPT result if it binds the
+            // versions a read.
+            s.restart();
+            s.to_con();
+            assert!(s.needs_prepare() && !s.needs_query());
+        }
+    }
 }

@@ -22,7 +22,8 @@ impl State {
         let (query, prepare) = (spread.needs_query(), spread.needs_prepare());
         if query || prepare {
             // HB (query) or CON (prepare): every function placed first; its cache answers
-            // what OPT would read, or a snapshot of its keys.
+            // what OPT would read, or a snapshot of its keys. Under CON nothing runs until
+            // every snapshot is in; under HB OPT starts at once (below).
             for f in spread.functions().to_vec() {
                 let keys = fn_keys(&run.msg, &f);
                 let Some(host) = self.placement.place(&keys) else {
@@ -53,7 +54,9 @@ impl State {
                 };
                 outbox.push((out.clone(), pb::FromScheduler { msg: Some(msg) }));
             }
-            return;
+            if prepare {
+                return;
+            }
         }
         // HB after an OPT abort: functions whose OPT result stands are not run again, which
         // may make their downstream functions ready at once.
@@ -180,19 +183,22 @@ impl State {
         };
         let event = spread.hb_view(host, view);
         if let HbEvent::EarlyAbort(why) = &event {
-            // Nothing ran and nothing is pinned: straight to CON (the abort path does it).
+            // OPT's first functions may have run: the abort path releases their pins
+            // everywhere and runs CON (which may reuse their results, `Spread::reuse`).
             if let Some(run) = self.runs.get_mut(&id) {
                 run.stats.early_aborts += 1;
             }
             self.abort_attempt(id, spread, why, outbox);
             return;
         }
+        if let HbEvent::TooLate(why) = &event {
+            tracing::debug!(run = id, "simulated abort after the sink was sent: {why}");
+        }
         if let Some(run) = self.runs.get_mut(&id) {
             run.spread = Some(spread);
         }
         if let HbEvent::Opt(prefetch) = event {
             self.prefetch(id, prefetch, outbox);
-            self.dispatch_spread(id, outbox);
         }
     }
 
