@@ -19,9 +19,10 @@ use cache::versionset::{restrict, union_into};
 use cache::{FnSpec, KeySet, VersionSet};
 
 use crate::dag::Plan;
-use crate::meta::{refs_from_pb, refs_to_pb};
+use crate::meta::{edge_from_pb, edge_to_pb};
 use crate::pb;
 use crate::placement::HostId;
+use crate::reftable::{refs_from_table, refs_to_table};
 
 /// OPT attempts of one call before it falls back to CT (the model test's bound, decision 6
 /// of docs/serverless.md).
@@ -190,7 +191,7 @@ impl Spread {
         if hb.at.get(&msg.function).map(String::as_str) != Some(from) {
             return HbEvent::Stale;
         }
-        let view = match crate::meta::view_from_pb(msg.cache_id, &msg.keys) {
+        let view = match crate::meta::view_from_pb(msg.cache_id, msg.table.as_ref(), &msg.keys) {
             Ok(v) => v,
             Err(e) => return HbEvent::EarlyAbort(e.to_string()),
         };
@@ -301,7 +302,7 @@ impl Spread {
         if !msg.error.is_empty() {
             return ConEvent::Aborted(msg.error);
         }
-        let s = match crate::meta::refs_from_pb(&msg.s) {
+        let s = match refs_from_table(msg.s.as_ref().unwrap_or(&pb::RefTable::default())) {
             Ok(s) => s,
             Err(e) => return ConEvent::Aborted(e.to_string()),
         };
@@ -387,8 +388,8 @@ impl Spread {
             .and_then(|p| p.get(function));
         pb::RunFn {
             con: part.is_some(),
-            con_reads: part.map(|p| refs_to_pb(&p.reads)).unwrap_or_default(),
-            con_remote: part.map(|p| refs_to_pb(&p.remote)).unwrap_or_default(),
+            con_reads: part.map(|p| refs_to_table(&p.reads)),
+            con_remote: part.map(|p| refs_to_table(&p.remote)),
             run_id: self.run_id,
             attempt: self.attempt(),
             function: function.to_string(),
@@ -460,19 +461,20 @@ impl Spread {
             return None;
         }
         let (value, meta, writes) = self.opt_results.get(f)?.clone();
-        let opt_reads = restrict(&refs_from_pb(&meta.r).ok()?, self.keys.get(f)?);
+        let opt_reads = restrict(&edge_from_pb(&meta).ok()?.r, self.keys.get(f)?);
         if !cache::hb::reuse(&opt_reads, &part.reads) {
             return None;
         }
         // The edge CON itself would send: the upstream reads and this function's.
         let mut r = part.reads;
         for u in ups {
-            union_into(&mut r, &refs_from_pb(&self.done.get(u)?.1.r).ok()?);
+            union_into(&mut r, &edge_from_pb(&self.done.get(u)?.1).ok()?.r);
         }
-        let meta = pb::EdgeMeta {
-            s: refs_to_pb(&r),
-            r: refs_to_pb(&r),
-        };
+        let meta = edge_to_pb(&cache::opt::Upstream {
+            abort: false,
+            s: r.clone(),
+            r,
+        });
         self.writes.extend(writes);
         self.done.insert(f.to_string(), (value, meta));
         self.reused.insert(f.to_string());

@@ -146,6 +146,7 @@ fn hb_queries_every_function_then_runs_opt_or_falls_back_to_con() {
         attempt: s.attempt(),
         function: f.into(),
         cache_id: 1,
+        table: None,
         keys: Vec::new(), // nothing cached: simulated as bottoms, OPT passes
     };
     assert_eq!(s.hb_view("h1", view(&s, "a")), HbEvent::Waiting);
@@ -187,6 +188,7 @@ fn hb_reuses_an_opt_result_when_con_binds_the_same_versions() {
             attempt: s.attempt(),
             function: f.into(),
             cache_id: 1,
+            table: None,
             keys: Vec::new(),
         };
         s.hb_view(h, view);
@@ -197,10 +199,11 @@ fn hb_reuses_an_opt_result_when_con_binds_the_same_versions() {
         attempt: s.attempt(),
         function: f.into(),
         result: Some(pb::fn_done::Result::Value(Bytes::from(format!("r{f}")))),
-        meta: Some(pb::EdgeMeta {
-            s: Vec::new(),
-            r: refs_to_pb(&VersionSet::from([(key(f), at(n, 1))])),
-        }),
+        meta: Some(edge_to_pb(&cache::opt::Upstream {
+            abort: false,
+            s: VersionSet::new(),
+            r: VersionSet::from([(key(f), at(n, 1))]),
+        })),
         writes: vec![pb::Write {
             key: Bytes::from(format!("w{f}")),
             value: Bytes::new(),
@@ -221,7 +224,7 @@ fn hb_reuses_an_opt_result_when_con_binds_the_same_versions() {
             run_id: 5,
             attempt: s.attempt(),
             function: f.into(),
-            s: refs_to_pb(&VersionSet::from([(key(f), at(n, 2))])),
+            s: Some(refs_to_table(&VersionSet::from([(key(f), at(n, 2))]))),
             error: String::new(),
         };
         s.con_snapshot(h, snap);
@@ -241,7 +244,7 @@ fn hb_reuses_an_opt_result_when_con_binds_the_same_versions() {
     assert_eq!(s.done("h2", con_b), Event::Progress);
     let m = s.run_fn("c", &pb::RunDag::default(), &[], &[]);
     assert_eq!(m.upstream, vec![Bytes::from("ra"), Bytes::from("rb")]);
-    let a_edge = refs_from_pb(&m.upstream_meta[0].r).unwrap();
+    let a_edge = edge_from_pb(&m.upstream_meta[0]).unwrap().r;
     assert_eq!(a_edge[&key("a")].sources, BTreeSet::from([CacheId(2)]));
     assert_eq!(m.writes.len(), 2);
 }
@@ -254,35 +257,39 @@ fn hb_runs_opt_while_it_simulates_and_aborts_early_only_before_the_sink() {
         ("b".to_string(), KeySet::from([key("y")])),
         ("c".to_string(), KeySet::new()),
     ]);
-    let clock = |n: u64| {
-        vec![pb::ClockEntry {
-            actor: 9,
-            counter: n,
-        }]
-    };
-    let vref = |k: &str, n: u64| pb::VersionRef {
-        key: Bytes::from(k.to_string()),
-        clock: clock(n),
-        sources: vec![1],
+    use cache::hb::{KeyMeta, MetaView};
+    use cache::{CacheId, VectorClock, VersionRef};
+    let clock = |n: u64| VectorClock::from_iter([(9, n)]);
+    let at = |n: u64| VersionRef::new(clock(n), CacheId(1));
+    let meta = |k: &str, n: u64, cut: VersionSet| {
+        let keys = BTreeMap::from([(
+            key(k),
+            KeyMeta {
+                clock: clock(n),
+                cut,
+            },
+        )]);
+        crate::meta::view_to_pb(&MetaView {
+            cache: CacheId(1),
+            keys,
+        })
     };
     // a's cache holds x@1; b's holds y@1, which depends on x@2: the branches meet at c
     // with incompatible versions of x, so the simulation aborts at the fan-in.
-    let a_keys = vec![pb::KeyMeta {
-        key: Bytes::from("x"),
-        clock: clock(1),
-        cut: vec![vref("x", 1)],
-    }];
-    let b_keys = vec![pb::KeyMeta {
-        key: Bytes::from("y"),
-        clock: clock(1),
-        cut: vec![vref("y", 1), vref("x", 2)],
-    }];
-    let view = |s: &Spread, f: &str, keys: &[pb::KeyMeta]| pb::HbView {
+    let a_keys = meta("x", 1, VersionSet::from([(key("x"), at(1))]));
+    let b_keys = meta(
+        "y",
+        1,
+        VersionSet::from([(key("y"), at(1)), (key("x"), at(2))]),
+    );
+    let none = (pb::RefTable::default(), Vec::new());
+    let view = |s: &Spread, f: &str, keys: &(pb::RefTable, Vec<pb::HbKey>)| pb::HbView {
         run_id: 5,
         attempt: s.attempt(),
         function: f.into(),
         cache_id: 1,
-        keys: keys.to_vec(),
+        table: Some(keys.0.clone()),
+        keys: keys.1.clone(),
     };
     let ok = |s: &Spread, f: &str| pb::FnDone {
         run_id: 5,
@@ -310,11 +317,11 @@ fn hb_runs_opt_while_it_simulates_and_aborts_early_only_before_the_sink() {
         assert_eq!(s.hb_view("h2", view(&s, "a", &a_keys)), HbEvent::Stale);
         assert_eq!(s.hb_view("h1", view(&s, "a", &a_keys)), HbEvent::Waiting);
         assert_eq!(s.hb_view("h2", view(&s, "b", &b_keys)), HbEvent::Waiting);
-        let event = s.hb_view("h1", view(&s, "c", &[]));
+        let event = s.hb_view("h1", view(&s, "c", &none));
         if sink_sent {
             // Too late to save anything: OPT goes on, and the next view is stale.
             assert!(matches!(event, HbEvent::TooLate(_)), "{event:?}");
-            assert_eq!(s.hb_view("h1", view(&s, "c", &[])), HbEvent::Stale);
+            assert_eq!(s.hb_view("h1", view(&s, "c", &none)), HbEvent::Stale);
         } else {
             assert!(matches!(event, HbEvent::EarlyAbort(_)), "{event:?}");
             // The scheduler ends the attempt; CON reuses a's OPT result if it binds the

@@ -157,7 +157,7 @@ impl State {
     /// A cache's CON snapshot for one function of spread run `id`.
     pub(super) fn con_snapshot(&mut self, host: &str, snap: pb::ConSnapshot, outbox: &mut Outbox) {
         let id = snap.run_id;
-        self.count_meta(id, snap.s.iter().map(Message::encoded_len).sum());
+        self.count_meta(id, snap.s.as_ref().map_or(0, Message::encoded_len));
         let Some(mut spread) = self.runs.get_mut(&id).and_then(|r| r.spread.take()) else {
             return;
         };
@@ -177,7 +177,9 @@ impl State {
     /// A cache's HB view for one function of spread run `id`.
     pub(super) fn hb_view(&mut self, host: &str, view: pb::HbView, outbox: &mut Outbox) {
         let id = view.run_id;
-        self.count_meta(id, view.keys.iter().map(Message::encoded_len).sum());
+        let bytes = view.table.as_ref().map_or(0, Message::encoded_len)
+            + view.keys.iter().map(Message::encoded_len).sum::<usize>();
+        self.count_meta(id, bytes);
         let Some(mut spread) = self.runs.get_mut(&id).and_then(|r| r.spread.take()) else {
             return;
         };
