@@ -53,6 +53,10 @@ pub fn refs_from_pb(refs: &[pb::VersionRef]) -> Result<VersionSet, MetaError> {
 
 /// An edge's metadata as a message: `S_u` and `R_u` as rows of one table.
 pub fn edge_to_pb(up: &Upstream) -> pb::EdgeMeta {
+    if up.s.is_empty() && up.r.is_empty() {
+        // Nothing to say (a function without a causal cache): no table at all.
+        return pb::EdgeMeta::default();
+    }
     let mut t = TableBuilder::default();
     let s = t.rows(&up.s);
     let r = t.rows(&up.r);
@@ -166,6 +170,9 @@ mod tests {
             r: v,
         };
         assert_eq!(edge_from_pb(&edge_to_pb(&up)).unwrap(), up);
+        let none = Upstream::source();
+        assert_eq!(edge_to_pb(&none).encoded_len(), 0);
+        assert_eq!(edge_from_pb(&edge_to_pb(&none)).unwrap(), none);
         let value = MultiKeyCausal::new(CausalVersion {
             clock: VectorClock::from_iter([(1, 2)]),
             deps: [(Key::from(&b"d"[..]), VectorClock::from_iter([(3, 4)]))].into(),
