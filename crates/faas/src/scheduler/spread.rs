@@ -125,8 +125,15 @@ impl State {
         let id = done.run_id;
         self.count_meta(id, done.meta.as_ref().map_or(0, Message::encoded_len));
         let Some(mut spread) = self.runs.get_mut(&id).and_then(|r| r.spread.take()) else {
+            // The call ended while the function ran: what it pinned there is left over.
+            self.release_at(host, done.attempt, outbox);
             return;
         };
+        if done.attempt != spread.attempt() {
+            // Its attempt ended while it ran (an abort, HB's early abort): the release was
+            // sent before the function pinned its reads, so it is sent again.
+            self.release_at(host, done.attempt, outbox);
+        }
         let event = spread.done(host, done);
         if !matches!(event, Event::Stale) {
             self.placement.finished(host);
@@ -154,13 +161,32 @@ impl State {
         }
     }
 
+    /// Sends `ReleaseAttempt` for `attempt` to `host` (releasing twice is harmless).
+    fn release_at(&self, host: &str, attempt: u64, outbox: &mut Outbox) {
+        if let Some(out) = self.hosts.get(host) {
+            outbox.push((
+                out.clone(),
+                pb::FromScheduler {
+                    msg: Some(pb::from_scheduler::Msg::Release(pb::ReleaseAttempt {
+                        attempt,
+                    })),
+                },
+            ));
+        }
+    }
+
     /// A cache's CON snapshot for one function of spread run `id`.
     pub(super) fn con_snapshot(&mut self, host: &str, snap: pb::ConSnapshot, outbox: &mut Outbox) {
         let id = snap.run_id;
         self.count_meta(id, snap.s.as_ref().map_or(0, Message::encoded_len));
         let Some(mut spread) = self.runs.get_mut(&id).and_then(|r| r.spread.take()) else {
+            // The snapshot was pinned after the call ended.
+            self.release_at(host, snap.attempt, outbox);
             return;
         };
+        if snap.attempt != spread.attempt() {
+            self.release_at(host, snap.attempt, outbox);
+        }
         match spread.con_snapshot(host, snap) {
             ConEvent::Aborted(why) => self.abort_attempt(id, spread, &why, outbox),
             event => {
