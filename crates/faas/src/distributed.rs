@@ -19,9 +19,10 @@ use cache::versionset::{restrict, union_into};
 use cache::{FnSpec, KeySet, VersionSet};
 
 use crate::dag::Plan;
-use crate::meta::{refs_from_pb, refs_to_pb};
+use crate::meta::{edge_from_pb, edge_to_pb};
 use crate::pb;
 use crate::placement::HostId;
+use crate::reftable::{refs_from_table, refs_to_table};
 
 /// OPT attempts of one call before it falls back to CT (the model test's bound, decision 6
 /// of docs/serverless.md).
@@ -65,7 +66,8 @@ pub struct Spread {
     writes: Vec<pb::Write>,
     /// Protocol CON: the snapshot being built (`None`: OPT).
     con: Option<Con>,
-    /// Protocol HB: the views being collected (`None` once OPT or CON runs).
+    /// Protocol HB: the views being collected while OPT runs (`None` once the simulation
+    /// is over, or under CON).
     hb: Option<Hb>,
     /// Each function's key references (`R̃_i`), for CON and HB.
     keys: BTreeMap<String, KeySet>,
@@ -78,9 +80,12 @@ pub struct Spread {
     reused: BTreeSet<String>,
 }
 
-/// HB's query phase of one attempt.
+/// HB's query phase of one attempt, which runs beside OPT's first functions.
 #[derive(Clone, Debug, Default)]
 struct Hb {
+    /// Where each function was placed and its cache queried (answers from elsewhere are
+    /// stale); empty until the attempt's functions are placed.
+    at: BTreeMap<String, HostId>,
     views: BTreeMap<String, MetaView>,
 }
 
@@ -91,11 +96,15 @@ pub enum HbEvent {
     Stale,
     /// More views to come.
     Waiting,
-    /// The simulation passed: OPT runs on the hosts the views came from; the caches of
-    /// these functions may stage these keys from the store now (prefetch notices).
+    /// The simulation passed: OPT goes on on the hosts the views came from; the caches of
+    /// these functions (not sent yet) may stage these keys from the store now (prefetch
+    /// notices).
     Opt(Vec<(String, KeySet)>),
-    /// The simulation aborted (early abort): run CON.
+    /// The simulation aborted (early abort): stop OPT, run CON.
     EarlyAbort(String),
+    /// The simulation aborted, but the sink was already sent: stopping OPT would save
+    /// nothing, so it finishes (or aborts) on its own.
+    TooLate(String),
 }
 
 /// CON's state of one attempt: every function is placed first, its cache answers `S_i`,
@@ -142,8 +151,10 @@ impl Spread {
         }
     }
 
-    /// The first attempt of run `run_id` under HB: every function placed first, its cache
-    /// queried, OPT simulated; `keys` holds each function's key references.
+    /// The first attempt of run `run_id` under HB: every function placed first and its
+    /// cache queried, OPT started at once on those hosts and simulated meanwhile (spec
+    /// §4.4: *"starts the OPT subroutine and simultaneously performs a simulation"*);
+    /// `keys` holds each function's key references.
     pub fn hb(run_id: u64, plan: Plan, keys: BTreeMap<String, KeySet>) -> Spread {
         let mut s = Spread::new(run_id, plan);
         s.keys = keys;
@@ -158,9 +169,9 @@ impl Spread {
     }
 
     /// True under HB while no function has been placed in this attempt: place them all
-    /// and query each one's cache.
+    /// and query each one's cache (then send the ready ones: OPT does not wait).
     pub fn needs_query(&self) -> bool {
-        self.hb.is_some() && self.running.is_empty()
+        self.hb.as_ref().is_some_and(|h| h.at.is_empty())
     }
 
     /// Runs the next attempts under CON (HB's fallback). Call after [`Spread::restart`].
@@ -171,15 +182,16 @@ impl Spread {
 
     /// A cache's HB view for one function.
     pub fn hb_view(&mut self, from: &str, msg: pb::HbView) -> HbEvent {
-        if msg.attempt != self.attempt()
-            || self.running.get(&msg.function).map(String::as_str) != Some(from)
-        {
+        if msg.attempt != self.attempt() {
             return HbEvent::Stale;
         }
         let Some(hb) = self.hb.as_mut() else {
             return HbEvent::Stale;
         };
-        let view = match crate::meta::view_from_pb(msg.cache_id, &msg.keys) {
+        if hb.at.get(&msg.function).map(String::as_str) != Some(from) {
+            return HbEvent::Stale;
+        }
+        let view = match crate::meta::view_from_pb(msg.cache_id, msg.table.as_ref(), &msg.keys) {
             Ok(v) => v,
             Err(e) => return HbEvent::EarlyAbort(e.to_string()),
         };
@@ -223,14 +235,22 @@ impl Spread {
                     .order
                     .iter()
                     .zip(prefetch)
-                    .filter(|(f, p)| !p.from_store.is_empty() && !self.plan.upstream[*f].is_empty())
+                    .filter(|(f, p)| {
+                        !p.from_store.is_empty()
+                            && !self.plan.upstream[*f].is_empty()
+                            && !self.sent.contains(*f)
+                    })
                     .map(|(f, p)| (f.clone(), p.from_store))
                     .collect(),
             ),
-            Simulation::Abort { at, reason } => HbEvent::EarlyAbort(format!(
-                "simulated abort at {}: {reason}",
-                self.plan.order[at]
-            )),
+            Simulation::Abort { at, reason } => {
+                let why = format!("simulated abort at {}: {reason}", self.plan.order[at]);
+                if self.sent.contains(&self.plan.sink) {
+                    HbEvent::TooLate(why)
+                } else {
+                    HbEvent::EarlyAbort(why)
+                }
+            }
         }
     }
 
@@ -254,13 +274,17 @@ impl Spread {
         &self.plan.order
     }
 
-    /// CON: `function` is placed on `host` (before the DAG runs), to answer `ConPrepare`.
+    /// CON and HB: `function` is placed on `host` before the DAG runs, to answer
+    /// `ConPrepare` or `HbQuery` (and to run there).
     pub fn prepared(&mut self, function: &str, host: &str) {
         self.running.insert(function.to_string(), host.to_string());
         self.hosts.insert(host.to_string());
+        if let Some(hb) = self.hb.as_mut() {
+            hb.at.insert(function.to_string(), host.to_string());
+        }
     }
 
-    /// CON: the host a function was placed on.
+    /// CON and HB: the host a function was placed on.
     pub fn host_of(&self, function: &str) -> Option<&str> {
         self.running.get(function).map(String::as_str)
     }
@@ -278,7 +302,7 @@ impl Spread {
         if !msg.error.is_empty() {
             return ConEvent::Aborted(msg.error);
         }
-        let s = match crate::meta::refs_from_pb(&msg.s) {
+        let s = match refs_from_table(msg.s.as_ref().unwrap_or(&pb::RefTable::default())) {
             Ok(s) => s,
             Err(e) => return ConEvent::Aborted(e.to_string()),
         };
@@ -310,9 +334,10 @@ impl Spread {
     }
 
     /// Functions ready to be sent: not sent, every upstream done (under CON, once the plan
-    /// is made).
+    /// is made; under HB, once every function is placed, without waiting for the
+    /// simulation).
     pub fn ready(&self) -> Vec<String> {
-        if self.con.as_ref().is_some_and(|c| c.parts.is_none()) || self.hb.is_some() {
+        if self.con.as_ref().is_some_and(|c| c.parts.is_none()) || self.needs_query() {
             return Vec::new();
         }
         self.plan
@@ -363,8 +388,8 @@ impl Spread {
             .and_then(|p| p.get(function));
         pb::RunFn {
             con: part.is_some(),
-            con_reads: part.map(|p| refs_to_pb(&p.reads)).unwrap_or_default(),
-            con_remote: part.map(|p| refs_to_pb(&p.remote)).unwrap_or_default(),
+            con_reads: part.map(|p| refs_to_table(&p.reads)),
+            con_remote: part.map(|p| refs_to_table(&p.remote)),
             run_id: self.run_id,
             attempt: self.attempt(),
             function: function.to_string(),
@@ -436,19 +461,20 @@ impl Spread {
             return None;
         }
         let (value, meta, writes) = self.opt_results.get(f)?.clone();
-        let opt_reads = restrict(&refs_from_pb(&meta.r).ok()?, self.keys.get(f)?);
+        let opt_reads = restrict(&edge_from_pb(&meta).ok()?.r, self.keys.get(f)?);
         if !cache::hb::reuse(&opt_reads, &part.reads) {
             return None;
         }
         // The edge CON itself would send: the upstream reads and this function's.
         let mut r = part.reads;
         for u in ups {
-            union_into(&mut r, &refs_from_pb(&self.done.get(u)?.1.r).ok()?);
+            union_into(&mut r, &edge_from_pb(&self.done.get(u)?.1).ok()?.r);
         }
-        let meta = pb::EdgeMeta {
-            s: refs_to_pb(&r),
-            r: refs_to_pb(&r),
-        };
+        let meta = edge_to_pb(&cache::opt::Upstream {
+            abort: false,
+            s: r.clone(),
+            r,
+        });
         self.writes.extend(writes);
         self.done.insert(f.to_string(), (value, meta));
         self.reused.insert(f.to_string());
@@ -477,6 +503,7 @@ impl Spread {
         }
         if let Some(hb) = self.hb.as_mut() {
             hb.views.clear();
+            hb.at.clear();
         }
         (
             ended,

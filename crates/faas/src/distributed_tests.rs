@@ -138,11 +138,15 @@ fn hb_queries_every_function_then_runs_opt_or_falls_back_to_con() {
     for (f, h) in [("a", "h1"), ("b", "h2"), ("c", "h1")] {
         s.prepared(f, h);
     }
+    // OPT does not wait for the simulation: the sources are ready once placed.
+    assert!(!s.needs_query());
+    assert_eq!(s.ready(), vec!["a", "b"]);
     let view = |s: &Spread, f: &str| pb::HbView {
         run_id: 5,
         attempt: s.attempt(),
         function: f.into(),
         cache_id: 1,
+        table: None,
         keys: Vec::new(), // nothing cached: simulated as bottoms, OPT passes
     };
     assert_eq!(s.hb_view("h1", view(&s, "a")), HbEvent::Waiting);
@@ -184,6 +188,7 @@ fn hb_reuses_an_opt_result_when_con_binds_the_same_versions() {
             attempt: s.attempt(),
             function: f.into(),
             cache_id: 1,
+            table: None,
             keys: Vec::new(),
         };
         s.hb_view(h, view);
@@ -194,10 +199,11 @@ fn hb_reuses_an_opt_result_when_con_binds_the_same_versions() {
         attempt: s.attempt(),
         function: f.into(),
         result: Some(pb::fn_done::Result::Value(Bytes::from(format!("r{f}")))),
-        meta: Some(pb::EdgeMeta {
-            s: Vec::new(),
-            r: refs_to_pb(&VersionSet::from([(key(f), at(n, 1))])),
-        }),
+        meta: Some(edge_to_pb(&cache::opt::Upstream {
+            abort: false,
+            s: VersionSet::new(),
+            r: VersionSet::from([(key(f), at(n, 1))]),
+        })),
         writes: vec![pb::Write {
             key: Bytes::from(format!("w{f}")),
             value: Bytes::new(),
@@ -218,7 +224,7 @@ fn hb_reuses_an_opt_result_when_con_binds_the_same_versions() {
             run_id: 5,
             attempt: s.attempt(),
             function: f.into(),
-            s: refs_to_pb(&VersionSet::from([(key(f), at(n, 2))])),
+            s: Some(refs_to_table(&VersionSet::from([(key(f), at(n, 2))]))),
             error: String::new(),
         };
         s.con_snapshot(h, snap);
@@ -238,7 +244,91 @@ fn hb_reuses_an_opt_result_when_con_binds_the_same_versions() {
     assert_eq!(s.done("h2", con_b), Event::Progress);
     let m = s.run_fn("c", &pb::RunDag::default(), &[], &[]);
     assert_eq!(m.upstream, vec![Bytes::from("ra"), Bytes::from("rb")]);
-    let a_edge = refs_from_pb(&m.upstream_meta[0].r).unwrap();
+    let a_edge = edge_from_pb(&m.upstream_meta[0]).unwrap().r;
     assert_eq!(a_edge[&key("a")].sources, BTreeSet::from([CacheId(2)]));
     assert_eq!(m.writes.len(), 2);
+}
+
+#[test]
+fn hb_runs_opt_while_it_simulates_and_aborts_early_only_before_the_sink() {
+    let key = |k: &str| cache::Key::from(k.as_bytes());
+    let keys: BTreeMap<String, KeySet> = BTreeMap::from([
+        ("a".to_string(), KeySet::from([key("x")])),
+        ("b".to_string(), KeySet::from([key("y")])),
+        ("c".to_string(), KeySet::new()),
+    ]);
+    use cache::hb::{KeyMeta, MetaView};
+    use cache::{CacheId, VectorClock, VersionRef};
+    let clock = |n: u64| VectorClock::from_iter([(9, n)]);
+    let at = |n: u64| VersionRef::new(clock(n), CacheId(1));
+    let meta = |k: &str, n: u64, cut: VersionSet| {
+        let keys = BTreeMap::from([(
+            key(k),
+            KeyMeta {
+                clock: clock(n),
+                cut,
+            },
+        )]);
+        crate::meta::view_to_pb(&MetaView {
+            cache: CacheId(1),
+            keys,
+        })
+    };
+    // a's cache holds x@1; b's holds y@1, which depends on x@2: the branches meet at c
+    // with incompatible versions of x, so the simulation aborts at the fan-in.
+    let a_keys = meta("x", 1, VersionSet::from([(key("x"), at(1))]));
+    let b_keys = meta(
+        "y",
+        1,
+        VersionSet::from([(key("y"), at(1)), (key("x"), at(2))]),
+    );
+    let none = (pb::RefTable::default(), Vec::new());
+    let view = |s: &Spread, f: &str, keys: &(pb::RefTable, Vec<pb::HbKey>)| pb::HbView {
+        run_id: 5,
+        attempt: s.attempt(),
+        function: f.into(),
+        cache_id: 1,
+        table: Some(keys.0.clone()),
+        keys: keys.1.clone(),
+    };
+    let ok = |s: &Spread, f: &str| pb::FnDone {
+        run_id: 5,
+        attempt: s.attempt(),
+        function: f.into(),
+        result: Some(pb::fn_done::Result::Value(Bytes::from("r"))),
+        meta: Some(pb::EdgeMeta::default()),
+        writes: Vec::new(),
+    };
+    for sink_sent in [false, true] {
+        let mut s = Spread::hb(5, vee(), keys.clone());
+        for (f, h) in [("a", "h1"), ("b", "h2"), ("c", "h1")] {
+            s.prepared(f, h);
+        }
+        assert_eq!(s.ready(), vec!["a", "b"]);
+        s.placed("a", "h1");
+        s.placed("b", "h2");
+        // a finished before its cache's view came in: the view still counts.
+        assert_eq!(s.done("h1", ok(&s, "a")), Event::Progress);
+        if sink_sent {
+            assert_eq!(s.done("h2", ok(&s, "b")), Event::Progress);
+            assert_eq!(s.ready(), vec!["c"]);
+            s.placed("c", "h1");
+        }
+        assert_eq!(s.hb_view("h2", view(&s, "a", &a_keys)), HbEvent::Stale);
+        assert_eq!(s.hb_view("h1", view(&s, "a", &a_keys)), HbEvent::Waiting);
+        assert_eq!(s.hb_view("h2", view(&s, "b", &b_keys)), HbEvent::Waiting);
+        let event = s.hb_view("h1", view(&s, "c", &none));
+        if sink_sent {
+            // Too late to save anything: OPT goes on, and the next view is stale.
+            assert!(matches!(event, HbEvent::TooLate(_)), "{event:?}");
+            assert_eq!(s.hb_view("h1", view(&s, "c", &none)), HbEvent::Stale);
+        } else {
+            assert!(matches!(event, HbEvent::EarlyAbort(_)), "{event:?}");
+            // The scheduler ends the attempt; CON reuses a's OPT result if it binds the
+            // versions a read.
+            s.restart();
+            s.to_con();
+            assert!(s.needs_prepare() && !s.needs_query());
+        }
+    }
 }

@@ -19,8 +19,9 @@ use cache::{CacheId, Key, KeySet};
 
 use crate::data::{DataPlane, OptStep, StepError};
 use crate::error::{pb_error, FaasError};
-use crate::meta::{edge_from_pb, edge_to_pb, refs_from_pb, refs_to_pb};
+use crate::meta::{edge_from_pb, edge_to_pb};
 use crate::pb;
+use crate::reftable::{refs_from_table, refs_to_table};
 
 /// Pins of an attempt outlive the call's timeout by this much (a backstop: the scheduler
 /// releases them when the attempt ends).
@@ -102,7 +103,7 @@ pub(crate) async fn con_prepare(data: &Arc<dyn DataPlane>, msg: pb::ConPrepare) 
         con: None,
     };
     match o.con_snapshot(&step).await {
-        Ok(s) => out.s = refs_to_pb(&s),
+        Ok(s) => out.s = Some(refs_to_table(&s)),
         Err(e) => out.error = e.to_string(),
     }
     out
@@ -122,7 +123,10 @@ pub(crate) fn hb_query(data: &Arc<dyn DataPlane>, q: pb::HbQuery) -> pb::HbView 
         let rdag: KeySet = q.rdag.iter().map(|k| Key::from(&k[..])).collect();
         let view = o.hb_view(&keys, &rdag);
         out.cache_id = view.cache.0;
-        out.keys = crate::meta::view_to_pb(&view);
+        (out.table, out.keys) = {
+            let (table, keys) = crate::meta::view_to_pb(&view);
+            (Some(table), keys)
+        };
     }
     out
 }
@@ -160,9 +164,9 @@ where
         .map_err(|e| failed(pb::ErrorCode::BadRequest, e.to_string()))?;
     let con = if step.con {
         Some(cache::con::Part {
-            reads: refs_from_pb(&step.con_reads)
+            reads: refs_from_table(&step.con_reads.clone().unwrap_or_default())
                 .map_err(|e| failed(pb::ErrorCode::BadRequest, e.to_string()))?,
-            remote: refs_from_pb(&step.con_remote)
+            remote: refs_from_table(&step.con_remote.clone().unwrap_or_default())
                 .map_err(|e| failed(pb::ErrorCode::BadRequest, e.to_string()))?,
         })
     } else {
@@ -284,5 +288,6 @@ where
             }
         }
     }
-    Ok((value, edge_to_pb(&down), Vec::new()))
+    // The sink has no downstream edge: its metadata would go nowhere.
+    Ok((value, pb::EdgeMeta::default(), Vec::new()))
 }

@@ -1,7 +1,8 @@
 //! Dependency-metadata GC across the layer (`cache::gc`; docs/serverless.md,
 //! "Dependency-metadata GC"): the messages' conversions and bounds, the registry of a
 //! host cache's fetches in flight (a report waits for those begun before its probe), and
-//! the gauge of a cut's dependency lists (what GC bounds).
+//! the gauges of a cut's dependency lists (what GC bounds) and of its values' causal
+//! metadata in bytes (the paper's measure).
 //!
 //! The host cache's side of a round is in `mtcc` ([`crate::data::OptPlane::gc_report`],
 //! [`crate::data::OptPlane::gc_stable`]); the scheduler's side (sampling the store's
@@ -13,7 +14,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cache::{Cut, Key, MultiKeyCausal, VectorClock};
+use cache::{CausalVersion, Cut, Key, MultiKeyCausal, VectorClock};
 use tokio::sync::Notify;
 
 use crate::pb;
@@ -42,6 +43,32 @@ pub fn dep_gauge(cut: &Cut) -> (usize, usize, usize) {
         .map(dep_count)
         .collect();
     quantiles(counts)
+}
+
+/// The causal metadata of `cut`'s values in bytes, over at most [`DEPS_GAUGE_KEYS`] keys:
+/// the median, the 99th percentile and the largest (0 for an empty cut). A value's
+/// metadata is what the store's encoding of it (`Value`) takes without the payloads: its
+/// versions' clocks and dependency lists — the paper's "causal metadata per key in the
+/// working set" (P:500).
+pub fn meta_gauge(cut: &Cut) -> (usize, usize, usize) {
+    let sizes: Vec<usize> = cut
+        .keys()
+        .take(DEPS_GAUGE_KEYS)
+        .filter_map(|k| cut.get(k))
+        .map(meta_bytes)
+        .collect();
+    quantiles(sizes)
+}
+
+/// The bytes of `v`'s causal metadata as the store encodes it (payloads left out).
+pub fn meta_bytes(v: &MultiKeyCausal) -> usize {
+    use prost::Message;
+    let bare = MultiKeyCausal::from_versions(v.versions().iter().map(|x| CausalVersion {
+        clock: x.clock.clone(),
+        deps: x.deps.clone(),
+        value: Default::default(),
+    }));
+    wire::convert::value_to_pb(&lattice::Value::MultiKeyCausal(bare)).encoded_len()
 }
 
 /// How many keys `v` depends on (the key-wise join of its versions' lists).
@@ -160,5 +187,31 @@ mod tests {
         many.push(40);
         many.push(41);
         assert_eq!(quantiles(many), (1, 40, 41));
+    }
+
+    #[test]
+    fn metadata_bytes_count_clocks_and_deps_not_payloads() {
+        let value = |payload: usize, deps: u64| {
+            MultiKeyCausal::new(CausalVersion {
+                clock: VectorClock::from_iter([(1 << 40 | 1, 5), (2 << 40 | 1, 9)]),
+                deps: (0..deps)
+                    .map(|i| {
+                        let key = lattice::Blob::from(format!("k{i:06}").as_bytes());
+                        (key, VectorClock::from_iter([(1 << 40 | 1, i + 1)]))
+                    })
+                    .collect(),
+                value: lattice::Blob::from(vec![b'x'; payload].as_slice()),
+            })
+        };
+        let small = meta_bytes(&value(10, 0));
+        assert_eq!(meta_bytes(&value(100_000, 0)), small);
+        assert!(
+            small > 2 * 8,
+            "two clock entries take more than their ids: {small}"
+        );
+        let with_deps = meta_bytes(&value(10, 10));
+        // Each dependency: a 7-byte key and a one-entry clock.
+        assert!(with_deps >= small + 10 * (7 + 8), "{small} -> {with_deps}");
+        assert!(with_deps < small + 10 * 40, "{small} -> {with_deps}");
     }
 }

@@ -154,6 +154,14 @@ pub struct CacheStats {
     pub deps_p99: usize,
     /// See [`CacheStats::deps_p50`].
     pub deps_max: usize,
+    /// The causal metadata of the cut's values in bytes (clocks and dependency lists, as
+    /// the store encodes them, [`crate::gc::meta_gauge`]): the median, the 99th percentile
+    /// and the largest.
+    pub meta_p50: usize,
+    /// See [`CacheStats::meta_p50`].
+    pub meta_p99: usize,
+    /// See [`CacheStats::meta_p50`].
+    pub meta_max: usize,
 }
 
 /// The state every protocol step works on, under one lock.
@@ -258,6 +266,7 @@ impl CausalCache {
         s.bytes = g.cut.bytes();
         s.pinned_runs = g.pins.requests();
         (s.deps_p50, s.deps_p99, s.deps_max) = crate::gc::dep_gauge(&g.cut);
+        (s.meta_p50, s.meta_p99, s.meta_max) = crate::gc::meta_gauge(&g.cut);
         s
     }
 

@@ -48,6 +48,7 @@ pub mod metrics;
 mod mtcc;
 pub mod peer;
 pub mod placement;
+mod reftable;
 pub mod registry;
 pub mod scheduler;
 mod values;

@@ -203,6 +203,18 @@ fn render_cache(out: &mut String, host: &str, c: &CacheStats) {
             "latticekv_faas_cache_deps{{{labels},quantile=\"{q}\"}} {v}"
         );
     }
+    head(
+        out,
+        "cache_meta_bytes",
+        "gauge",
+        "Causal metadata (clocks and dependency lists, as the store encodes them) of each value of the cache's causal cut, in bytes: quantile 0.5, 0.99, and 1 (the largest).",
+    );
+    for (q, v) in [("0.5", c.meta_p50), ("0.99", c.meta_p99), ("1", c.meta_max)] {
+        let _ = writeln!(
+            out,
+            "latticekv_faas_cache_meta_bytes{{{labels},quantile=\"{q}\"}} {v}"
+        );
+    }
 }
 
 #[cfg(test)]
@@ -222,6 +234,7 @@ mod tests {
             misses: 2,
             pinned_runs: 1,
             deps_p99: 12,
+            meta_p99: 640,
             ..CacheStats::default()
         };
         let text = render(Some(&s), Some(("local", &cache)));
@@ -235,6 +248,7 @@ mod tests {
             "latticekv_faas_cache_hits_total{host=\"local\"} 5",
             "latticekv_faas_cache_pinned_runs{host=\"local\"} 1",
             "latticekv_faas_cache_deps{host=\"local\",quantile=\"0.99\"} 12",
+            "latticekv_faas_cache_meta_bytes{host=\"local\",quantile=\"0.99\"} 640",
             "latticekv_faas_gc_paused 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");

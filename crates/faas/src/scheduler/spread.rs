@@ -22,7 +22,8 @@ impl State {
         let (query, prepare) = (spread.needs_query(), spread.needs_prepare());
         if query || prepare {
             // HB (query) or CON (prepare): every function placed first; its cache answers
-            // what OPT would read, or a snapshot of its keys.
+            // what OPT would read, or a snapshot of its keys. Under CON nothing runs until
+            // every snapshot is in; under HB OPT starts at once (below).
             for f in spread.functions().to_vec() {
                 let keys = fn_keys(&run.msg, &f);
                 let Some(host) = self.placement.place(&keys) else {
@@ -53,7 +54,9 @@ impl State {
                 };
                 outbox.push((out.clone(), pb::FromScheduler { msg: Some(msg) }));
             }
-            return;
+            if prepare {
+                return;
+            }
         }
         // HB after an OPT abort: functions whose OPT result stands are not run again, which
         // may make their downstream functions ready at once.
@@ -122,8 +125,15 @@ impl State {
         let id = done.run_id;
         self.count_meta(id, done.meta.as_ref().map_or(0, Message::encoded_len));
         let Some(mut spread) = self.runs.get_mut(&id).and_then(|r| r.spread.take()) else {
+            // The call ended while the function ran: what it pinned there is left over.
+            self.release_at(host, done.attempt, outbox);
             return;
         };
+        if done.attempt != spread.attempt() {
+            // Its attempt ended while it ran (an abort, HB's early abort): the release was
+            // sent before the function pinned its reads, so it is sent again.
+            self.release_at(host, done.attempt, outbox);
+        }
         let event = spread.done(host, done);
         if !matches!(event, Event::Stale) {
             self.placement.finished(host);
@@ -151,13 +161,32 @@ impl State {
         }
     }
 
+    /// Sends `ReleaseAttempt` for `attempt` to `host` (releasing twice is harmless).
+    fn release_at(&self, host: &str, attempt: u64, outbox: &mut Outbox) {
+        if let Some(out) = self.hosts.get(host) {
+            outbox.push((
+                out.clone(),
+                pb::FromScheduler {
+                    msg: Some(pb::from_scheduler::Msg::Release(pb::ReleaseAttempt {
+                        attempt,
+                    })),
+                },
+            ));
+        }
+    }
+
     /// A cache's CON snapshot for one function of spread run `id`.
     pub(super) fn con_snapshot(&mut self, host: &str, snap: pb::ConSnapshot, outbox: &mut Outbox) {
         let id = snap.run_id;
-        self.count_meta(id, snap.s.iter().map(Message::encoded_len).sum());
+        self.count_meta(id, snap.s.as_ref().map_or(0, Message::encoded_len));
         let Some(mut spread) = self.runs.get_mut(&id).and_then(|r| r.spread.take()) else {
+            // The snapshot was pinned after the call ended.
+            self.release_at(host, snap.attempt, outbox);
             return;
         };
+        if snap.attempt != spread.attempt() {
+            self.release_at(host, snap.attempt, outbox);
+        }
         match spread.con_snapshot(host, snap) {
             ConEvent::Aborted(why) => self.abort_attempt(id, spread, &why, outbox),
             event => {
@@ -174,25 +203,30 @@ impl State {
     /// A cache's HB view for one function of spread run `id`.
     pub(super) fn hb_view(&mut self, host: &str, view: pb::HbView, outbox: &mut Outbox) {
         let id = view.run_id;
-        self.count_meta(id, view.keys.iter().map(Message::encoded_len).sum());
+        let bytes = view.table.as_ref().map_or(0, Message::encoded_len)
+            + view.keys.iter().map(Message::encoded_len).sum::<usize>();
+        self.count_meta(id, bytes);
         let Some(mut spread) = self.runs.get_mut(&id).and_then(|r| r.spread.take()) else {
             return;
         };
         let event = spread.hb_view(host, view);
         if let HbEvent::EarlyAbort(why) = &event {
-            // Nothing ran and nothing is pinned: straight to CON (the abort path does it).
+            // OPT's first functions may have run: the abort path releases their pins
+            // everywhere and runs CON (which may reuse their results, `Spread::reuse`).
             if let Some(run) = self.runs.get_mut(&id) {
                 run.stats.early_aborts += 1;
             }
             self.abort_attempt(id, spread, why, outbox);
             return;
         }
+        if let HbEvent::TooLate(why) = &event {
+            tracing::debug!(run = id, "simulated abort after the sink was sent: {why}");
+        }
         if let Some(run) = self.runs.get_mut(&id) {
             run.spread = Some(spread);
         }
         if let HbEvent::Opt(prefetch) = event {
             self.prefetch(id, prefetch, outbox);
-            self.dispatch_spread(id, outbox);
         }
     }
 
