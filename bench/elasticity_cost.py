@@ -82,6 +82,10 @@ def cost_point(binary, a, policy, label):
         cost = PRICE_FIXED + n_m * PRICE_MEMORY + n_e * PRICE_DISK
         log(f"cost {label}: {n_m} memory + {n_e} disk node(s), {cost:.3f} $/h, "
             + ", ".join(f"θ={t:g} {r['latency_us']['mean']:.0f} µs" for t, r in runs.items()))
+        for t, x in mon.actions:
+            if x["action"] in ("add_nodes", "remove_node"):
+                log(f"cost {label}: {t - start:.0f} s {x['action']} {x.get('tier')}: "
+                    f"{x.get('reason')}")
         return {"label": label, "memory": n_m, "disk": n_e, "cost": cost, "runs": runs,
                 "settled_s": settled,
                 "adds": sum(1 for _, x in mon.actions if x["action"] == "add_nodes"),
