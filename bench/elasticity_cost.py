@@ -7,7 +7,7 @@ import time
 
 from common import ROOT, Server, log
 from elasticity_slo import (NODE, PRICE_DISK, PRICE_FIXED, PRICE_MEMORY, WORKER, Monitor,
-                            finish, load, preload)
+                            closed_loop, finish, load, preload)
 
 COST_BEGIN, COST_END = "<!-- elasticity-cost:begin -->", "<!-- elasticity-cost:end -->"
 
@@ -62,7 +62,7 @@ def cost_point(binary, a, policy, label):
         start = time.time()
         last, since = None, time.time()
         while time.time() - start < a.settle_max:
-            r = finish(load(binary, mem.native, a.cost_args(), a.cost_rate, 0.8, a.settle_step,
+            r = finish(load(binary, mem.native, a.cost_args(), a.cost_ops, 0.8, a.settle_step,
                             timeline=False))
             n = mon.nodes()
             if n != last:
@@ -74,7 +74,7 @@ def cost_point(binary, a, policy, label):
         settled = time.time() - start
         runs = {}
         for theta in a.cost_thetas:
-            r = finish(load(binary, mem.native, a.cost_args(), a.cost_rate, theta,
+            r = finish(load(binary, mem.native, a.cost_args(), a.cost_ops, theta,
                             a.cost_measure, timeline=False, warmup=a.cost_warmup))
             runs[theta] = r
         n_m = mon.nodes() or 0
@@ -82,6 +82,10 @@ def cost_point(binary, a, policy, label):
         cost = PRICE_FIXED + n_m * PRICE_MEMORY + n_e * PRICE_DISK
         log(f"cost {label}: {n_m} memory + {n_e} disk node(s), {cost:.3f} $/h, "
             + ", ".join(f"θ={t:g} {r['latency_us']['mean']:.0f} µs" for t, r in runs.items()))
+        for t, x in mon.actions:
+            if x["action"] in ("add_nodes", "remove_node"):
+                log(f"cost {label}: {t - start:.0f} s {x['action']} {x.get('tier')}: "
+                    f"{x.get('reason')}")
         return {"label": label, "memory": n_m, "disk": n_e, "cost": cost, "runs": runs,
                 "settled_s": settled,
                 "adds": sum(1 for _, x in mon.actions if x["action"] == "add_nodes"),
@@ -93,7 +97,30 @@ def cost_point(binary, a, policy, label):
         mem.stop()
 
 
+def calibrate(binary, a):
+    """The load's rate, ops/s: `--cost-rate` if given, else `--cost-load` × what one memory
+    node (over its disk node, no monitor) serves closed-loop under the load's shape (Zipf
+    0.8, 16 connections × 8-key batches): a fixed fraction of this host's capacity, so a
+    fast host's node is loaded as much as a slow host's. Sets `a.cost_ops` and
+    `a.cost_capacity` (None when given)."""
+    a.cost_capacity = None
+    if a.cost_rate:
+        a.cost_ops = a.cost_rate
+        return
+    mem, disk = two_tier(binary, a, os.path.join(a.tmp, "cost-calibration"))
+    try:
+        r = closed_loop(binary, mem.native, a.cost_args(), a.cost_calibrate, theta=0.8)
+    finally:
+        disk.stop()
+        mem.stop()
+    a.cost_capacity = r["ops_per_sec"]
+    a.cost_ops = max(1, round(a.cost_load * a.cost_capacity / 1000) * 1000)
+    log(f"cost: one memory node, closed loop {a.cost_capacity:,.0f} ops/s; load "
+        f"{a.cost_load:g} × that = {a.cost_ops:,} ops/s")
+
+
 def cost(binary, a):
+    calibrate(binary, a)
     res = {"budget": [], "latency": []}
     for b in a.budgets:
         res["budget"].append(cost_point(binary, a, cost_policy(budget=b, grace_s=a.grace),
@@ -106,6 +133,14 @@ def cost(binary, a):
     return res
 
 
+def rate_source(a):
+    """How the load's rate was chosen, for the report."""
+    if a.cost_capacity is None:
+        return " (`--cost-rate`)"
+    return (f" ({a.cost_load:g} × {a.cost_capacity:,.0f} ops/s, what one memory node served "
+            f"closed-loop in a {a.cost_calibrate:g} s calibration)")
+
+
 def cost_report(res, a, cmdline):
     data = a.cost_keys * a.cost_value_size
     lines = [
@@ -115,7 +150,8 @@ def cost_report(res, a, cmdline):
         "node caches a fraction, the rest is on the disk tier only), `latticekv monitor "
         f"--manager local --disk-capacity {a.disk_capacity}` (k = 0, every rule on, grace "
         f"{a.grace:g} s) adding memory nodes of the same budget; a paced Zipf 0.8 load of "
-        f"{a.cost_rate:,} ops/s until the memory node count stayed put for {a.settle:g} s "
+        f"{a.cost_ops:,} ops/s{rate_source(a)} until the memory node count stayed put for "
+        f"{a.settle:g} s "
         f"(at most {a.settle_max:g} s), then {a.cost_measure:g} s per Zipf exponent at the "
         f"same rate. Prices: memory node {PRICE_MEMORY}, disk node {PRICE_DISK}, fixed "
         f"{PRICE_FIXED} $/h.",

@@ -81,11 +81,11 @@ def preload(binary, addr, keys, value_size, tries=3):
     raise RuntimeError(f"preload failed: {out.stderr}")
 
 
-def closed_loop(binary, addr, a, secs):
+def closed_loop(binary, addr, a, secs, theta=0.5):
     """Closed-loop throughput of the cluster at `addr` (same shape as the paced load)."""
     out = subprocess.run([binary, "bench", "--json", "--quiet", "--protocol", "native",
                           "--workload", "get", "--keys", str(a.slo_keys), "--value-size",
-                          str(a.value_size), "--distribution", "zipf", "--zipf-theta", "0.5",
+                          str(a.value_size), "--distribution", "zipf", "--zipf-theta", f"{theta:g}",
                           "--connections", "16", "--batch", "8", "--duration", f"{secs:g}",
                           "--warmup", "0.5", "--addr", addr], capture_output=True, text=True)
     if out.returncode != 0:
@@ -406,7 +406,8 @@ def commands(a):
         f"--config policy.toml --server-arg=--memory-budget={a.mem_budget} ...",
         f"latticekv bench --protocol native --workload get --keys {a.cost_keys} --value-size "
         f"{a.cost_value_size} --distribution zipf --zipf-theta THETA --connections 16 --batch 8 "
-        f"--rate {a.cost_rate} --follow-topology --duration {a.cost_measure:g} --addr SEED",
+        f"--rate {getattr(a, 'cost_ops', None) or 'RATE'} --follow-topology "
+        f"--duration {a.cost_measure:g} --addr SEED",
     ])
 
 
@@ -459,7 +460,14 @@ def add_args(ap):
     g.add_argument("--cost-value-size", type=int, default=1024)
     g.add_argument("--mem-budget", type=int, default=12 << 20, help="bytes per memory node")
     g.add_argument("--disk-capacity", type=int, default=1 << 30)
-    g.add_argument("--cost-rate", type=int, default=10_000)
+    g.add_argument("--cost-rate", type=int, default=None,
+                   help="ops/s of the cost case's load (default: --cost-load × one memory "
+                        "node's closed-loop throughput, measured first)")
+    g.add_argument("--cost-load", type=float, default=0.5,
+                   help="the cost case's load as a fraction of one memory node's "
+                        "closed-loop throughput (when --cost-rate is not given)")
+    g.add_argument("--cost-calibrate", type=float, default=5,
+                   help="seconds of closed-loop load measuring one memory node")
     g.add_argument("--budgets", default="1.2,1.8,2.4,3.0", help="$/h")
     g.add_argument("--objectives", default="100,400,2000", help="µs")
     g.add_argument("--cost-thetas", default="0.5,0.8,1.0")
@@ -480,7 +488,7 @@ def finish_args(a):
         a.light_rate = 5_000
         a.cost_keys, a.mem_budget, a.budgets, a.objectives = 2_000, 1 << 20, [1.2], []
         a.cost_thetas, a.settle, a.settle_max, a.cost_measure = [0.8], 0.5, 1, 1
-        a.settle_step, a.cost_warmup = 1, 0
+        a.settle_step, a.cost_warmup, a.cost_calibrate = 1, 0, 1
 
     def cost_args(a=a):
         c = type(a)(**vars(a))

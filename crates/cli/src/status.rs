@@ -286,6 +286,7 @@ fn worker_json(w: &pb::WorkerStatus) -> Value {
             "accesses": s.accesses,
             "accesses_per_sec": per_sec(&s),
             "accessed_keys": s.accessed_keys,
+            "reused_keys": s.reused_keys,
             "access_sum_squares": s.access_sum_squares,
             "occupancy": s.occupancy,
             "latency": latency_json(&histogram(&s), true),
@@ -313,6 +314,7 @@ fn aggregate_json(s: &pb::Status) -> Value {
         "accesses_per_sec": stats.iter().map(per_sec).sum::<f64>(),
         // Workers hold disjoint keys unless a key's local replication is above 1.
         "accessed_keys": stats.iter().map(|w| w.accessed_keys).sum::<u64>(),
+        "reused_keys": stats.iter().filter_map(|w| w.reused_keys).sum::<u64>(),
         "access_sum_squares": stats.iter().map(|w| w.access_sum_squares).sum::<u64>(),
         "occupancy_mean": occupancy.iter().sum::<f64>() / occupancy.len().max(1) as f64,
         "occupancy_max": occupancy.iter().copied().fold(0.0, f64::max),

@@ -213,15 +213,17 @@ pub fn snapshot(
     }
 }
 
-/// The bytes of a memory worker's working set: the distinct keys its clients touched in
-/// the window (the window's HyperLogLog) times the mean size of the records it holds; for
-/// a worker that never evicted nor fetched (not a cache), the bytes it holds.
+/// The bytes of a memory worker's working set: the distinct keys its clients accessed at
+/// least twice in the window (the keys a cache keeps; from a node that does not report
+/// them, every key accessed, its HyperLogLog) times the mean size of the records it holds;
+/// for a worker that never evicted nor fetched (not a cache), the bytes it holds.
 fn worker_working_set(w: &pb::WorkerStatus, s: &pb::WorkerStats) -> u64 {
     if w.evictions == 0 && w.disk_fetches == 0 {
         return w.memory_bytes;
     }
     let mean = w.memory_bytes as f64 / w.keys.max(1) as f64;
-    let bytes = (s.accessed_keys as f64 * mean).round();
+    let keys = s.reused_keys.unwrap_or(s.accessed_keys);
+    let bytes = (keys as f64 * mean).round();
     if bytes.is_finite() && bytes < u64::MAX as f64 {
         bytes as u64
     } else {

@@ -14,7 +14,11 @@
 //!   (`node::stats::Recorder::access`, as the core does for every op it serves): the
 //!   difference to `shard/get` is the statistics' cost per op (uniform keys: no hot key);
 //! - `shard/stats-hot-key`: the statistics alone counting accesses of one key (a hot key:
-//!   every access also finds it among the hot-key candidates).
+//!   every access also finds it among the hot-key candidates);
+//! - `shard/stats-uniform`: the statistics alone, keys drawn uniformly from the 100,000
+//!   string keys (the common case: no key is hot);
+//! - `shard/stats-1000-keys`: the statistics alone, keys drawn uniformly from 1,000 (few
+//!   distinct keys: every key is among those the statistics track one by one).
 //!
 //! Keys (and members) are drawn uniformly before timing into a list that the timed loop
 //! walks in order. One worker, no replication: no changeset, no gossip. The clock is the
@@ -176,6 +180,15 @@ fn shard_ops(c: &mut Criterion) {
     });
     let hot = key("hot:", 0);
     group.bench_function("stats-hot-key", |b| b.iter(|| stats.access(&hot[..])));
+    let mut stats = node::stats::Recorder::new(node::stats::StatsConfig::default(), 1, 0);
+    group.bench_function("stats-uniform", |b| {
+        b.iter(|| stats.access(&strings[string_draws[next()]][..]))
+    });
+    let few = draws(1_000, 5);
+    let mut stats = node::stats::Recorder::new(node::stats::StatsConfig::default(), 1, 0);
+    group.bench_function("stats-1000-keys", |b| {
+        b.iter(|| stats.access(&strings[few[next()]][..]))
+    });
     group.bench_function("exists", |b| {
         b.iter(|| {
             let k = &strings[string_draws[next()]];

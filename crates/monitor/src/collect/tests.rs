@@ -190,13 +190,16 @@ fn a_memory_node_that_caches_reports_its_working_set() {
         default_disk_replication: 1,
         ..Default::default()
     };
-    // 100 records in 10,000 bytes (100 each); 30 distinct keys accessed in the window.
-    let memory = |id: &str, evictions: u64, disk_fetches: u64| {
+    // 100 records in 10,000 bytes (100 each); 30 distinct keys accessed in the window, 12
+    // of them at least twice (`None`: a node that does not report those).
+    let memory = |id: &str, evictions: u64, disk_fetches: u64, reused: Option<u64>| {
         let mut w = worker(10_000, &[], (0, 0, vec![]));
         w.keys = 100;
         w.evictions = evictions;
         w.disk_fetches = disk_fetches;
-        w.stats.as_mut().unwrap().accessed_keys = 30;
+        let s = w.stats.as_mut().unwrap();
+        s.accessed_keys = 30;
+        s.reused_keys = reused;
         NodeReport {
             member: member(id, "memory", pb::NodeStatus::Alive),
             status: Some(pb::Status {
@@ -207,9 +210,11 @@ fn a_memory_node_that_caches_reports_its_working_set() {
         }
     };
     let reports = vec![
-        memory("evicted", 5, 0),
-        memory("fetched", 0, 7),
-        memory("never", 0, 0),
+        memory("evicted", 5, 0, Some(12)),
+        memory("fetched", 0, 7, Some(12)),
+        memory("scanned", 5, 0, Some(0)),
+        memory("older", 5, 0, None),
+        memory("never", 0, 0, Some(12)),
     ];
     let snap = snapshot(
         5,
@@ -219,8 +224,10 @@ fn a_memory_node_that_caches_reports_its_working_set() {
         &|_: &[u8]| false,
     );
     let sets: Vec<_> = snap.nodes.iter().map(|n| n.working_set_bytes).collect();
-    // A cache: 30 keys × 100 bytes; a node that never spilled holds what it must.
-    assert_eq!(sets, [Some(3_000), Some(3_000), None]);
+    // A cache: the 12 keys it keeps × 100 bytes (a scan, every key once: none); a node
+    // that does not count reuse: all 30 keys accessed; a node that never spilled holds
+    // what it must.
+    assert_eq!(sets, [Some(1_200), Some(1_200), Some(0), Some(3_000), None]);
     assert!(snap.nodes.iter().all(|n| n.storage_bytes == 10_000));
 }
 
@@ -238,4 +245,76 @@ fn buckets_follow_the_protocols_rule() {
     assert_eq!(quantile_ns(&h, 0.5), 3);
     assert_eq!(quantile_ns(&h, 0.99), 67);
     assert_eq!(quantile_ns(&[], 0.99), 0);
+}
+
+/// The cost experiment's shape (docs/elasticity.md): one memory node that caches over the
+/// disk tier, at its 12 MiB budget (12,288 records of 1 KiB), and a disk node; the load
+/// touched all 40,000 keys (40 MiB) in the window but only `reused` of them twice;
+/// the servers' latency (200 µs) meets the objective (1 ms). The actions of a round.
+fn cost_round(reused: Option<u64>) -> Vec<crate::Action> {
+    let topology = pb::Topology {
+        default_global_replication: 1,
+        default_local_replication: 1,
+        default_disk_replication: 1,
+        ..Default::default()
+    };
+    // 1,000 requests of 100 µs at 50 % occupancy: 200 µs once corrected for queueing.
+    let mut w = worker(12 << 20, &[], (1_000, 100_000_000, vec![]));
+    w.keys = 12_288;
+    w.evictions = 30_000;
+    w.disk_fetches = 60_000;
+    let s = w.stats.as_mut().unwrap();
+    s.accesses = 300_000;
+    s.accessed_keys = 40_000;
+    s.reused_keys = reused;
+    let reports = vec![
+        NodeReport {
+            member: member("mem", "memory", pb::NodeStatus::Alive),
+            status: Some(pb::Status {
+                memory_budget_bytes: 12 << 20,
+                workers: vec![w],
+                ..Default::default()
+            }),
+        },
+        NodeReport {
+            member: member("disk", "disk", pb::NodeStatus::Alive),
+            status: Some(pb::Status {
+                workers: vec![worker(0, &[], (0, 0, vec![]))],
+                ..Default::default()
+            }),
+        },
+    ];
+    let config = CollectConfig {
+        disk_capacity_bytes: 1 << 30,
+    };
+    let snap = snapshot(5, &topology, &reports, config, &|_: &[u8]| false);
+    assert!((snap.latency.as_ref().unwrap().mean_us - 200.0).abs() < 1.0);
+    let policy = crate::PolicyConfig {
+        latency_objective_us: Some(1_000),
+        fault_tolerance: 0,
+        ..Default::default()
+    };
+    crate::decide(&snap, &policy, &mut crate::PolicyState::new())
+}
+
+#[test]
+fn a_latency_objective_met_by_a_cache_of_the_reused_keys_buys_no_nodes_for_storage() {
+    let adds = |actions: &[crate::Action]| -> u32 {
+        actions
+            .iter()
+            .map(|a| match a {
+                crate::Action::AddNodes { count, .. } => *count,
+                _ => 0,
+            })
+            .sum()
+    };
+    // 5,000 keys reused (5 MiB, under S_upper = 60 % of 12 MiB): the cache holds them, the
+    // latency is met, nothing to buy.
+    assert_eq!(cost_round(Some(5_000)), vec![]);
+    // A scan (nothing reused) buys nothing either.
+    assert_eq!(cost_round(Some(0)), vec![]);
+    // Every key reused: 40 MiB at 60 % of 12 MiB per node asks for 6 nodes, 5 more.
+    assert_eq!(adds(&cost_round(Some(40_000))), 5);
+    // A node that does not measure reuse: every key accessed counts, as before.
+    assert_eq!(adds(&cost_round(None)), 5);
 }

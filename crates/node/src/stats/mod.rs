@@ -9,6 +9,8 @@
 //!   (`sketch::CountMin`) and per-period candidates (`hot`), re-estimated over the window;
 //! - distinct keys accessed (HyperLogLog) and Σ count² over keys (a count sketch), so a
 //!   monitor gets the mean and standard deviation of per-key counts without the keys;
+//! - distinct keys accessed at least twice (a fixed-size hash sample, `reuse`): the keys
+//!   a cache keeps, which the storage rule sizes the memory tier by;
 //! - occupancy: busy time of the worker's thread / wall time;
 //! - latency of served client requests ([`latency`], mergeable buckets);
 //! - bytes stored in memory and, for a disk-tier worker, on disk (when the window closed).
@@ -21,6 +23,7 @@
 mod hot;
 pub mod latency;
 pub mod requests;
+mod reuse;
 mod sketch;
 #[cfg(test)]
 mod tests;
@@ -34,6 +37,7 @@ use serde::Deserialize;
 pub use hot::MAX_HOT_KEY_BYTES;
 pub use latency::Histogram;
 use latency::PeriodHistogram;
+use reuse::Reuse;
 use sketch::{CountMin, CountMinSum, CountSketch, CountSketchSum, Hll};
 
 /// Settings of the statistics (`[stats]`).
@@ -115,6 +119,7 @@ impl StatsConfig {
             + sketch::WINDOW_SKETCH_BYTES
             + latency::BUCKETS * 8
             + self.hot_keys.min(MAX_HOT_KEYS) * (MAX_HOT_KEY_BYTES + 48)
+            + reuse::REUSE_BYTES
     }
 }
 
@@ -147,6 +152,10 @@ pub struct Window {
     pub accesses: u64,
     /// Estimated distinct keys accessed (HyperLogLog, standard error ≈ 3.3%).
     pub accessed_keys: u64,
+    /// Estimated distinct keys accessed at least twice (a hash sample of at most 4,096
+    /// keys: exact while fewer are accessed, else a relative standard error of about
+    /// 1/√(sampled keys counted)).
+    pub reused_keys: u64,
     /// Estimated Σ over keys of (accesses of the key)² (count sketch: unbiased, standard
     /// deviation ≤ 3.1% of the value).
     pub access_sum_squares: u64,
@@ -233,6 +242,7 @@ pub struct Recorder {
     f2: CountSketchSum,
     latency: Histogram,
     accesses: u64,
+    reuse: Reuse,
     opened_ms: u64,
     busy_at_open: Option<u64>,
     published: Arc<Window>,
@@ -249,6 +259,7 @@ impl Recorder {
             f2: CountSketchSum::new(),
             latency: Histogram::default(),
             accesses: 0,
+            reuse: Reuse::new(config.periods()),
             opened_ms: now_ms,
             busy_at_open: None,
             published: Arc::new(Window::default()),
@@ -272,6 +283,7 @@ impl Recorder {
         let est = p.cms.add(h, 1);
         p.f2.add(g, 1);
         p.hll.add(g);
+        self.reuse.access(h);
         // Below twice the mean load of a sketch counter, a key cannot be told from the
         // keys it collides with: it is no candidate.
         let noise = (p.accesses / sketch::CM_WIDTH as u64) as u32;
@@ -338,7 +350,8 @@ impl Recorder {
         }
         self.ring.push_back(p);
         self.latency.set_max(self.ring.iter().map(|p| &p.latency));
-        self.published = Arc::new(self.summarise(gauges));
+        let reused_keys = self.reuse.close(self.config.periods());
+        self.published = Arc::new(self.summarise(gauges, reused_keys));
     }
 
     /// Bytes held now, counted as [`StatsConfig::memory_bytes`] counts them (tests check
@@ -358,6 +371,7 @@ impl Recorder {
             + period(&self.open)
             + sketch::WINDOW_SKETCH_BYTES
             + latency::BUCKETS * 8
+            + self.reuse.allocated_bytes()
             + self
                 .published
                 .hot_keys
@@ -367,7 +381,7 @@ impl Recorder {
     }
 
     /// The window made of the closed periods.
-    fn summarise(&self, gauges: Gauges) -> Window {
+    fn summarise(&self, gauges: Gauges, reused_keys: u64) -> Window {
         let mut hll = Hll::new();
         let (mut span_ms, mut busy_ns) = (0u64, 0u64);
         for p in &self.ring {
@@ -391,6 +405,7 @@ impl Recorder {
             } else {
                 hll.estimate()
             },
+            reused_keys,
             access_sum_squares: self.f2.sum_squares(),
             hot_keys: self.hot_keys(),
             occupancy,

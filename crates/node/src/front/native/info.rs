@@ -283,6 +283,7 @@ fn stats_to_pb(w: &Window, period_ms: u64, hot_key_bytes: usize) -> pb::WorkerSt
         period_ms,
         accesses: w.accesses,
         accessed_keys: w.accessed_keys,
+        reused_keys: Some(w.reused_keys),
         access_sum_squares: w.access_sum_squares,
         hot_keys,
         occupancy: w.occupancy,
