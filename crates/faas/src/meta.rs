@@ -1,6 +1,6 @@
 //! OPT's metadata on the wire: [`cache::VersionSet`] / [`cache::opt::Upstream`] as the
 //! `VersionRef` (cache-to-cache fetches) and `EdgeMeta` messages of `faas.proto` (rows of
-//! a [`crate::reftable`]), and a pinned full version ([`MultiKeyCausal`]) as the store's
+//! a `reftable` table), and a pinned full version ([`MultiKeyCausal`]) as the store's
 //! `Value` encoding. Pure conversions; everything that arrives from the network is checked
 //! and refused with an [`MetaError`].
 
@@ -70,7 +70,7 @@ pub fn edge_to_pb(up: &Upstream) -> pb::EdgeMeta {
 /// A message as an edge's metadata (never aborted: an aborted function sends no edge).
 ///
 /// # Errors
-/// As [`rows_from_table`] and [`set_of`].
+/// A [`MetaError`] for a table or a row that does not decode (a bad index or count).
 pub fn edge_from_pb(m: &pb::EdgeMeta) -> Result<Upstream, MetaError> {
     let rows = rows_from_table(m.table.as_ref().unwrap_or(&pb::RefTable::default()))?;
     Ok(Upstream {
@@ -124,7 +124,7 @@ pub fn view_to_pb(v: &MetaView) -> (pb::RefTable, Vec<pb::HbKey>) {
 /// A message as an HB view of cache `cache`.
 ///
 /// # Errors
-/// As [`rows_from_table`] and [`set_of`].
+/// A [`MetaError`] for a table or a row that does not decode (a bad index or count).
 pub fn view_from_pb(
     cache: u64,
     table: Option<&pb::RefTable>,

@@ -116,7 +116,7 @@ impl Shard {
     /// A memory-tier worker compares its tagged keys at once (only they can differ, and
     /// they are in RAM) and returns a copy of each key it hands off, for each of its new
     /// replicas on this node: merged there before the node serves (see
-    /// [`place_by_rule`]), a key reads back at once from its new worker, while the hand-off
+    /// `place_by_rule`), a key reads back at once from its new worker, while the hand-off
     /// still decides when the copy here is dropped. A disk-tier worker walks its store
     /// between requests instead, as after a change of the rings, and meanwhile
     /// (`settle_ms`) reads that miss also ask the replicas under the other rule — as do
