@@ -190,15 +190,17 @@ impl Codec for Resp {
             // `CLIENT KILL` from another connection: nothing more runs.
             return Step::Close;
         }
-        if !self.parser.in_progress() {
-            self.prefetch.before_request(w, buf, &self.limits);
-        }
         match self.parser.parse(buf, &self.limits, &mut self.args) {
             Ok(None) => {
                 self.prefetch.reset();
                 Step::Need
             }
             Ok(Some(consumed)) => {
+                self.prefetch.after_request(
+                    w,
+                    buf.get(consumed..).unwrap_or_default(),
+                    &self.limits,
+                );
                 let mut step = Step::Ran;
                 self.last = None;
                 if !self.args.is_empty() {

@@ -13,7 +13,7 @@ use wire::resp::{parse_command, Args, Limits};
 
 use crate::driver::worker::Worker;
 
-/// Requests looked at ahead of the one about to run. The misses of this many keys overlap
+/// Requests looked at after the one about to run. The misses of this many keys overlap
 /// (a CPU keeps 10–20 loads in flight); more would let the first lines leave the cache
 /// before their requests run.
 pub(super) const AHEAD: usize = 16;
@@ -32,14 +32,18 @@ pub(super) struct Prefetch {
 }
 
 impl Prefetch {
-    /// Called before a request is parsed from the front of `buf`: when the requests looked
-    /// at last time have all run, prefetches the keys of the next [`AHEAD`] complete ones.
-    /// The look-ahead stops at the first incomplete or malformed request and within
-    /// [`WINDOW`] bytes, so it costs at most one parse per request of what the parser reads
-    /// anyway.
-    pub(super) fn before_request(&mut self, w: &Worker, buf: &[u8], limits: &Limits) {
+    /// Called once a request was parsed from the buffer, before it runs, with `rest`, the
+    /// bytes after it: when the requests looked at last time have all run, prefetches the
+    /// keys of the next [`AHEAD`] complete ones. An unpipelined request (nothing after it)
+    /// costs one comparison. The look-ahead stops at the first incomplete or malformed
+    /// request and within [`WINDOW`] bytes, so it costs at most one parse per request of
+    /// what the parser reads anyway.
+    pub(super) fn after_request(&mut self, w: &Worker, rest: &[u8], limits: &Limits) {
         if self.left > 0 {
             self.left -= 1;
+            return;
+        }
+        if rest.is_empty() {
             return;
         }
         let core = w.core();
@@ -49,7 +53,7 @@ impl Prefetch {
         // fill the CPU's window and serialise them).
         let mut slots = [store::Slot::default(); AHEAD];
         let mut n = 0;
-        self.look_ahead(buf, limits, |key| {
+        self.look_ahead(rest, limits, |key| {
             if let Some(s) = slots.get_mut(n) {
                 *s = store.locate(key);
                 n += 1;
@@ -61,7 +65,7 @@ impl Prefetch {
     }
 
     /// Passes the key of each of the next [`AHEAD`] complete requests of `buf` to `each_key`
-    /// (none if `buf` holds a single request) and counts them as looked at.
+    /// and counts them as looked at.
     fn look_ahead(&mut self, buf: &[u8], limits: &Limits, mut each_key: impl FnMut(&[u8])) {
         let buf = &buf[..buf.len().min(WINDOW)];
         let mut at = 0;
@@ -72,10 +76,6 @@ impl Prefetch {
                 Ok(Some(used)) => {
                     at += used;
                     seen += 1;
-                    if seen == 1 && at >= buf.len() {
-                        // The only request in the buffer: about to run anyway.
-                        break;
-                    }
                     if let Some(key) = self.args.get(rest, 1) {
                         each_key(key);
                     }
@@ -84,8 +84,7 @@ impl Prefetch {
                 _ => break,
             }
         }
-        // The request about to run is the first of those looked at.
-        self.left = seen.saturating_sub(1);
+        self.left = seen;
     }
 
     /// The buffer was drained or replaced: the next request starts a new look-ahead.
@@ -126,15 +125,17 @@ mod tests {
         ]
         .concat();
         assert_eq!(keys(&mut p, &buf), ["a", "b", "c"]);
-        // Four complete requests: the one about to run and three more need no look-ahead.
-        assert_eq!(p.left, 3);
+        // The next four requests need no look-ahead of their own.
+        assert_eq!(p.left, 4);
     }
 
     #[test]
-    fn a_single_request_is_not_looked_at() {
+    fn nothing_after_a_request_is_nothing_to_look_at() {
         let mut p = Prefetch::default();
-        assert!(keys(&mut p, &request(&["SET", "a", "1"])).is_empty());
+        assert!(keys(&mut p, "").is_empty());
         assert_eq!(p.left, 0);
+        assert_eq!(keys(&mut p, &request(&["SET", "a", "1"])), ["a"]);
+        assert_eq!(p.left, 1);
     }
 
     #[test]
@@ -144,7 +145,7 @@ mod tests {
             .map(|i| request(&["GET", &format!("k{i}")]))
             .collect();
         assert_eq!(keys(&mut p, &many).len(), AHEAD);
-        assert_eq!(p.left, AHEAD - 1);
+        assert_eq!(p.left, AHEAD);
         // A request past the window is not parsed (a big value ends the look-ahead).
         let big = [
             request(&["GET", "x"]),
@@ -154,7 +155,7 @@ mod tests {
         .concat();
         let mut p = Prefetch::default();
         assert_eq!(keys(&mut p, &big), ["x"]);
-        assert_eq!(p.left, 0);
+        assert_eq!(p.left, 1);
     }
 
     #[test]
@@ -167,6 +168,6 @@ mod tests {
         ]
         .concat();
         assert_eq!(keys(&mut p, &buf), ["a"]);
-        assert_eq!(p.left, 0);
+        assert_eq!(p.left, 1);
     }
 }
