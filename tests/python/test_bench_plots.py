@@ -244,19 +244,27 @@ def test_serverless_report_from_fake_results_parses_back():
     m = script("serverless")
     args = SimpleNamespace(thetas=[1.0, 1.5], lengths=[3, 6], executors=3, clients=4,
                            keys=1000, value_size=1024, rounds=2, requests=10,
-                           length_requests=5, warmup=2, dep_gc_ms=200)
+                           length_requests=5, warmup=2, dep_gc_ms=200, big_keys=200,
+                           big_kb=512, store_delay_ms=0.25, store_rate_gbit=10.0)
     results = {}
     for i, (plane, dag, length, theta, p) in enumerate(m.cells(args)):
         stats = {"protocol": p, "attempts": 1 + i % 2, "aborts": i % 2,
                  "early_aborts": 0, "meta_bytes": 100 * i}
         results[(plane, dag, length, theta, p)] = (
             [(0.001 * (i + k), stats, k == 0) for k in range(10)], [])
-    # Dependency-list gauges after two cells: (p50, p99, max, GC rounds).
-    deps = [(2, 5, 7, 3), (3, 6, 9, 11)]
+    # Gauges after two cells: dependency lists (p50, p99, max), GC rounds, then the
+    # causal metadata per key (p50, p99, max bytes).
+    deps = [(2, 5, 7, 3, 100, 800, 900), (3, 6, 9, 11, 120, 700, 1000)]
     text, grid, lengths = m.report(results, args, [1.5, 2.5], 600.0, deps)
     systems = len(m.SYSTEM_CELLS)
     assert len(grid) == 2 * 2 * systems and len(lengths) == 2 * systems
     assert "2 / 5 / 7 after the first cell, 3 / 6 / 9 after the last, largest seen 9" in text
+    assert "the p99 over the cells 700–800 B, median 800 B" in text
+    assert "0.25 ms each way, 10 Gbit/s" in text
+    # Life without the cache: the paper's large-value pairs and one per Zipf θ.
+    nocache = m.NOCACHE.parse(text)
+    assert len(nocache) == len(m.NOCACHE_PAIRS) + len(args.thetas)
+    assert "Zipf 1.5 over 200 keys of 512 KB, read-only" in text
     for p, b in zip(m.GRID.parse(text), grid, strict=True):
         close(p, b)
     for p, b in zip(m.LENGTH.parse(text), lengths, strict=True):
