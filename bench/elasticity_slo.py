@@ -463,7 +463,7 @@ def add_args(ap):
     g.add_argument("--cost-rate", type=int, default=None,
                    help="ops/s of the cost case's load (default: --cost-load × one memory "
                         "node's closed-loop throughput, measured first)")
-    g.add_argument("--cost-load", type=float, default=0.5,
+    g.add_argument("--cost-load", type=float, default=0.2,
                    help="the cost case's load as a fraction of one memory node's "
                         "closed-loop throughput (when --cost-rate is not given)")
     g.add_argument("--cost-calibrate", type=float, default=5,
