@@ -12,11 +12,13 @@ from elasticity_slo import (NODE, PRICE_DISK, PRICE_FIXED, PRICE_MEMORY, WORKER,
 COST_BEGIN, COST_END = "<!-- elasticity-cost:begin -->", "<!-- elasticity-cost:end -->"
 
 
-def cost_policy(budget=None, objective_us=None, grace_s=5):
+def cost_policy(budget=None, objective_us=None, grace_s=5, unsaturated_us=None):
     """Two tiers (k = 0: the default vector keeps a memory and a disk copy), budget or
-    latency mode."""
+    latency mode; budget mode aims at `unsaturated_us` (the policy's default if None)."""
     goal = (f"budget_per_hour = {budget}" if budget is not None
             else f"latency_objective_us = {int(objective_us)}")
+    if budget is not None and unsaturated_us:
+        goal += f"\nunsaturated_latency_us = {int(unsaturated_us)}"
     return f"""fault_tolerance = 0
 period_ms = 500
 grace_ms = {int(grace_s * 1000)}
@@ -123,8 +125,8 @@ def cost(binary, a):
     calibrate(binary, a)
     res = {"budget": [], "latency": []}
     for b in a.budgets:
-        res["budget"].append(cost_point(binary, a, cost_policy(budget=b, grace_s=a.grace),
-                                        f"{b:g}$"))
+        policy = cost_policy(budget=b, grace_s=a.grace, unsaturated_us=a.cost_unsaturated_us)
+        res["budget"].append(cost_point(binary, a, policy, f"{b:g}$"))
         res["budget"][-1]["budget"] = b
     for o in a.objectives:
         res["latency"].append(cost_point(binary, a, cost_policy(objective_us=o,
@@ -156,7 +158,10 @@ def cost_report(res, a, cmdline):
         f"same rate. Prices: memory node {PRICE_MEMORY}, disk node {PRICE_DISK}, fixed "
         f"{PRICE_FIXED} $/h.",
         "",
-        "(a) budget mode (`budget_per_hour`):",
+        "(a) budget mode (`budget_per_hour`"
+        + (f", aiming at `unsaturated_latency_us = {a.cost_unsaturated_us}`"
+           if a.cost_unsaturated_us else "")
+        + "):",
         "",
         "| budget $/h | memory + disk nodes | cost $/h | " +
         " | ".join(f"θ={t:g} mean / p99 µs" for t in a.cost_thetas) + " |",

@@ -463,6 +463,11 @@ def add_args(ap):
     g.add_argument("--cost-rate", type=int, default=None,
                    help="ops/s of the cost case's load (default: --cost-load × one memory "
                         "node's closed-loop throughput, measured first)")
+    g.add_argument("--cost-unsaturated-us", type=int, default=300,
+                   help="budget mode's latency aim (the policy's unsaturated_latency_us): "
+                        "below what the calibrated load gives one node, so the budget, not "
+                        "the aim, stops the additions, as in the paper's saturated Fig. 7a "
+                        "(0: the policy's default, 1,000 µs)")
     g.add_argument("--cost-load", type=float, default=0.2,
                    help="the cost case's load as a fraction of one memory node's "
                         "closed-loop throughput (when --cost-rate is not given)")
