@@ -105,6 +105,11 @@ pub(crate) fn refs_to_table(v: &VersionSet) -> pb::RefTable {
     b.finish()
 }
 
+/// Entry `i` of a table's column, `None` out of range (an index from the network).
+fn entry(column: &[u64], i: u64) -> Option<u64> {
+    usize::try_from(i).ok().and_then(|i| column.get(i)).copied()
+}
+
 /// A table's rows, checked.
 ///
 /// # Errors
@@ -122,10 +127,7 @@ pub(crate) fn rows_from_table(t: &pb::RefTable) -> Result<Vec<(Key, VersionRef)>
         let mut clock = Vec::with_capacity(n as usize);
         for _ in 0..n {
             let a = next("a clock entry's actor")?;
-            let actor = *t
-                .actors
-                .get(usize::try_from(a).unwrap_or(usize::MAX))
-                .ok_or_else(|| bad("an actor index out of range"))?;
+            let actor = entry(&t.actors, a).ok_or_else(|| bad("an actor index out of range"))?;
             clock.push((actor, next("a clock entry's counter")?));
         }
         let m = next("a source count")?;
@@ -135,10 +137,7 @@ pub(crate) fn rows_from_table(t: &pb::RefTable) -> Result<Vec<(Key, VersionRef)>
         let mut sources = Vec::with_capacity(m as usize);
         for _ in 0..m {
             let c = next("a source")?;
-            let id = *t
-                .caches
-                .get(usize::try_from(c).unwrap_or(usize::MAX))
-                .ok_or_else(|| bad("a cache index out of range"))?;
+            let id = entry(&t.caches, c).ok_or_else(|| bad("a cache index out of range"))?;
             sources.push(CacheId(id));
         }
         let clock: VectorClock = clock.into_iter().collect();

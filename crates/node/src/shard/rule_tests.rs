@@ -15,6 +15,16 @@ use crate::view::{default_vector, ReplicationTable, ViewState};
 
 const WORKERS: usize = 4;
 
+/// A one-node view of [`WORKERS`] workers with the hash-tag rule in force.
+fn tagged_view() -> Arc<ViewState> {
+    Arc::new(ViewState::single_node(
+        "n",
+        WORKERS,
+        32,
+        default_vector(1, 1),
+    ))
+}
+
 fn get(s: &mut Shard, key: &[u8]) -> Option<Value> {
     match s.execute(Op::Get { key }) {
         OpResult::Value(v) => v,
@@ -132,12 +142,7 @@ fn check_every_key_on_its_worker(
 
 #[test]
 fn keys_written_by_whole_keys_move_to_their_tag_s_worker_at_start() {
-    let tags = Arc::new(ViewState::single_node(
-        "n",
-        WORKERS,
-        32,
-        default_vector(1, 1),
-    ));
+    let tags = tagged_view();
     assert!(tags.view.hash_tags());
     let whole = Arc::new(tags.under_rule(false));
     assert_ne!(whole.rings, tags.rings);
@@ -170,12 +175,7 @@ fn keys_written_by_whole_keys_move_to_their_tag_s_worker_at_start() {
 
 #[test]
 fn keys_written_under_tags_move_back_when_a_start_keeps_whole_keys() {
-    let tags = Arc::new(ViewState::single_node(
-        "n",
-        WORKERS,
-        32,
-        default_vector(1, 1),
-    ));
+    let tags = tagged_view();
     let whole = Arc::new(tags.under_rule(false));
     let keys = keys(&whole);
     let (mut after, written) = write_then_restart(&tags, &whole, &keys);
@@ -186,12 +186,7 @@ fn keys_written_under_tags_move_back_when_a_start_keeps_whole_keys() {
 
 #[test]
 fn a_start_under_the_rule_the_keys_were_written_by_moves_nothing() {
-    let tags = Arc::new(ViewState::single_node(
-        "n",
-        WORKERS,
-        32,
-        default_vector(1, 1),
-    ));
+    let tags = tagged_view();
     let keys = keys(&tags.under_rule(false));
     let (mut after, written) = write_then_restart(&tags, &tags, &keys);
     assert_eq!(start(&mut after), 0);
@@ -228,12 +223,7 @@ fn an_older_member_keeps_whole_keys_for_the_cluster() {
 /// from the disk tier), as the key replayed on the old worker is.
 #[test]
 fn a_copy_on_a_node_that_evicted_is_partial() {
-    let tags = Arc::new(ViewState::single_node(
-        "n",
-        WORKERS,
-        32,
-        default_vector(1, 1),
-    ));
+    let tags = tagged_view();
     let whole = Arc::new(tags.under_rule(false));
     let keys = keys(&whole);
     let mut before = shards(&whole);
