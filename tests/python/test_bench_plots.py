@@ -261,9 +261,12 @@ def test_serverless_report_from_fake_results_parses_back():
     assert "2 / 5 / 7 after the first cell, 3 / 6 / 9 after the last, largest seen 9" in text
     assert "the p99 over the cells 700–800 B, median 800 B" in text
     assert "0.25 ms each way, 10 Gbit/s" in text
-    # Life without the cache: the paper's large-value pairs and one per Zipf θ.
+    # Life without the cache: the paper's large-value pairs at the run's client threads
+    # and at one, and one per Zipf θ.
     nocache = m.NOCACHE.parse(text)
-    assert len(nocache) == len(m.NOCACHE_PAIRS) + len(args.thetas)
+    assert len(nocache) == 2 * len(m.NOCACHE_PAIRS) + len(args.thetas)
+    assert sorted(r["clients"] for r in nocache) == [1] * len(m.NOCACHE_PAIRS) + [4] * (
+        len(m.NOCACHE_PAIRS) + len(args.thetas))
     assert "Zipf 1.5 over 200 keys of 512 KB, read-only" in text
     for p, b in zip(m.GRID.parse(text), grid, strict=True):
         close(p, b)
@@ -271,3 +274,22 @@ def test_serverless_report_from_fake_results_parses_back():
         close(p, b)
     lww = [r for r in m.GRID.parse(text) if r["system"] == "LWW"]
     assert lww and all(r["ratio"] is None for r in lww)
+
+
+def test_serverless_nocache_only_report_has_each_pair_at_both_client_counts():
+    from types import SimpleNamespace
+
+    m = script("serverless")
+    args = SimpleNamespace(clients=4, rounds=2, requests=10, big_keys=200, big_kb=512)
+    results = {}
+    for i, cell in enumerate(m.nocache_cells()):
+        stats = {"protocol": cell[4], "attempts": 1, "aborts": 0, "early_aborts": 0,
+                 "meta_bytes": 0}
+        results[cell] = ([(0.001 * (i + 1 + k), stats, False) for k in range(10)], [])
+    text = m.nocache_report(results, args, [1.0, 2.0], 60.0)
+    rows = m.NOCACHE.parse(text)
+    assert [(r["clients"], r["pair"]) for r in rows] == [
+        (4, "CT vs bare CT"), (4, "HB vs bare OPT"), (1, "CT vs bare CT"),
+        (1, "HB vs bare OPT")]
+    # The bare cells come after the cached ones, so they are slower here.
+    assert all(r["ratio"] > 1 for r in rows)

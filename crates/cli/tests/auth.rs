@@ -182,6 +182,7 @@ fn read_only_and_prefix_limited_users_are_held_to_their_permissions() {
     assert_eq!(code(&n.call(get("other"))), ErrorCode::PermissionDenied);
     let many = Op::GetMany(pb::GetMany {
         keys: vec!["app:1".into(), "other".into()],
+        ..Default::default()
     });
     assert_eq!(code(&n.call(many)), ErrorCode::PermissionDenied);
     let leave = Op::Admin(pb::Admin {

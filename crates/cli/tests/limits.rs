@@ -137,7 +137,13 @@ fn an_amplifying_mget_gets_an_error_instead_of_its_reply() {
     // Natively, GetMany of the same key 1,000 times.
     let mut n = Native::connect(node.native);
     let keys = vec![bytes::Bytes::from_static(b"big"); 1000];
-    match n.call(Op::GetMany(pb::GetMany { keys })).result {
+    match n
+        .call(Op::GetMany(pb::GetMany {
+            keys,
+            ..Default::default()
+        }))
+        .result
+    {
         Some(R::Error(e)) => {
             assert_eq!(e.code, pb::ErrorCode::InvalidArgument as i32, "{e:?}");
             assert!(e.message.contains("reply limit"), "{e:?}");

@@ -366,6 +366,7 @@ fn not_held_right(node: &NodeProc, keys: &[String], values: &[pb::Value]) -> Vec
         for chunk in mine.chunks(20) {
             let resp = c.call(Op::GetMany(pb::GetMany {
                 keys: chunk.iter().map(|k| (*k).clone().into()).collect(),
+                ..Default::default()
             }));
             let Some(R::Multi(m)) = resp.result else {
                 panic!("GetMany at {worker}: {resp:?}")

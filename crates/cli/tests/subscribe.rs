@@ -50,6 +50,7 @@ fn subscribe_op(keys: &[&str], period_ms: u32) -> Op {
     Op::Subscribe(pb::Subscribe {
         keys: keys.iter().map(|k| b(k)).collect(),
         period_ms,
+        ..Default::default()
     })
 }
 

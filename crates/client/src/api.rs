@@ -321,8 +321,34 @@ impl Client {
         addr: &str,
         keys: &[K],
     ) -> Result<Vec<Result<Option<Value>, ClientError>>, ClientError> {
+        self.get_many_at_with(addr, keys, false).await
+    }
+
+    /// [`get_many_at`](Client::get_many_at) answering each key's causal metadata only
+    /// (`GetMany.metadata_only`): causal values' versions with their clocks and
+    /// dependencies and empty payloads, LWW registers with their timestamps and empty
+    /// values, other types in full. A node that predates the flag answers full values, so
+    /// a caller must not rely on the payloads being empty.
+    ///
+    /// # Errors
+    /// The request failing as a whole.
+    pub async fn get_many_meta_at<K: AsRef<[u8]>>(
+        &self,
+        addr: &str,
+        keys: &[K],
+    ) -> Result<Vec<Result<Option<Value>, ClientError>>, ClientError> {
+        self.get_many_at_with(addr, keys, true).await
+    }
+
+    async fn get_many_at_with<K: AsRef<[u8]>>(
+        &self,
+        addr: &str,
+        keys: &[K],
+        metadata_only: bool,
+    ) -> Result<Vec<Result<Option<Value>, ClientError>>, ClientError> {
         let op = ReqOp::GetMany(pb::GetMany {
             keys: keys.iter().map(|k| bytes_of(k.as_ref())).collect(),
+            metadata_only,
         });
         let results = multi(self.call_at(addr, op).await?, keys.len())?;
         Ok(results
@@ -398,6 +424,7 @@ impl Client {
         let calls = groups.into_iter().map(|(addr, positions)| {
             let op = ReqOp::GetMany(pb::GetMany {
                 keys: positions.iter().map(|&i| bytes_of(&keys[i])).collect(),
+                ..Default::default()
             });
             async move { (positions, self.call_at(&addr, op).await) }
         });

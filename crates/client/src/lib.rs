@@ -42,5 +42,5 @@ pub use connection::{ClientTls, Credentials};
 pub use error::ClientError;
 pub use lattice::{LatticeType, Value};
 pub use session::{Level, Session, SessionOptions, Transaction};
-pub use subscribe::{Notification, Subscription};
+pub use subscribe::{value_version, Notification, Subscription};
 pub use tls::TlsError;

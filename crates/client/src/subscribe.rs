@@ -132,6 +132,13 @@ impl Drop for Subscription {
     }
 }
 
+/// The version of a value as the store reports it in `GetDelta` answers and pushes (a
+/// 64-bit hash of its encoding, never 0), for [`Client::subscribe_from`]. Equal to the
+/// store's for a value read from it: the encoding of a decoded value is the same.
+pub fn value_version(value: &Value) -> u64 {
+    placement::key_hash(&wire::convert::value_to_pb(value).encode_to_vec()).max(1)
+}
+
 impl Client {
     /// Subscribes to `keys`: their replicas push each key's current value, then its new
     /// versions, at most one per key every `period` (the server clamps it to [10 ms, 60 s];
@@ -142,7 +149,29 @@ impl Client {
         keys: impl IntoIterator<Item = K>,
         period: Duration,
     ) -> Result<Subscription, ClientError> {
-        let keys: HashSet<Blob> = keys.into_iter().map(|k| Blob::from(k.as_ref())).collect();
+        self.subscribe_from(keys.into_iter().map(|k| (k, 0)), period)
+            .await
+    }
+
+    /// [`subscribe`](Client::subscribe) to keys whose values the caller already holds:
+    /// each key with the [`value_version`] of the value it read, 0 for none. A key still at
+    /// that version is not pushed until it changes (the value is not sent twice); a node
+    /// that predates this pushes it anyway and the subscription does not deliver it.
+    pub async fn subscribe_from<K: AsRef<[u8]>>(
+        &self,
+        keys: impl IntoIterator<Item = (K, u64)>,
+        period: Duration,
+    ) -> Result<Subscription, ClientError> {
+        let mut versions = HashMap::new();
+        let mut keys_set = HashSet::new();
+        for (k, version) in keys {
+            let k = Blob::from(k.as_ref());
+            if version != 0 {
+                versions.insert(k.clone(), version);
+            }
+            keys_set.insert(k);
+        }
+        let keys = keys_set;
         let period_ms = u32::try_from(period.as_millis()).unwrap_or(u32::MAX);
         let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
         let mut task = Task {
@@ -154,7 +183,7 @@ impl Client {
             stale_layout: false,
             pending: HashMap::new(),
             order: VecDeque::new(),
-            versions: HashMap::new(),
+            versions,
             events_tx,
             events,
             next_conn: 0,
@@ -309,6 +338,10 @@ impl Task {
             let op = ReqOp::Subscribe(pb::Subscribe {
                 keys: keys.iter().map(|k| Bytes::copy_from_slice(k)).collect(),
                 period_ms: self.period_ms,
+                versions: keys
+                    .iter()
+                    .map(|k| self.versions.get(k).copied().unwrap_or(0))
+                    .collect(),
             });
             match self.call(conn, op).await? {
                 RespResult::Ack(_) => {

@@ -25,8 +25,9 @@
 //!   (answer, error, timeout, or the run abandoned when the scheduler link breaks); pins
 //!   also carry a deadline ([`CacheConfig::pin_lifetime`]) as a backstop.
 //! - **Refresh by subscription**: every key that enters the cut is subscribed in the store
-//!   ([`client::Client::subscribe`], period [`CacheConfig::refresh_period`]); evicted keys
-//!   are unsubscribed. A pushed value is staged with [`Staging::for_pushed`], its missing
+//!   ([`client::Client::subscribe_from`], period [`CacheConfig::refresh_period`]), a key
+//!   fetched on a miss from the version fetched, so that the store does not push the
+//!   value the miss has just read a second time; evicted keys are unsubscribed. A pushed value is staged with [`Staging::for_pushed`], its missing
 //!   dependencies fetched as for a miss, and merged atomically. A key whose subscription
 //!   cannot be made is evicted (with its dependents) rather than left to go stale; the next
 //!   read fetches it again.
@@ -179,6 +180,10 @@ pub(crate) struct Inner {
 struct Pending {
     add: BTreeSet<Key>,
     remove: BTreeSet<Key>,
+    /// Of the keys in `add` that entered the cut from a fetch, the store's version of the
+    /// value fetched ([`client::value_version`]): the subscription starts from it, so the
+    /// store does not push the value the miss has just read a second time.
+    known: HashMap<Key, u64>,
 }
 
 /// HydroCache for one compute host (protocol CT). See the module docs.
@@ -284,17 +289,28 @@ impl CausalCache {
     /// Records what a merge changed for the refresh task: subscribe `added`, unsubscribe
     /// `evicted`.
     fn note(&self, merged: &Merged) {
+        self.note_fetched(merged, &HashMap::new());
+    }
+
+    /// [`note`](Self::note), with the versions of the values fetched from the store for the
+    /// merge (see `Pending::known`).
+    fn note_fetched(&self, merged: &Merged, fetched: &HashMap<Key, u64>) {
         if merged.added.is_empty() && merged.evicted.is_empty() {
             return;
         }
         let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         for k in &merged.evicted {
             p.add.remove(k);
+            p.known.remove(k);
             p.remove.insert(k.clone());
         }
         for k in &merged.added {
             p.remove.remove(k);
             p.add.insert(k.clone());
+            match fetched.get(k) {
+                Some(&v) => p.known.insert(k.clone(), v),
+                None => p.known.remove(k),
+            };
         }
         drop(p);
         self.changed.notify_one();
@@ -313,6 +329,9 @@ impl CausalCache {
         let mut start = Some(start);
         let mut staging: Option<Staging> = None;
         let mut refreshed: Vec<Key> = Vec::new();
+        // The store's version of each value fetched, for the subscriptions of the keys
+        // that enter the cut (`Pending::known`).
+        let mut fetched: HashMap<Key, u64> = HashMap::new();
         let mut rounds = 0;
         loop {
             let fetches: Vec<Fetch> = {
@@ -360,7 +379,8 @@ impl CausalCache {
                             }
                             let merged = g.cut.merge_staging(st).map_err(|e| e.to_string())?;
                             g.stats.evicted += merged.evicted.len() as u64;
-                            self.note(&merged);
+                            self.note_fetched(&merged, &fetched);
+                            fetched.clear();
                             staging = None;
                         }
                         Step::Fetch(f) => break f,
@@ -411,6 +431,10 @@ impl CausalCache {
             keys.extend(batch);
             let st = staging.as_mut().ok_or("no staging")?;
             for (k, v) in keys.into_iter().zip(values) {
+                match &v {
+                    Some(v) => fetched.insert(k.clone(), client::value_version(v)),
+                    None => fetched.remove(&k),
+                };
                 st.accept(k, v.map(causal_of)).map_err(|e| e.to_string())?;
             }
         }
@@ -443,8 +467,9 @@ impl CausalCache {
         Ok(keys
             .into_iter()
             .map(|key| {
-                let v = values.get(&key[..]).cloned().unwrap_or_default();
-                key_read(key, &v)
+                // By reference: a large value is copied once more only into the reply.
+                let v = values.get(&key[..]);
+                key_read(key, v.unwrap_or(&MultiKeyCausal::default()))
             })
             .collect())
     }
@@ -654,7 +679,7 @@ async fn refresh(cache: Weak<CausalCache>, changed: Arc<Notify>) {
         tokio::select! {
             () = changed.notified() => {
                 let Some(c) = cache.upgrade() else { break };
-                let Pending { add, remove } =
+                let Pending { add, remove, known } =
                     std::mem::take(&mut *c.pending.lock().unwrap_or_else(|p| p.into_inner()));
                 let mut touched = HashSet::new();
                 for k in remove {
@@ -676,7 +701,8 @@ async fn refresh(cache: Weak<CausalCache>, changed: Arc<Notify>) {
                 }
                 let add: Vec<Key> = add.into_iter().filter(|k| !by_key.contains_key(k)).collect();
                 if !add.is_empty() {
-                    match c.store.subscribe(&add, c.config.refresh_period).await {
+                    let from = add.iter().map(|k| (k, known.get(k).copied().unwrap_or(0)));
+                    match c.store.subscribe_from(from, c.config.refresh_period).await {
                         Ok(sub) => {
                             next_sub += 1;
                             let remove = Arc::new(Mutex::new(Vec::new()));

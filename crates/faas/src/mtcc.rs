@@ -188,8 +188,8 @@ async fn opt_reads(cache: &CausalCache, step: &OptStep) -> Result<OptReads, Step
         .keys
         .iter()
         .map(|k| {
-            let v = finished.r_d.get(&k[..]).cloned().unwrap_or_default();
-            key_read(k.clone(), &v)
+            let v = finished.r_d.get(&k[..]);
+            key_read(k.clone(), v.unwrap_or(&MultiKeyCausal::default()))
         })
         .collect();
     Ok(OptReads {
@@ -225,8 +225,8 @@ async fn con_bind(
         .keys
         .iter()
         .map(|k| {
-            let v = r_d.get(&k[..]).cloned().unwrap_or_default();
-            key_read(k.clone(), &v)
+            let v = r_d.get(&k[..]);
+            key_read(k.clone(), v.unwrap_or(&MultiKeyCausal::default()))
         })
         .collect();
     Ok(OptReads {

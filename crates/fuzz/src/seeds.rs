@@ -110,6 +110,7 @@ pub fn native() -> Vec<Seed> {
             8,
             R::GetMany(pb::GetMany {
                 keys: vec![b("k"), b("c"), b("zz")],
+                ..Default::default()
             }),
         ),
         request(
@@ -153,6 +154,13 @@ pub fn native() -> Vec<Seed> {
         request(16, R::Holds(pb::Holds { keys: vec![b("k")] })),
         request(17, R::Topology(pb::GetTopology::default())),
         request(18, R::Status(pb::GetStatus {})),
+        request(
+            19,
+            R::GetMany(pb::GetMany {
+                keys: vec![b("k"), b("c"), b("pa")],
+                metadata_only: true,
+            }),
+        ),
     ];
     let mut all = vec![0u8];
     for r in &data {
@@ -175,8 +183,10 @@ pub fn native() -> Vec<Seed> {
         &request(
             1,
             R::Subscribe(pb::Subscribe {
-                keys: vec![b("k")],
+                keys: vec![b("k"), b("c")],
                 period_ms: 10,
+                // `k` as if already read at some version; `c` (no entry) at none.
+                versions: vec![0x5eed],
             }),
         ),
     );
@@ -468,6 +478,7 @@ pub fn peer() -> Vec<Seed> {
                         condition: Condition::Always,
                     }),
                     fwd(Op::Get { key: b("f1") }),
+                    fwd(Op::GetMeta { key: b("f1") }),
                     fwd(Op::CounterAdd {
                         key: b("f2"),
                         delta: -4,

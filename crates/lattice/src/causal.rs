@@ -129,6 +129,16 @@ impl SingleKeyCausal {
         clock
     }
 
+    /// The register's metadata: every version's clock, its value empty (a reader that
+    /// needs the clocks and not the data).
+    pub fn metadata(&self) -> SingleKeyCausal {
+        SingleKeyCausal::from_versions(
+            self.versions
+                .iter()
+                .map(|(c, _)| (c.clone(), Blob::default())),
+        )
+    }
+
     /// The sibling values, sorted and without duplicates.
     pub fn values(&self) -> impl Iterator<Item = &Blob> + '_ {
         self.versions
@@ -229,6 +239,16 @@ impl MultiKeyCausal {
         deps
     }
 
+    /// The register's metadata: every version's clock and dependencies, its value empty (a
+    /// reader that needs the causal metadata and not the data, such as a dependency GC).
+    pub fn metadata(&self) -> MultiKeyCausal {
+        MultiKeyCausal::from_versions(self.versions.iter().map(|v| CausalVersion {
+            clock: v.clock.clone(),
+            deps: v.deps.clone(),
+            value: Blob::default(),
+        }))
+    }
+
     /// The sibling values, sorted and without duplicates.
     pub fn values(&self) -> impl Iterator<Item = &Blob> + '_ {
         self.versions
@@ -301,6 +321,32 @@ mod tests {
 
     const X: u64 = 1;
     const Y: u64 = 2;
+
+    #[test]
+    fn metadata_keeps_clocks_and_deps_and_drops_payloads() {
+        let deps: BTreeMap<Blob, VectorClock> = [(b("d"), vc(&[(Y, 3)]))].into_iter().collect();
+        let m = MultiKeyCausal::from_versions([
+            CausalVersion {
+                clock: vc(&[(X, 1)]),
+                deps: deps.clone(),
+                value: vec![7u8; 100_000].into_boxed_slice(),
+            },
+            CausalVersion {
+                clock: vc(&[(Y, 1)]),
+                deps: BTreeMap::new(),
+                value: b("small"),
+            },
+        ]);
+        let meta = m.metadata();
+        assert_eq!(meta.clock(), m.clock());
+        assert_eq!(meta.deps(), m.deps());
+        assert_eq!(meta.versions().len(), 2);
+        assert!(meta.versions().iter().all(|v| v.value.is_empty()));
+        let s = SingleKeyCausal::from_versions([(vc(&[(X, 1)]), b("a")), (vc(&[(Y, 1)]), b("b"))]);
+        let sm = s.metadata();
+        assert_eq!(sm.clock(), s.clock());
+        assert!(sm.versions().iter().all(|(_, v)| v.is_empty()));
+    }
 
     /// The counter-example to Anna's Listing 2 converges in all 6 delivery orders.
     #[test]

@@ -241,6 +241,7 @@ mod tests {
         let k = Bytes::from_static(b"k");
         let ops = vec![
             Op::Get { key: k.clone() },
+            Op::GetMeta { key: k.clone() },
             Op::Exists { key: k.clone() },
             Op::TypeOf { key: k.clone() },
             Op::SetContains {

@@ -15,6 +15,7 @@ pub fn op_to_pb(op: &Op<Bytes>) -> pb::ForwardOp {
     };
     match op {
         Op::Get { .. } => out.kind = Kind::Get as i32,
+        Op::GetMeta { .. } => out.kind = Kind::GetMeta as i32,
         Op::Exists { .. } => out.kind = Kind::Exists as i32,
         Op::TypeOf { .. } => out.kind = Kind::TypeOf as i32,
         Op::SetContains { member, .. } => {
@@ -196,6 +197,7 @@ pub fn op_from_pb(op: pb::ForwardOp) -> Result<Op<Bytes>, NodeError> {
     Ok(
         match Kind::try_from(op.kind).map_err(|_| bad("unknown kind"))? {
             Kind::Get => Op::Get { key },
+            Kind::GetMeta => Op::GetMeta { key },
             Kind::Exists => Op::Exists { key },
             Kind::TypeOf => Op::TypeOf { key },
             Kind::SetContains => Op::SetContains {

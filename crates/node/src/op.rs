@@ -31,6 +31,13 @@ pub enum Op<B> {
         /// The key.
         key: B,
     },
+    /// Read the value's causal metadata only → [`OpResult::Value`]: causal versions with
+    /// empty payloads, an LWW register with an empty value, other types in full
+    /// (`GetMany.metadata_only`).
+    GetMeta {
+        /// The key.
+        key: B,
+    },
     /// Does the key hold a live value? → [`OpResult::Int`] 0 or 1.
     Exists {
         /// The key.
@@ -306,6 +313,7 @@ impl<B> Op<B> {
     pub fn key_ref(&self) -> &B {
         match self {
             Op::Get { key }
+            | Op::GetMeta { key }
             | Op::Exists { key }
             | Op::TypeOf { key }
             | Op::SetContains { key, .. }
@@ -375,6 +383,7 @@ impl<B: AsRef<[u8]>> Op<B> {
                 args.first().is_some_and(|n| coll_is_write(n.as_ref()))
             }
             Op::Get { .. }
+            | Op::GetMeta { .. }
             | Op::Exists { .. }
             | Op::TypeOf { .. }
             | Op::SetContains { .. }
@@ -408,6 +417,7 @@ impl<B: AsRef<[u8]>> Op<B> {
         let b = |x: &B| Bytes::copy_from_slice(x.as_ref());
         match self {
             Op::Get { key } => Op::Get { key: b(key) },
+            Op::GetMeta { key } => Op::GetMeta { key: b(key) },
             Op::Exists { key } => Op::Exists { key: b(key) },
             Op::TypeOf { key } => Op::TypeOf { key: b(key) },
             Op::SetContains { key, member } => Op::SetContains {

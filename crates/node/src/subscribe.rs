@@ -153,6 +153,20 @@ impl Subscriptions {
         period: Duration,
         now: Instant,
     ) -> Result<usize, NodeError> {
+        self.subscribe_from(conn, keys, &[], period, now)
+    }
+
+    /// [`subscribe`](Subscriptions::subscribe) with, per key of `keys` (in order; missing
+    /// entries are 0), the version the subscriber already holds: a new subscription starts
+    /// as if that version had been pushed, so a key still at it gets no first push.
+    pub fn subscribe_from(
+        &mut self,
+        conn: u64,
+        keys: &[Bytes],
+        known: &[u64],
+        period: Duration,
+        now: Instant,
+    ) -> Result<usize, NodeError> {
         let c = self
             .conns
             .get_mut(&conn)
@@ -169,8 +183,8 @@ impl Subscriptions {
                 c.keys.len()
             )));
         }
-        for key in &distinct {
-            match c.keys.get_mut(*key) {
+        for (i, key) in keys.iter().enumerate() {
+            match c.keys.get_mut(key) {
                 Some(sub) => {
                     sub.period = period;
                     sub.due = sub.due.min(now + period);
@@ -179,9 +193,9 @@ impl Subscriptions {
                     let sub = Sub {
                         period,
                         due: now,
-                        pushed: None,
+                        pushed: known.get(i).copied().filter(|v| *v != 0),
                     };
-                    c.keys.insert((*key).clone(), sub);
+                    c.keys.insert(key.clone(), sub);
                 }
             }
         }
@@ -350,6 +364,46 @@ mod tests {
             drain(&mut rx),
             vec![("a".into(), Some(b"3".to_vec()), false)],
             "the latest value, once"
+        );
+    }
+
+    #[test]
+    fn a_key_subscribed_at_the_version_held_gets_no_first_push() {
+        let mut subs = Subscriptions::default();
+        let (conn, mut rx) = subs.register();
+        let t0 = Instant::now();
+        let period = Duration::from_millis(100);
+        let held = value_version(&lww(b"1"));
+        // `a` at the version its value has, `b` at an older one, `c` with no entry.
+        subs.subscribe_from(
+            conn,
+            &[key("a"), key("b"), key("c")],
+            &[held, held],
+            period,
+            t0,
+        )
+        .unwrap();
+        let read = |a: &'static [u8], b: &'static [u8]| {
+            move |k: &[u8]| match k {
+                b"a" => Watched::Value(Some(lww(a))),
+                b"b" => Watched::Value(Some(lww(b))),
+                _ => Watched::Value(None),
+            }
+        };
+        subs.round(t0, read(b"1", b"2"));
+        assert_eq!(
+            drain(&mut rx),
+            vec![
+                ("b".into(), Some(b"2".to_vec()), false),
+                ("c".into(), None, false)
+            ],
+            "a value the subscriber holds is not sent again"
+        );
+        subs.round(t0 + period, read(b"3", b"2"));
+        assert_eq!(
+            drain(&mut rx),
+            vec![("a".into(), Some(b"3".to_vec()), false)],
+            "its next version is"
         );
     }
 

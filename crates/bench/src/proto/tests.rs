@@ -74,6 +74,7 @@ fn batched_requests_decode_with_prost() {
     get_many(&mut out, 9, keys.len(), |i| keys[i].as_slice());
     let want = Op::GetMany(pb::GetMany {
         keys: keys.iter().map(|k| b(k)).collect(),
+        ..Default::default()
     });
     assert_eq!(
         decode(&out),

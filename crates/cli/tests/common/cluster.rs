@@ -130,6 +130,7 @@ pub fn unreadable_items(front: SocketAddr, items: &[(String, usize)]) -> Vec<usi
     for (n, chunk) in items.chunks(500).enumerate() {
         let resp = c.call(Op::GetMany(pb::GetMany {
             keys: chunk.iter().map(|(k, _)| k.clone().into()).collect(),
+            ..Default::default()
         }));
         let Some(R::Multi(m)) = resp.result else {
             panic!("GetMany: {resp:?}")

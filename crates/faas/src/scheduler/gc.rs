@@ -3,7 +3,7 @@
 //!
 //! Every period, while caching hosts are connected: sample every storage replica of the
 //! keys the round covers (the keys the caches reported last time, and what those keys'
-//! values depend on), *then* probe every caching host; each reports what it holds once the
+//! values depend on; clocks and dependencies only, `Client::get_many_meta_at`), *then* probe every caching host; each reports what it holds once the
 //! fetches it began before the probe have ended. With every report in, the stable clocks
 //! (`Round::finish`, closed) go to every caching host. A round is abandoned — nothing
 //! learnt, nothing sent — if a caching host connects or disconnects meanwhile, a host
@@ -219,7 +219,7 @@ async fn round(
     let mut sampled: HashMap<&Key, Vec<MultiKeyCausal>> = HashMap::new();
     for (addr, batch) in &by_addr {
         for chunk in batch.chunks(SAMPLE_BATCH) {
-            match store.get_many_at(addr, chunk).await {
+            match store.get_many_meta_at(addr, chunk).await {
                 Ok(answers) => {
                     for (key, a) in chunk.iter().zip(answers) {
                         match a {

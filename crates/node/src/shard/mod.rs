@@ -28,6 +28,7 @@ mod journal;
 // ---- lists (helper B) ----
 mod keyspace;
 mod lists;
+mod meta;
 mod ops;
 mod script;
 mod strings;

@@ -216,6 +216,7 @@ impl Shard {
             }
             Op::GetEx { deadline: None, .. }
             | Op::Get { .. }
+            | Op::GetMeta { .. }
             | Op::Exists { .. }
             | Op::TypeOf { .. }
             | Op::SetContains { .. }

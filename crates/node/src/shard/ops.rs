@@ -273,6 +273,10 @@ impl Shard {
     fn execute_op<B: AsRef<[u8]>>(&mut self, op: Op<B>) -> OpResult {
         match op {
             Op::Get { key } => OpResult::Value(self.live(key.as_ref()).and_then(|r| r.to_value())),
+            Op::GetMeta { key } => OpResult::Value(
+                self.live(key.as_ref())
+                    .and_then(|r| super::meta::metadata_of(&r)),
+            ),
             Op::Exists { key } => OpResult::Int(self.live(key.as_ref()).is_some() as i64),
             Op::TypeOf { key } => {
                 OpResult::Type(self.live(key.as_ref()).and_then(|r| r.lattice_type()))

@@ -127,7 +127,11 @@ pub(super) fn handle(
             Err(e) => error(replies, id, &e),
         },
         ReqOp::GetMany(g) => {
-            let ops = g.keys.into_iter().map(|key| Op::Get { key }).collect();
+            let ops = if g.metadata_only {
+                g.keys.into_iter().map(|key| Op::GetMeta { key }).collect()
+            } else {
+                g.keys.into_iter().map(|key| Op::Get { key }).collect()
+            };
             run(w, routing, id, Shape::Multi, ops, ack, replies)
         }
         ReqOp::DeleteMany(d) => {

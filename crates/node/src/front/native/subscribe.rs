@@ -51,9 +51,10 @@ impl ConnectionSubscriptions {
         let (id, _) = self
             .registered
             .get_or_insert_with(|| w.subscriptions.borrow_mut().register());
-        let n = w.subscriptions.borrow_mut().subscribe(
+        let n = w.subscriptions.borrow_mut().subscribe_from(
             *id,
             &s.keys,
+            &s.versions,
             period_of(s.period_ms),
             Instant::now(),
         )?;
