@@ -73,6 +73,9 @@ pub enum Watched {
     Moved,
     /// Nothing to say this round (a disk-tier read failed).
     Unknown,
+    /// The key's value has the fingerprint recorded when its version was last pushed (or
+    /// found current): unchanged, not read ([`Subscriptions::round_with`]).
+    Unchanged,
 }
 
 /// One subscribed key of one connection.
@@ -83,6 +86,9 @@ struct Sub {
     due: Instant,
     /// The version last pushed (`None`: nothing pushed yet).
     pushed: Option<u64>,
+    /// The fingerprint of the value `pushed` is the version of, if the round's reader
+    /// gave one ([`Subscriptions::round_with`]).
+    fingerprint: Option<u64>,
 }
 
 /// One connection's subscriptions.
@@ -194,6 +200,7 @@ impl Subscriptions {
                         period,
                         due: now,
                         pushed: known.get(i).copied().filter(|v| *v != 0),
+                        fingerprint: None,
                     };
                     c.keys.insert(key.clone(), sub);
                 }
@@ -229,6 +236,20 @@ impl Subscriptions {
     /// One round at time `now`: pushes every due key whose version differs from the one
     /// last pushed to its connection; `watch` reads a key's current state on the worker.
     pub fn round(&mut self, now: Instant, mut watch: impl FnMut(&[u8]) -> Watched) {
+        self.round_with(now, |key, _| (watch(key), None));
+    }
+
+    /// [`round`](Subscriptions::round) with fingerprints: `watch` gets a key and the
+    /// fingerprint of the value last pushed (or found current) for it, and answers what
+    /// it finds with the current value's fingerprint (`None`: none), or
+    /// [`Watched::Unchanged`] when that is the same — so an unchanged large value is
+    /// neither copied, encoded nor hashed as a whole again every period. A fingerprint must
+    /// be equal only for equal values.
+    pub fn round_with(
+        &mut self,
+        now: Instant,
+        mut watch: impl FnMut(&[u8], Option<u64>) -> (Watched, Option<u64>),
+    ) {
         let mut ended = 0;
         for c in self.conns.values_mut() {
             if c.next_due > now {
@@ -248,11 +269,13 @@ impl Subscriptions {
                     next_due = next_due.min(sub.due);
                     continue;
                 }
-                let (push, version) = match watch(key) {
+                let (watched, fingerprint) = watch(key, sub.fingerprint);
+                let (push, version) = match watched {
                     Watched::Moved => (Some(notification(key, None, 0, true)), None),
                     Watched::Value(value) => {
                         let version = value.as_ref().map_or(0, value_version);
                         if sub.pushed == Some(version) {
+                            sub.fingerprint = fingerprint;
                             (None, None)
                         } else {
                             (
@@ -261,7 +284,7 @@ impl Subscriptions {
                             )
                         }
                     }
-                    Watched::Unknown => (None, None),
+                    Watched::Unknown | Watched::Unchanged => (None, None),
                 };
                 if let Some(push) = push {
                     let is_moved = version.is_none();
@@ -275,6 +298,7 @@ impl Subscriptions {
                         continue;
                     }
                     sub.pushed = version;
+                    sub.fingerprint = fingerprint;
                 }
                 sub.due = now + sub.period;
                 next_due = next_due.min(sub.due);
@@ -405,6 +429,67 @@ mod tests {
             vec![("a".into(), Some(b"3".to_vec()), false)],
             "its next version is"
         );
+    }
+
+    #[test]
+    fn an_unchanged_fingerprint_skips_the_value_and_a_new_one_is_pushed() {
+        let mut subs = Subscriptions::default();
+        let (conn, mut rx) = subs.register();
+        let t0 = Instant::now();
+        let period = Duration::from_millis(100);
+        subs.subscribe(conn, &[key("a")], period, t0).unwrap();
+        let mut seen_by_reader = Vec::new();
+        subs.round_with(t0, |_, seen| {
+            seen_by_reader.push(seen);
+            (Watched::Value(Some(lww(b"1"))), Some(11))
+        });
+        assert_eq!(
+            drain(&mut rx),
+            vec![("a".into(), Some(b"1".to_vec()), false)]
+        );
+        subs.round_with(t0 + period, |_, seen| {
+            seen_by_reader.push(seen);
+            (Watched::Unchanged, seen)
+        });
+        assert!(drain(&mut rx).is_empty(), "unchanged");
+        subs.round_with(t0 + 2 * period, |_, seen| {
+            seen_by_reader.push(seen);
+            (Watched::Value(Some(lww(b"2"))), Some(22))
+        });
+        assert_eq!(
+            drain(&mut rx),
+            vec![("a".into(), Some(b"2".to_vec()), false)]
+        );
+        subs.round_with(t0 + 3 * period, |_, seen| {
+            seen_by_reader.push(seen);
+            (Watched::Unchanged, seen)
+        });
+        assert_eq!(seen_by_reader, vec![None, Some(11), Some(11), Some(22)]);
+    }
+
+    #[test]
+    fn a_fingerprint_is_kept_only_with_the_push_it_belongs_to() {
+        let mut subs = Subscriptions::default();
+        let (conn, mut rx) = subs.register();
+        let keys: Vec<Bytes> = (0..PUSH_QUEUE + 1).map(|i| key(&format!("k{i}"))).collect();
+        let t0 = Instant::now();
+        subs.subscribe(conn, &keys, DEFAULT_PERIOD, t0).unwrap();
+        // One key finds the channel full: its fingerprint must not be recorded, else the
+        // next round would call it unchanged and never push it.
+        subs.round_with(t0, |_, _| (Watched::Value(Some(lww(b"v"))), Some(7)));
+        assert_eq!(rx.len(), PUSH_QUEUE);
+        drain(&mut rx);
+        let mut unseen = 0;
+        subs.round_with(t0 + TICK, |_, seen| {
+            if seen.is_none() {
+                unseen += 1;
+                (Watched::Value(Some(lww(b"v"))), Some(7))
+            } else {
+                (Watched::Unchanged, seen)
+            }
+        });
+        assert_eq!(unseen, 1, "the key skipped is read again");
+        assert_eq!(drain(&mut rx).len(), 1, "and pushed");
     }
 
     #[test]

@@ -706,15 +706,23 @@ impl Worker {
         }
         let mut core = self.core.borrow_mut();
         let shard = core.shard_mut();
-        subs.round(Instant::now(), |key| {
+        subs.round_with(Instant::now(), |key, seen| {
             if shard.route(key) != crate::shard::Route::Local {
-                return Watched::Moved;
+                return (Watched::Moved, None);
+            }
+            // An unchanged value is not copied and encoded again to find its version.
+            let fingerprint = shard.watched_fingerprint(key);
+            if fingerprint.is_some() && fingerprint == seen {
+                return (Watched::Unchanged, fingerprint);
             }
             // Right after a view change, a key moving here may read absent until its
             // hand-off arrives; that arrival is then pushed like any change.
             match shard.watched_value(key) {
-                Ok(v) => Watched::Value(v.as_ref().map(wire::convert::value_to_pb)),
-                Err(_) => Watched::Unknown,
+                Ok(v) => (
+                    Watched::Value(v.as_ref().map(wire::convert::value_to_pb)),
+                    fingerprint,
+                ),
+                Err(_) => (Watched::Unknown, None),
             }
         });
     }
