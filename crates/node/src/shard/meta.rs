@@ -8,8 +8,10 @@ use xxhash_rust::xxh3::Xxh3;
 use super::Shard;
 
 impl Shard {
-    /// [`fingerprint_of`] `key`'s live value on this worker; `None` on the disk tier (a
-    /// read there may fault the key in: the round reads the value as before).
+    /// A hash of everything `key`'s live value on this worker holds, read in place, for
+    /// the subscription rounds (equal for equal values; a tombstone reads as absent).
+    /// `None` on the disk tier (a read there may fault the key in) and for types other
+    /// than LWW and the causal ones: the round then reads the value as before.
     pub fn watched_fingerprint(&self, key: &[u8]) -> Option<u64> {
         if self.is_disk() {
             return None;
