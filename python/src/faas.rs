@@ -242,9 +242,18 @@ fn receive(stream: &mut TcpStream) -> std::io::Result<Option<pb::ToExecutor>> {
             format!("frame of {len} bytes"),
         ));
     }
-    let mut body = vec![0u8; len];
-    stream.read_exact(&mut body)?;
-    pb::ToExecutor::decode(&body[..])
+    // Read into uninitialised capacity (no zeroing of a large task first), then decode
+    // from `Bytes`: the values' byte fields are views of this one buffer, not copies, so a
+    // value is copied once, into the Python bytes object the function receives.
+    let mut body = Vec::with_capacity(len);
+    let got = Read::take(&mut *stream, len as u64).read_to_end(&mut body)?;
+    if got != len {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("frame of {len} bytes ended after {got}"),
+        ));
+    }
+    pb::ToExecutor::decode(bytes::Bytes::from(body))
         .map(Some)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }

@@ -77,6 +77,28 @@ def test_a_key_reference_is_read_for_the_function(cloud, store):
     assert cloud.call("echo", faas.Ref("ref-absent")) is None
 
 
+def test_large_values_reach_the_function_intact(cloud, store):
+    # The executor link decodes a task's frame in place: each value is a view of it until
+    # it becomes the function's bytes. Several large values in one task, next to a small
+    # pickled argument, must each arrive whole and unshifted.
+    import hashlib
+
+    a = os.urandom(2 * 1024 * 1024)
+    b = bytes(range(256)) * 4096 + b"tail"
+    store.put("big-a", a)
+    store.put("big-b", b)
+
+    def digests(x, y, z):
+        import hashlib as h
+
+        return [(len(v), h.sha256(v).hexdigest()) for v in (x, y, z)]
+
+    cloud.register(digests, "digests")
+    want = [(len(v), hashlib.sha256(v).hexdigest()) for v in (a, b, a[:1000])]
+    for _ in range(3):  # the same executor again, and the others
+        assert cloud.call("digests", faas.Ref("big-a"), faas.Ref("big-b"), a[:1000]) == want
+
+
 def test_writes_are_applied_after_the_sink(cloud, store):
     def writer(k, v):
         faas.put(k, v)

@@ -65,7 +65,7 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::data::{BoxFuture, DataPlane, OptPlane};
 use crate::pb;
-use crate::values::key_read;
+use crate::values::key_read_owned;
 pub use crate::values::{causal_of, LWW_ACTOR};
 
 /// Pushed values waiting for the refresh task (bounded: a full queue makes the
@@ -464,12 +464,13 @@ impl CausalCache {
                 Ok(values)
             })
             .await?;
+        let mut values = values;
         Ok(keys
             .into_iter()
             .map(|key| {
-                // By reference: a large value is copied once more only into the reply.
-                let v = values.get(&key[..]);
-                key_read(key, v.unwrap_or(&MultiKeyCausal::default()))
+                // The snapshot's copy moves into the reply: no further copy of the payload.
+                let v = values.remove(&key[..]).unwrap_or_default();
+                key_read_owned(key, v)
             })
             .collect())
     }

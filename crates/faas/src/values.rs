@@ -31,6 +31,24 @@ pub(crate) fn key_read(key: Bytes, value: &MultiKeyCausal) -> pb::KeyRead {
     }
 }
 
+/// [`key_read`] of a value the caller owns: the payloads move into the reply instead of
+/// being copied (a snapshot's values are the host's own copies already).
+pub(crate) fn key_read_owned(key: Bytes, value: MultiKeyCausal) -> pb::KeyRead {
+    if value.is_empty() {
+        return key_read(key, &value);
+    }
+    let meta = Bytes::from(embed(&ReadMeta::of(&value), &[]));
+    // The sibling values, sorted and without duplicates, as `MultiKeyCausal::values`.
+    let values: std::collections::BTreeSet<lattice::Blob> =
+        value.into_versions().into_iter().map(|v| v.value).collect();
+    pb::KeyRead {
+        key,
+        found: true,
+        values: values.into_iter().map(Bytes::from).collect(),
+        meta,
+    }
+}
+
 /// A store value as the cache holds it (see "Other lattice types" in the module docs).
 pub fn causal_of(value: Value) -> MultiKeyCausal {
     let plain = |clock: VectorClock, value: lattice::Blob| CausalVersion {
@@ -105,5 +123,31 @@ mod tests {
         assert!(rest.is_empty());
         let absent = key_read(Bytes::from_static(b"k"), &MultiKeyCausal::default());
         assert!(!absent.found && absent.meta.is_empty() && absent.values.is_empty());
+    }
+
+    #[test]
+    fn an_owned_key_read_equals_the_borrowed_one_and_moves_the_payload() {
+        let version = |c: u64, value: &[u8]| CausalVersion {
+            clock: VectorClock::from_iter([(c, 1)]),
+            deps: [(Key::from(&b"d"[..]), VectorClock::from_iter([(3, c)]))].into(),
+            value: Box::from(value),
+        };
+        // Two concurrent siblings, one value twice: sorted and deduplicated as `values()`.
+        let v =
+            MultiKeyCausal::from_versions([version(2, b"y"), version(1, b"x"), version(4, b"x")]);
+        let k = Bytes::from_static(b"k");
+        assert_eq!(
+            key_read_owned(k.clone(), v.clone()),
+            key_read(k.clone(), &v)
+        );
+        let empty = MultiKeyCausal::default();
+        assert_eq!(
+            key_read_owned(k.clone(), empty.clone()),
+            key_read(k.clone(), &empty)
+        );
+        // The payload is handed on, not copied.
+        let one = MultiKeyCausal::new(version(1, &[7u8; 4096]));
+        let at = one.versions()[0].value.as_ptr();
+        assert_eq!(key_read_owned(k, one).values[0].as_ptr(), at);
     }
 }
