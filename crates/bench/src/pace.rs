@@ -166,7 +166,8 @@ mod timerfd {
         pub(super) async fn sleep(&self, d: Duration) -> io::Result<()> {
             let value = libc::timespec {
                 tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
-                tv_nsec: libc::c_long::try_from(d.subsec_nanos()).unwrap_or(0),
+                // Below 10⁹: fits a 32-bit `c_long` too.
+                tv_nsec: d.subsec_nanos() as libc::c_long,
             };
             let zero = libc::timespec {
                 tv_sec: 0,
