@@ -171,8 +171,10 @@ pub struct BenchArgs {
     /// Open loop: send this many operations per second in all, spread evenly over the
     /// connections, each sending a round (`--pipeline` × `--batch` operations) when it is
     /// due and measuring its latency from then (a round due while the previous one is
-    /// still out starts late, and that delay counts). Without it each connection sends its
-    /// next round as soon as the last one is answered (closed loop).
+    /// still out starts late, and that delay counts, less any part of it the client's own
+    /// timer caused). On Linux the rounds are timed with a timerfd, not tokio's 1 ms timer.
+    /// Without it each connection sends its next round as soon as the last one is
+    /// answered (closed loop).
     #[arg(long, value_name = "OPS")]
     pub rate: Option<f64>,
 

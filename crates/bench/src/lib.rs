@@ -55,6 +55,7 @@ mod clock;
 pub mod error;
 pub mod keys;
 mod native;
+mod pace;
 mod progress;
 pub mod proto;
 pub mod report;

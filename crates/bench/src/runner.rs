@@ -15,9 +15,10 @@ use tokio::sync::oneshot;
 
 use crate::args::{BenchArgs, Distribution, Protocol};
 use crate::error::BenchError;
+use crate::pace::{round_period, Pacer};
 use crate::progress::Progress;
 use crate::report::{Latency, LoadReport, Report, Timeline, TimelinePoint};
-use crate::setup::{round_period, ClientLattice, ConnCtx, Pacer, Route, Setup, Source};
+use crate::setup::{ClientLattice, ConnCtx, Route, Setup, Source};
 use crate::stats::{Control, Interval, Phase, ThreadStats};
 
 /// Requests per connection in flight during the load phase (at least).

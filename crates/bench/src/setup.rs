@@ -6,15 +6,14 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
 
 use client::routing::Layout;
 use lattice::Hlc;
 
 use crate::args::{BenchArgs, Protocol, WriteType};
-use crate::clock::micros;
 use crate::error::BenchError;
 use crate::keys::{Keys, Values};
+use crate::pace::Pacer;
 use crate::stats::{Control, Phase, ThreadStats};
 use crate::workload::{Mix, OpKind, Slot};
 use crate::zipf::KeyChooser;
@@ -310,63 +309,6 @@ impl Source {
     }
 }
 
-/// The schedule of a paced connection (`--rate`): a round is due every `period`.
-#[derive(Debug)]
-pub(crate) struct Pacer {
-    next: Instant,
-    period: Duration,
-}
-
-/// What a paced connection does next.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Pace {
-    /// The round is not due yet: wait until then; it starts on time.
-    Wait(Instant),
-    /// The round was due this long ago (the previous one ran past it): start now, and count
-    /// the delay in its latency, as a client with a queue would see it.
-    Late(Duration),
-}
-
-impl Pacer {
-    /// A schedule whose first round is due at `first`, then one every `period`.
-    pub(crate) fn new(first: Instant, period: Duration) -> Pacer {
-        Pacer {
-            next: first,
-            period,
-        }
-    }
-
-    /// The next round's due time at `now`; advances the schedule by one round.
-    pub(crate) fn next(&mut self, now: Instant) -> Pace {
-        let due = self.next;
-        self.next += self.period;
-        if now < due {
-            Pace::Wait(due)
-        } else {
-            Pace::Late(now - due)
-        }
-    }
-
-    /// Waits for the next round; returns how late it starts, in microseconds (0 when it
-    /// had to wait: the timer's own lateness is the client's, not the server's).
-    pub(crate) async fn wait(&mut self) -> u64 {
-        match self.next(Instant::now()) {
-            Pace::Wait(due) => {
-                tokio::time::sleep_until(due.into()).await;
-                0
-            }
-            Pace::Late(by) => micros(by),
-        }
-    }
-}
-
-/// The round period of one of `connections` connections sharing `rate` operations per
-/// second, `round` operations per round.
-pub(crate) fn round_period(rate: f64, connections: usize, round: usize) -> Duration {
-    let per_connection = rate / connections.max(1) as f64;
-    Duration::from_secs_f64((round.max(1) as f64 / per_connection).clamp(1e-6, 3600.0))
-}
-
 /// What a connection task works with.
 pub(crate) struct ConnCtx {
     pub setup: Arc<Setup>,
@@ -432,24 +374,6 @@ mod tests {
             }
         }
         assert!(seen.iter().all(|&n| n == 1));
-    }
-
-    #[test]
-    fn a_pacer_waits_for_due_rounds_and_counts_late_ones_from_when_they_were_due() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis;
-        let mut p = Pacer::new(t0 + ms(5), ms(10));
-        // Early: wait for the first due time; the schedule moves on by one period.
-        assert_eq!(p.next(t0), Pace::Wait(t0 + ms(5)));
-        assert_eq!(p.next(t0 + ms(15)), Pace::Late(ms(0)));
-        // The round due at 25 ms started at 40 ms: 15 ms late; the one due at 35 is late
-        // too (a queue), then the schedule is caught up.
-        assert_eq!(p.next(t0 + ms(40)), Pace::Late(ms(15)));
-        assert_eq!(p.next(t0 + ms(41)), Pace::Late(ms(6)));
-        assert_eq!(p.next(t0 + ms(42)), Pace::Wait(t0 + ms(45)));
-        // 1,000 ops/s over 4 connections, 5 ops a round: a round every 20 ms each.
-        assert_eq!(round_period(1_000.0, 4, 5), ms(20));
-        assert_eq!(round_period(1e12, 1, 1), Duration::from_micros(1));
     }
 
     #[test]

@@ -209,6 +209,25 @@ fn native_against_latticekv() {
     assert!(r.ops >= 3000, "{r:?}");
 }
 
+/// An open-loop run (`--rate`) sends what it was asked to: its rounds are due on a fixed
+/// schedule and timed by a timerfd (Linux), so a timer that fired early or never would show
+/// here as too many or too few operations.
+#[test]
+fn native_paced_run_keeps_its_rate() {
+    let node = start_node(1);
+    let mut a = args(Protocol::Native, node.native);
+    a.workload = Workload::C;
+    a.batch = 8;
+    a.connections = 16;
+    a.rate = Some(8_000.0);
+    a.duration = 1.5;
+    a.warmup = 0.2;
+    let r = run(a);
+    assert_eq!(r.errors, 0, "{r:?}");
+    let off = (r.ops_per_sec - 8_000.0).abs() / 8_000.0;
+    assert!(off < 0.1, "{} ops/s for 8,000 asked", r.ops_per_sec);
+}
+
 #[test]
 fn native_routes_to_every_worker() {
     let node = start_node(3);

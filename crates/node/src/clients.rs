@@ -166,7 +166,9 @@ impl Client {
     /// current commands are answered.
     pub fn kill(&self) {
         self.killed.store(true, Ordering::Release);
-        self.kill.notify_one();
+        // Every waiter: a connection waits for its kill in several places at once (its
+        // whole life, and around a write that may block).
+        self.kill.notify_waiters();
     }
 
     /// True once killed.
@@ -176,8 +178,13 @@ impl Client {
 
     /// Completes once the connection is killed.
     pub async fn wait_killed(&self) {
-        while !self.is_killed() {
-            self.kill.notified().await;
+        loop {
+            // Created before the check: a kill between the two still completes it.
+            let notified = self.kill.notified();
+            if self.is_killed() {
+                return;
+            }
+            notified.await;
         }
     }
 }
@@ -213,5 +220,31 @@ mod tests {
             .expect("woken")
             .unwrap();
         assert!(a.client().is_killed());
+    }
+
+    #[tokio::test]
+    async fn a_kill_wakes_every_waiter_of_the_connection() {
+        // A connection waits for its kill for its whole life and again around a write.
+        let clients = Arc::new(Clients::default());
+        let a = clients.register(Peer::default());
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let client = a.client().clone();
+                tokio::spawn(async move { client.wait_killed().await })
+            })
+            .collect();
+        // Both are registered before the kill.
+        tokio::task::yield_now().await;
+        a.client().kill();
+        for waiter in waiters {
+            tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+                .await
+                .expect("every waiter is woken")
+                .unwrap();
+        }
+        // And one that starts waiting afterwards completes at once.
+        tokio::time::timeout(std::time::Duration::from_secs(5), a.client().wait_killed())
+            .await
+            .expect("a later waiter completes");
     }
 }

@@ -218,6 +218,13 @@ pub trait Codec {
     fn killed(&self) -> impl Future<Output = ()> {
         std::future::pending()
     }
+
+    /// Completes when another connection kills this one (`CLIENT KILL`); never, by default.
+    /// Owned: the connection creates it once and keeps it for its life, so waiting for a
+    /// kill costs no registration per request.
+    fn kill_signal(&self) -> impl Future<Output = ()> + 'static {
+        std::future::pending()
+    }
 }
 
 /// When a connection waiting for bytes has waited too long (sans-I/O: the pipeline reports
@@ -399,7 +406,21 @@ pub async fn serve<C: Codec>(
         starts: Vec::new(),
     };
     let blocked = replies.blocked.clone();
-    let mut shutdown = w.shared.shutdown();
+    // The node stopping or the connection killed, registered once for the connection's
+    // life: a waiter registered and dropped around every request cost more than the
+    // request's own work in the store.
+    let stop = {
+        let mut shutdown = w.shared.shutdown();
+        let killed = codec.kill_signal();
+        async move {
+            tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|s| *s) => {}
+                () = killed => {}
+            }
+        }
+    };
+    tokio::pin!(stop);
     let limits = &w.shared.config.limits;
     let max_batch_reply = limits.max_reply_bytes.max(1);
     let mut clock = ReadClock::new(
@@ -418,7 +439,10 @@ pub async fn serve<C: Codec>(
                 inbuf.reserve(16 * 1024);
             }
             let deadline = clock.deadline(codec.waits_for_pushes());
+            // Biased, the read first: a request that arrived completes the select at its
+            // first branch, without polling (or registering) the others.
             let read = tokio::select! {
+                biased;
                 r = stream.read_buf(&mut inbuf) => Some(r),
                 push = codec.next_push() => {
                     replies.out.extend_from_slice(&push);
@@ -431,7 +455,7 @@ pub async fn serve<C: Codec>(
                     );
                     return;
                 }
-                _ = shutdown.wait_for(|s| *s) => return,
+                () = &mut stop => return,
             };
             match read {
                 Some(Ok(0) | Err(_)) => return,
@@ -440,6 +464,7 @@ pub async fn serve<C: Codec>(
                     clock.pushed(Instant::now());
                     codec.drain_pushes(&mut replies.out);
                     let wrote = tokio::select! {
+                        biased;
                         r = write_out(&mut stream, &replies.out) => r.is_ok(),
                         _ = codec.killed() => false,
                     };
@@ -495,6 +520,7 @@ pub async fn serve<C: Codec>(
         }
         if !replies.out.is_empty() {
             let wrote = tokio::select! {
+                biased;
                 r = write_out(&mut stream, &replies.out) => r.is_ok(),
                 _ = codec.killed() => false,
             };

@@ -261,15 +261,8 @@ impl Codec for Resp {
 
     // Pub/sub.
     fn next_push(&mut self) -> impl std::future::Future<Output = Vec<u8>> {
-        // `CLIENT KILL` of a waiting connection: nothing to push, and `quit` closes it.
-        let client = self.state.client.client().clone();
-        let push = self.state.pubsub.next_push(self.state.version);
-        async move {
-            tokio::select! {
-                p = push => p,
-                _ = client.wait_killed() => Vec::new(),
-            }
-        }
+        // `CLIENT KILL` of a waiting connection is `kill_signal`'s.
+        self.state.pubsub.next_push(self.state.version)
     }
 
     fn drain_pushes(&mut self, out: &mut Vec<u8>) {
@@ -278,6 +271,11 @@ impl Codec for Resp {
 
     fn waits_for_pushes(&self) -> bool {
         self.state.pubsub.any()
+    }
+
+    fn kill_signal(&self) -> impl std::future::Future<Output = ()> + 'static {
+        let client = self.state.client.client().clone();
+        async move { client.wait_killed().await }
     }
 
     fn killed(&self) -> impl std::future::Future<Output = ()> {
