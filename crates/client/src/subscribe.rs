@@ -136,7 +136,7 @@ impl Drop for Subscription {
 /// 64-bit hash of its encoding, never 0), for [`Client::subscribe_from`]. Equal to the
 /// store's for a value read from it: the encoding of a decoded value is the same.
 pub fn value_version(value: &Value) -> u64 {
-    placement::key_hash(&wire::convert::value_to_pb(value).encode_to_vec()).max(1)
+    wire::value_version(&wire::convert::value_to_pb(value))
 }
 
 impl Client {

@@ -451,7 +451,7 @@ impl CausalCache {
             req: ReqId(run_id),
             deadline_ms: now_ms().saturating_add(millis(self.config.pin_lifetime)),
         };
-        let values = self
+        let mut values = self
             .settle(Start::Keys, &rdag, |g| {
                 g.pins.expire(now_ms());
                 let values =
@@ -464,7 +464,6 @@ impl CausalCache {
                 Ok(values)
             })
             .await?;
-        let mut values = values;
         Ok(keys
             .into_iter()
             .map(|key| {

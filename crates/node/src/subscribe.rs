@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hashbrown::{HashMap, HashSet};
-use prost::Message;
 use tokio::sync::mpsc;
 use wire::pb;
 
@@ -58,11 +57,7 @@ pub fn period_of(ms: u32) -> Duration {
     Duration::from_millis(u64::from(ms)).clamp(MIN_PERIOD, MAX_PERIOD)
 }
 
-/// The version of a value, as `GetDelta` and pushes report it: a 64-bit hash of its
-/// encoding, never 0 (0 means "no value").
-pub fn value_version(v: &pb::Value) -> u64 {
-    placement::key_hash(&v.encode_to_vec()).max(1)
-}
+pub use wire::value_version;
 
 /// What a round finds for one subscribed key.
 #[derive(Clone, Debug, PartialEq)]

@@ -29,6 +29,14 @@ pub mod faas {
 }
 
 pub use convert::ConvertError;
+
+/// The version of a value as the store reports it (`GetDelta` answers, subscription pushes,
+/// `Subscribe.versions`): a 64-bit hash of its encoding, never 0 (0 means "none"). Defined
+/// here, once, because a store and its clients must compute the same number.
+pub fn value_version(v: &pb::Value) -> u64 {
+    use prost::Message;
+    placement::key_hash(&v.encode_to_vec()).max(1)
+}
 pub use frame::FrameError;
 
 /// Version of the native protocol this crate speaks (reported in `Topology`).
