@@ -11,17 +11,11 @@ use std::process::{Command, Stdio};
 use client::{Client, ClientOptions, Credentials};
 use common::{Native, NodeProc, Resp};
 use node::auth::sha256_hex;
+use testkit::rt;
 use wire::pb::{self, request::Op, response::Result as R, ErrorCode};
 
 const NOAUTH: &[u8] = b"-NOAUTH Authentication required.\r\n";
 const WRONGPASS: &[u8] = b"-WRONGPASS invalid username-password pair or user is disabled.\r\n";
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// The error code of a native response (panics on success).
 fn code(resp: &pb::Response) -> ErrorCode {

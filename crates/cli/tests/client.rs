@@ -6,14 +6,8 @@ mod common;
 use client::{Client, ClientError, Condition};
 use common::NodeProc;
 use lattice::{Bool, Lattice, Lww, Map, Max, Priority, Set, SingleKeyCausal, Timestamp, Value};
+use testkit::rt;
 use wire::pb::ErrorCode;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 #[test]
 fn typed_calls_round_trip() {

@@ -22,6 +22,7 @@ use client::{Client, ClientOptions, Level, Session, Value};
 // Cluster tests run one at a time (`serial`: several clusters at once starve a 2-core
 // machine).
 use common::{eventually, serial, Native, NodeProc};
+use testkit::rt;
 use wire::pb::{self, request::Op as ReqOp, response::Result as R};
 
 /// Slow gossip, fast failure detection off the critical path, 3 replicas per key.
@@ -96,13 +97,6 @@ fn alive_members(node: &NodeProc) -> usize {
             .count(),
         _ => 0,
     }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// What a read returned, as the checker sees it.

@@ -8,13 +8,7 @@ use std::time::Duration;
 
 use client::Client;
 use common::{eventually, NodeProc};
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use testkit::rt;
 
 fn disk_node(dir: &std::path::Path, workers: &str) -> NodeProc {
     NodeProc::server(

@@ -10,13 +10,7 @@ use std::time::{Duration, Instant};
 
 use client::{Client, ClientOptions};
 use common::NodeProc;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use testkit::rt;
 
 fn node(dir: &Path, extra: &[&str]) -> NodeProc {
     let mut flags = vec!["--workers", "2", "--data-dir", dir.to_str().unwrap()];

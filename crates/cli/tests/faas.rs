@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use faas::client::{Arg, CallOptions, FaasClient};
 use faas::{conn, pb, FaasError};
+use testkit::rt;
 use testkit::NodeProc;
 use tokio::net::TcpStream;
 
@@ -72,13 +73,6 @@ fn scheduler_with(store: &NodeProc, extra: &[&str]) -> SchedulerProc {
         addr: addr.expect("the scheduler printed its address"),
         http,
     }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 fn code(e: &FaasError) -> Option<pb::ErrorCode> {

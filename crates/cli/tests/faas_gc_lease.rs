@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use faas::hydro::{CacheConfig, CausalCache};
 use faas::scheduler::lease::LEASES_KEY;
 use faas::scheduler::{Scheduler, SchedulerConfig, SchedulerStats, StatsHandle};
+use testkit::rt;
 use testkit::NodeProc;
 use tokio::sync::watch;
 
@@ -97,13 +98,6 @@ impl Other {
         let _ = self.kill.take().unwrap().send(());
         self.thread.take().unwrap().join().unwrap();
     }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 async fn members(store: &client::Client) -> Vec<String> {

@@ -36,6 +36,7 @@ use testkit::NodeProc;
 use tokio::net::{TcpListener, TcpStream};
 
 use faas_common::{commit_embedded, decode, encode, hlc_now, meta_of, Mode};
+use testkit::rt;
 
 fn store() -> NodeProc {
     NodeProc::start_bin(
@@ -560,13 +561,6 @@ async fn assert_pins_released(c: &Cluster) {
         let stats = cache.stats();
         assert_eq!(stats.pinned_runs, 0, "pins left behind: {stats:?}");
     }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 #[test]

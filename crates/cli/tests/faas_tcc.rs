@@ -33,6 +33,7 @@ use testkit::NodeProc;
 use tokio::net::{TcpListener, TcpStream};
 
 use faas_common::{commit_embedded, decode, encode, hlc_now, meta_of, Mode};
+use testkit::rt;
 use tokio::sync::oneshot;
 
 fn bin() -> &'static str {
@@ -44,13 +45,6 @@ fn store() -> NodeProc {
         bin(),
         &["--workers", "2", "--disk-nodes", "0", "--monitor", "false"],
     )
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// An executor played by the test. Every function returns its upstream's view plus

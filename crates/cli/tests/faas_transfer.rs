@@ -10,6 +10,7 @@ use faas::data::DataPlane;
 use faas::hydro::{CacheConfig, CausalCache};
 use lattice::{CausalVersion, Lww, MultiKeyCausal, Timestamp, Value, VectorClock};
 use prost::Message;
+use testkit::rt;
 use testkit::NodeProc;
 
 const BIG: usize = 1 << 20;
@@ -19,13 +20,6 @@ fn store() -> NodeProc {
         env!("CARGO_BIN_EXE_latticekv"),
         &["--workers", "2", "--disk-nodes", "0", "--monitor", "false"],
     )
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 fn clock(entries: &[(u64, u64)]) -> VectorClock {

@@ -8,14 +8,8 @@ use std::time::{Duration, Instant};
 
 use client::Client;
 use common::NodeProc;
+use testkit::rt;
 use wire::pb;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// The smallest window sequence number among the node's workers.
 fn min_seq(s: &pb::Status) -> u64 {

@@ -15,14 +15,8 @@ use client::{Client, Notification, Value};
 // them runs a cluster, whose heartbeats a busy 2-core machine would starve.
 use common::{eventually, serial, Native, NodeProc};
 use prost::Message;
+use testkit::rt;
 use wire::pb::{self, request::Op, response::Result as R, ErrorCode};
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 fn b(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())

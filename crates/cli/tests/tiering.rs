@@ -9,13 +9,7 @@ use std::time::{Duration, Instant};
 use client::Client;
 use common::NodeProc;
 use lattice::{Lww, Timestamp, Value};
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
+use testkit::rt;
 
 /// The memory node's budget (all workers).
 const BUDGET: u64 = 16 << 20;

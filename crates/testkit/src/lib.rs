@@ -52,3 +52,12 @@ pub use pki::Pki;
 pub use resp::Resp;
 pub use tmpfs::Tmpfs;
 pub use wait::{closed_by_peer, eventually, serial};
+
+/// A single-threaded tokio runtime with I/O and timers, for tests that drive the async
+/// clients from a synchronous `#[test]`.
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}

@@ -11,6 +11,8 @@ use lattice::{Lww, Timestamp, Value};
 use wire::convert::value_to_pb;
 use wire::pb::{self, request::Op, response::Result as R};
 
+pub use testkit::rt;
+
 use super::{eventually, Native, NodeProc};
 
 /// Flags of every node here: two workers, fast membership gossip, and `replication` nodes
@@ -54,13 +56,6 @@ pub fn cluster(ids: &[&str], f: &[&str], env: &[(&str, &str)]) -> Vec<NodeProc> 
         );
     }
     nodes
-}
-
-pub fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 pub fn topology(addr: SocketAddr) -> pb::Topology {
