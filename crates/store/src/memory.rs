@@ -191,8 +191,13 @@ fn packable<'r>(key: &[u8], record: &'r Record) -> Option<(Timestamp, &'r [u8])>
     }
 }
 
+/// The length of the packed block of `key` and `value`.
+fn packed_len(key: &[u8], value: &[u8]) -> usize {
+    KEY_LEN_BYTES + key.len() + TS_BYTES + value.len()
+}
+
 fn pack(meta: u32, key: &[u8], ts: Timestamp, value: &[u8]) -> Box<[u8]> {
-    let mut block = Vec::with_capacity(KEY_LEN_BYTES + key.len() + TS_BYTES + value.len());
+    let mut block = Vec::with_capacity(packed_len(key, value));
     block.extend_from_slice(&meta.to_le_bytes());
     // `packable` guarantees the key length fits in a u16.
     block.extend_from_slice(&(key.len() as u16).to_le_bytes());
@@ -201,6 +206,18 @@ fn pack(meta: u32, key: &[u8], ts: Timestamp, value: &[u8]) -> Box<[u8]> {
     block.extend_from_slice(&ts.writer.to_le_bytes());
     block.extend_from_slice(value);
     block.into_boxed_slice()
+}
+
+/// Rewrites the meta word, timestamp and value of `block` (its key stays) with a value of
+/// the same length as the one it holds: what [`pack`] would build, without allocating.
+fn repack(block: &mut [u8], meta: u32, ts: Timestamp, value: &[u8]) {
+    debug_assert_eq!(block.len(), packed_len(packed_key(block), value));
+    let at = KEY_LEN_BYTES + packed_key(block).len();
+    set_packed_meta(block, meta);
+    let (stamp, rest) = block[at..].split_at_mut(TS_BYTES);
+    stamp[..8].copy_from_slice(&ts.time.to_le_bytes());
+    stamp[8..].copy_from_slice(&ts.writer.to_le_bytes());
+    rest.copy_from_slice(value);
 }
 
 /// The parts of a packed block. Blocks are only built by [`pack`], so the layout holds.
@@ -636,7 +653,12 @@ impl MemStore {
                 // A change clears the synced flag; a write already known keeps it.
                 let kept = if changed { PARTIAL } else { FLAGS };
                 let meta = (packed_meta(block) & kept) | tick;
-                if changed {
+                if changed && block.len() == packed_len(key, value) {
+                    // As long as the block (a value overwritten by one of the same length,
+                    // the usual case of a register written again): rewritten in place, no
+                    // allocation, in memory the lookup just brought into the cache.
+                    repack(block, meta, ts, value);
+                } else if changed {
                     let before = packed_size(block);
                     *block = pack(meta, key, ts, value);
                     self.bytes = (self.bytes + packed_size(block)).saturating_sub(before);

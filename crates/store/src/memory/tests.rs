@@ -280,3 +280,45 @@ fn prefetching_a_key_changes_nothing_the_store_can_observe() {
     assert_eq!(value(&s, b"k7"), lww(1, b"v").value);
     assert!(s.get(b"absent").is_none());
 }
+
+/// The block of `key` in its packed table (its address tells whether it was reallocated).
+fn packed_block<'s>(s: &'s MemStore, key: &[u8]) -> &'s [u8] {
+    let hash = s.hash(key);
+    s.parts[partition_of(key)]
+        .packed
+        .find(hash, |b| packed_key(b) == key)
+        .expect("a packed block")
+}
+
+#[test]
+fn a_value_as_long_as_the_last_is_written_into_its_block() {
+    let mut s = MemStore::new();
+    s.merge(b"key", lww(1, b"first value"));
+    let bytes = s.bytes();
+    let at = packed_block(&s, b"key").as_ptr();
+    let o = s.merge(b"key", lww(2, b"other value"));
+    assert!(o.changed && o.was_present && o.is_live);
+    assert_eq!(packed_block(&s, b"key").as_ptr(), at, "rewritten in place");
+    assert_eq!(s.bytes(), bytes);
+    assert!(matches!(
+        s.get(b"key"),
+        Some(RecordRef::Lww { ts: t, value: b"other value" }) if t == ts(2)
+    ));
+    // The block is what packing the record afresh gives, meta word aside.
+    let fresh = pack(0, b"key", ts(2), b"other value");
+    assert_eq!(packed_block(&s, b"key")[META_BYTES..], fresh[META_BYTES..]);
+    // An older write of the same length changes nothing.
+    assert!(!s.merge(b"key", lww(1, b"zzzzzzzzzzz")).changed);
+    assert_eq!(value(&s, b"key"), lww(2, b"other value").value);
+    // A longer or shorter value gets a block of its own size.
+    s.merge(b"key", lww(3, b"a longer value"));
+    assert_eq!(value(&s, b"key"), lww(3, b"a longer value").value);
+    s.merge(b"key", lww(4, b"short"));
+    assert_eq!(value(&s, b"key"), lww(4, b"short").value);
+    assert_eq!(packed_block(&s, b"key").len(), fresh.len() - 6);
+    // A change in place clears the synced flag as a new block does.
+    assert!(s.set_synced(b"key"));
+    s.merge(b"key", lww(5, b"newer"));
+    assert!(!s.is_synced(b"key"));
+    assert_eq!(value(&s, b"key"), lww(5, b"newer").value);
+}
