@@ -297,6 +297,42 @@ async fn write_out(stream: &mut Stream, bytes: &[u8]) -> std::io::Result<()> {
     stream.flush().await
 }
 
+/// Writes `bytes` unless the connection must close first ([`Codec::killed`], waited for
+/// only by a write that does not complete at once: most do, and setting up the wait cost
+/// as much as a small request's own work). False if it failed or was cut short.
+async fn write_unless_killed<C: Codec>(stream: &mut Stream, bytes: &[u8], codec: &C) -> bool {
+    let write = write_out(stream, bytes);
+    tokio::pin!(write);
+    if let Poll::Ready(r) = std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await {
+        return r.is_ok();
+    }
+    tokio::select! {
+        biased;
+        r = &mut write => r.is_ok(),
+        _ = codec.killed() => false,
+    }
+}
+
+/// Completes when the node stops or the connection is killed (`kill`). The two are watched
+/// by a task of their own that signals the connection through a oneshot, which a poll
+/// checks without a lock: the connection polls it every time it waits for bytes, i.e. once
+/// per request of a client that waits for each reply, and polling the two waiters
+/// themselves (a watch and a `Notify`, each behind a mutex) cost more than the request's
+/// own work in the store. The task ends with the connection (the receiver dropped).
+fn stop_signal(w: &Worker, kill: impl Future<Output = ()> + 'static) -> oneshot::Receiver<()> {
+    let (mut tx, rx) = oneshot::channel();
+    let mut shutdown = w.shared.shutdown();
+    spawn_local(async move {
+        tokio::select! {
+            biased;
+            _ = tx.closed() => {}
+            _ = shutdown.wait_for(|s| *s) => { let _ = tx.send(()); }
+            () = kill => { let _ = tx.send(()); }
+        }
+    });
+    rx
+}
+
 /// What [`run_batch`] did.
 #[derive(Clone, Copy, Debug)]
 pub struct Batch {
@@ -406,21 +442,7 @@ pub async fn serve<C: Codec>(
         starts: Vec::new(),
     };
     let blocked = replies.blocked.clone();
-    // The node stopping or the connection killed, registered once for the connection's
-    // life: a waiter registered and dropped around every request cost more than the
-    // request's own work in the store.
-    let stop = {
-        let mut shutdown = w.shared.shutdown();
-        let killed = codec.kill_signal();
-        async move {
-            tokio::select! {
-                biased;
-                _ = shutdown.wait_for(|s| *s) => {}
-                () = killed => {}
-            }
-        }
-    };
-    tokio::pin!(stop);
+    let mut stop = stop_signal(&w, codec.kill_signal());
     let limits = &w.shared.config.limits;
     let max_batch_reply = limits.max_reply_bytes.max(1);
     let mut clock = ReadClock::new(
@@ -455,7 +477,7 @@ pub async fn serve<C: Codec>(
                     );
                     return;
                 }
-                () = &mut stop => return,
+                _ = &mut stop => return,
             };
             match read {
                 Some(Ok(0) | Err(_)) => return,
@@ -463,11 +485,7 @@ pub async fn serve<C: Codec>(
                 None => {
                     clock.pushed(Instant::now());
                     codec.drain_pushes(&mut replies.out);
-                    let wrote = tokio::select! {
-                        biased;
-                        r = write_out(&mut stream, &replies.out) => r.is_ok(),
-                        _ = codec.killed() => false,
-                    };
+                    let wrote = write_unless_killed(&mut stream, &replies.out, &codec).await;
                     if !wrote || codec.quit() {
                         return;
                     }
@@ -519,11 +537,7 @@ pub async fn serve<C: Codec>(
             w.record_latency(read_at.elapsed(), batch.timed);
         }
         if !replies.out.is_empty() {
-            let wrote = tokio::select! {
-                biased;
-                r = write_out(&mut stream, &replies.out) => r.is_ok(),
-                _ = codec.killed() => false,
-            };
+            let wrote = write_unless_killed(&mut stream, &replies.out, &codec).await;
             if !wrote {
                 return;
             }
