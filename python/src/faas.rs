@@ -6,16 +6,18 @@
 //! turns them into its exception classes.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::{IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use bytes::{Buf, Bytes};
 use faas::client::{Arg, CallOptions};
 use faas::{pb, FaasError};
 use prost::Message;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::runtime;
@@ -221,11 +223,33 @@ fn io_err(e: std::io::Error) -> PyErr {
     crate::ConnectionError::new_err(format!("executor link: {e}"))
 }
 
+/// Writes `msg` as one frame, vectored (`faas::conn::frame_parts`): a large result goes to
+/// the socket from the Python bytes object it was handed as, not through a copy.
 fn send(stream: &mut TcpStream, msg: &pb::FromExecutor) -> std::io::Result<()> {
-    let mut out = Vec::new();
-    wire::frame::try_encode(msg, &mut out)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    stream.write_all(&out)
+    let mut parts = faas::conn::frame_parts(msg)?;
+    if let [one] = &parts[..] {
+        return stream.write_all(one);
+    }
+    let mut first = 0;
+    while first < parts.len() {
+        let slices: Vec<IoSlice<'_>> = parts[first..].iter().map(|p| IoSlice::new(p)).collect();
+        let mut n = match stream.write_vectored(&slices) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        while n > 0 {
+            let part = &mut parts[first];
+            let take = n.min(part.len());
+            part.advance(take);
+            n -= take;
+            if part.is_empty() {
+                first += 1;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn receive(stream: &mut TcpStream) -> std::io::Result<Option<pb::ToExecutor>> {
@@ -329,18 +353,19 @@ impl ExecutorLink {
         Ok(Some(t))
     }
 
-    /// Reports task `id`'s pickled result and its writes.
+    /// Reports task `id`'s pickled result and its writes. The result is sent from the
+    /// bytes object itself (no copy of it on this side).
     fn done(
         &self,
         py: Python<'_>,
         id: u64,
-        value: Vec<u8>,
+        value: PyBackedBytes,
         task_writes: Vec<(Vec<u8>, Vec<u8>)>,
     ) -> PyResult<()> {
         self.finish(
             py,
             id,
-            pb::task_done::Result::Value(value.into()),
+            pb::task_done::Result::Value(Bytes::from_owner(value)),
             task_writes,
             Vec::new(),
         )

@@ -18,10 +18,13 @@
 //!
 //! Eviction order is least recently used, by a logical access counter (no clock): reads
 //! ([`Cut::read`], [`Cut::touch`], protocol steps that bind keys) and merges count as uses.
-//! Pinned versions are not in the cut but copies in [`crate::Pins`], so eviction never
-//! disturbs a running request.
+//! Pinned versions are not in the cut but in [`crate::Pins`], so eviction never disturbs a
+//! running request. The cut and the pins share a value's allocation ([`Shared`]): a pin or a
+//! snapshot of a cached value is a reference count, not a copy of its payloads, and a value
+//! that changes in the cut is replaced, never written in place.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use lattice::{Lattice, MultiKeyCausal, VectorClock};
 use thiserror::Error as ThisError;
@@ -48,10 +51,14 @@ pub fn value_bytes(key: &[u8], value: &MultiKeyCausal) -> usize {
     key.len() + ENTRY_OVERHEAD + versions
 }
 
+/// A cached or pinned value, shared between the cut, the pins and the snapshots handed to
+/// functions: cloning it does not copy the payloads. Values are immutable once shared.
+pub type Shared = Arc<MultiKeyCausal>;
+
 /// One cached key.
 #[derive(Clone, Debug)]
 struct Entry {
-    value: MultiKeyCausal,
+    value: Shared,
     /// The keys `value` depends on (its entries in the reverse index).
     dep_keys: KeySet,
     /// Accounted size ([`value_bytes`]).
@@ -205,6 +212,12 @@ impl Cut {
     /// The cached version of `key` without counting a use: `None` if not cached, the bottom
     /// (empty) if cached as absent.
     pub fn get(&self, key: &[u8]) -> Option<&MultiKeyCausal> {
+        self.entries.get(key).map(|e| &*e.value)
+    }
+
+    /// [`Cut::get`], shared: a reference to the cached value's allocation (a snapshot or a
+    /// pin of it copies no payload).
+    pub fn get_shared(&self, key: &[u8]) -> Option<&Shared> {
         self.entries.get(key).map(|e| &e.value)
     }
 
@@ -419,7 +432,7 @@ impl Cut {
         self.entries.insert(
             key,
             Entry {
-                value,
+                value: Arc::new(value),
                 dep_keys,
                 bytes,
                 seq: self.seq,

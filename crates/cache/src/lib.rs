@@ -65,7 +65,7 @@ pub mod versionset;
 mod tests;
 
 pub use commit::Executor;
-pub use cut::{Cut, Merged};
+pub use cut::{Cut, Merged, Shared};
 pub use dag::{Dag, FnSpec};
 pub use error::Error;
 pub use gc::{Holdings, Round, Stable};

@@ -14,12 +14,16 @@
 //! their deadline passed (the sink died, or the release was lost). Every pin for a request
 //! pushes its deadline out. The store is bounded in versions and bytes; a pin that does not
 //! fit is refused whole ([`Error::PinsFull`]).
+//!
+//! A pin holds a [`Shared`] value: pinning a value of the cut shares its allocation with the
+//! cut (a reference count, no copy of the payloads). The bounds count every pinned value in
+//! full, shared or not.
 
 use std::collections::BTreeMap;
 
 use lattice::{Lattice, MultiKeyCausal, VectorClock};
 
-use crate::cut::value_bytes;
+use crate::cut::{value_bytes, Shared};
 use crate::gc::Holdings;
 use crate::{Error, Key, ReqId, VersionSet};
 
@@ -48,7 +52,7 @@ struct Pinned {
     /// Dropped by [`Pins::expire`] after this time.
     deadline_ms: u64,
     /// Key → clock → the value pinned with that clock.
-    keys: BTreeMap<Key, BTreeMap<VectorClock, MultiKeyCausal>>,
+    keys: BTreeMap<Key, BTreeMap<VectorClock, Shared>>,
 }
 
 /// The pinned versions of one cache, per request attempt.
@@ -71,19 +75,22 @@ impl Pins {
 
     /// Pins `values` for `req` until at least `deadline_ms`, all or nothing. Bottoms (keys
     /// bound to "does not exist") need no pin and are skipped; a value already pinned for
-    /// the request with the same clock is not pinned twice.
+    /// the request with the same clock is not pinned twice. A [`Shared`] value is pinned
+    /// without copying its payloads.
     ///
     /// # Errors
     /// [`Error::PinsFull`] if the new values would exceed a bound; nothing is pinned then
     /// (earlier pins of the request stay, with their deadline pushed out).
-    pub fn pin<I>(&mut self, req: ReqId, deadline_ms: u64, values: I) -> Result<usize, Error>
+    pub fn pin<I, V>(&mut self, req: ReqId, deadline_ms: u64, values: I) -> Result<usize, Error>
     where
-        I: IntoIterator<Item = (Key, MultiKeyCausal)>,
+        I: IntoIterator<Item = (Key, V)>,
+        V: Into<Shared>,
     {
         let entry = self.reqs.entry(req).or_default();
         entry.deadline_ms = entry.deadline_ms.max(deadline_ms);
-        let mut fresh: BTreeMap<(Key, VectorClock), MultiKeyCausal> = BTreeMap::new();
+        let mut fresh: BTreeMap<(Key, VectorClock), Shared> = BTreeMap::new();
         for (key, value) in values {
+            let value: Shared = value.into();
             if value.is_empty() {
                 continue;
             }
@@ -134,12 +141,12 @@ impl Pins {
             .get(&req)
             .and_then(|p| p.keys.get(key))
             .into_iter()
-            .flat_map(|m| m.values())
+            .flat_map(|m| m.values().map(|v| &**v))
     }
 
     /// The value pinned for `(req, key)` with exactly this clock.
     pub fn get(&self, req: ReqId, key: &[u8], clock: &VectorClock) -> Option<&MultiKeyCausal> {
-        self.reqs.get(&req)?.keys.get(key)?.get(clock)
+        self.reqs.get(&req)?.keys.get(key)?.get(clock).map(|v| &**v)
     }
 
     /// What this cache contributes to the version of `key` at `clock` for `req`: the merge
@@ -154,7 +161,7 @@ impl Pins {
                     Some(o) => {
                         o.merge_ref(v);
                     }
-                    None => out = Some(v.clone()),
+                    None => out = Some(MultiKeyCausal::clone(v)),
                 }
             }
         }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use lattice::MultiKeyCausal;
 
-use crate::cut::Cut;
+use crate::cut::{Cut, Shared};
 use crate::pins::Pins;
 use crate::versionset::{union_into, VersionRef, VersionSet};
 use crate::{CacheId, Error, Here, Key, KeySet};
@@ -55,10 +55,15 @@ pub(crate) fn missing(cut: &Cut, keys: &KeySet) -> Vec<Key> {
 }
 
 /// The cut's full versions of `refs`' keys (bottoms for uncached keys).
-pub(crate) fn values_of(cut: &Cut, refs: &VersionSet) -> BTreeMap<Key, MultiKeyCausal> {
+pub(crate) fn values_of(cut: &Cut, refs: &VersionSet) -> BTreeMap<Key, Shared> {
     refs.keys()
-        .map(|k| (k.clone(), cut.get(k).cloned().unwrap_or_default()))
+        .map(|k| (k.clone(), shared_of(cut, k)))
         .collect()
+}
+
+/// The cut's value of `key`, shared (no copy of the payloads); the bottom if not cached.
+fn shared_of(cut: &Cut, key: &[u8]) -> Shared {
+    cut.get_shared(key).cloned().unwrap_or_default()
 }
 
 /// CreateSnapshot (Alg. 4), run by each cache CON involves, after the shell staged the
@@ -96,7 +101,8 @@ pub fn create_snapshot(
 
 /// CT (spec §4.1): the whole DAG runs on this cache and reads the pinned snapshot
 /// `C ∩ R̃_DAG` (a KOC by Lemma 1, hence a snapshot), whatever the cut does while the DAG
-/// runs. Returns the versions every function reads (bottoms for keys that do not exist).
+/// runs. Returns the versions every function reads (bottoms for keys that do not exist),
+/// as owned copies: [`ct_snapshot_shared`] hands out the pinned values without copying.
 ///
 /// # Errors
 /// [`Error::NotCached`] if a key of `rdag` is not in the cut (stage it and call again);
@@ -107,15 +113,37 @@ pub fn ct_snapshot(
     here: Here,
     rdag: &KeySet,
 ) -> Result<BTreeMap<Key, MultiKeyCausal>, Error> {
+    let values = ct_snapshot_shared(cut, pins, here, rdag)?;
+    Ok(values
+        .into_iter()
+        .map(|(k, v)| (k, MultiKeyCausal::clone(&v)))
+        .collect())
+}
+
+/// [`ct_snapshot`] without a copy: the values are shared with the cut and the pins (a
+/// reference count each), so a snapshot of large values costs no pass over their payloads.
+///
+/// # Errors
+/// As [`ct_snapshot`].
+pub fn ct_snapshot_shared(
+    cut: &mut Cut,
+    pins: &mut Pins,
+    here: Here,
+    rdag: &KeySet,
+) -> Result<BTreeMap<Key, Shared>, Error> {
     let keys = missing(cut, rdag);
     if !keys.is_empty() {
         return Err(Error::NotCached { keys });
     }
-    let values: BTreeMap<Key, MultiKeyCausal> = rdag
+    let values: BTreeMap<Key, Shared> = rdag
         .iter()
-        .map(|k| (k.clone(), cut.get(k).cloned().unwrap_or_default()))
+        .map(|k| (k.clone(), shared_of(cut, k)))
         .collect();
-    pins.pin(here.req, here.deadline_ms, values.clone())?;
+    pins.pin(
+        here.req,
+        here.deadline_ms,
+        values.iter().map(|(k, v)| (k.clone(), v.clone())),
+    )?;
     for k in rdag {
         cut.touch(k);
     }

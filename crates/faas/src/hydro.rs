@@ -11,7 +11,7 @@
 //!   fetch lists go to the store with `get_many` outside the lock (from the fourth ask of
 //!   a key on, `get_all`, which reads every replica), answers are accepted, and once the
 //!   batch is closed under its dependencies it is merged and the snapshot taken in the same
-//!   lock hold ([`ct_snapshot`]), pinned for the run. Functions see the pinned values:
+//!   lock hold ([`ct_snapshot_shared`]), pinned for the run. Functions see the pinned values:
 //!   their siblings as bytes (one: the bytes; several: a tuple), and in
 //!   [`pb::KeyRead::meta`] the clock and dependencies they were read at.
 //! - **Commit** at the sink: [`Executor::commit`] with the run's pinned read versions
@@ -53,7 +53,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use cache::snapshot::ct_snapshot;
+use cache::snapshot::ct_snapshot_shared;
 use cache::versionset::refs_of;
 use cache::{
     CacheId, Cut, Executor, Fetch, Here, Key, KeySet, Merged, MultiKeyCausal, PinLimits, Pins,
@@ -65,7 +65,7 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::data::{BoxFuture, DataPlane, OptPlane};
 use crate::pb;
-use crate::values::key_read_owned;
+use crate::values::key_read_shared;
 pub use crate::values::{causal_of, LWW_ACTOR};
 
 /// Pushed values waiting for the refresh task (bounded: a full queue makes the
@@ -454,8 +454,8 @@ impl CausalCache {
         let mut values = self
             .settle(Start::Keys, &rdag, |g| {
                 g.pins.expire(now_ms());
-                let values =
-                    ct_snapshot(&mut g.cut, &mut g.pins, here, &rdag).map_err(|e| e.to_string())?;
+                let values = ct_snapshot_shared(&mut g.cut, &mut g.pins, here, &rdag)
+                    .map_err(|e| e.to_string())?;
                 g.runs
                     .entry(run_id)
                     .or_default()
@@ -467,9 +467,10 @@ impl CausalCache {
         Ok(keys
             .into_iter()
             .map(|key| {
-                // The snapshot's copy moves into the reply: no further copy of the payload.
+                // The pinned values are shared with the cut: the reply's payloads are views
+                // of them, not copies.
                 let v = values.remove(&key[..]).unwrap_or_default();
-                key_read_owned(key, v)
+                key_read_shared(key, v)
             })
             .collect())
     }

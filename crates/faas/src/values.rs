@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use cache::checker::{embed, ReadMeta};
-use cache::{CausalVersion, MultiKeyCausal, VectorClock};
+use cache::{CausalVersion, MultiKeyCausal, Shared, VectorClock};
 use lattice::Value;
 
 use crate::pb;
@@ -31,21 +31,45 @@ pub(crate) fn key_read(key: Bytes, value: &MultiKeyCausal) -> pb::KeyRead {
     }
 }
 
-/// [`key_read`] of a value the caller owns: the payloads move into the reply instead of
-/// being copied (a snapshot's values are the host's own copies already).
-pub(crate) fn key_read_owned(key: Bytes, value: MultiKeyCausal) -> pb::KeyRead {
+/// [`key_read`] of a value shared with the cache (a pinned snapshot's value): each payload
+/// is handed on as a view of the shared allocation, which it keeps alive, not copied.
+pub(crate) fn key_read_shared(key: Bytes, value: Shared) -> pb::KeyRead {
     if value.is_empty() {
         return key_read(key, &value);
     }
     let meta = Bytes::from(embed(&ReadMeta::of(&value), &[]));
-    // The sibling values, sorted and without duplicates, as `MultiKeyCausal::values`.
-    let values: std::collections::BTreeSet<lattice::Blob> =
-        value.into_versions().into_iter().map(|v| v.value).collect();
+    // The sibling values, sorted and without duplicates, as `MultiKeyCausal::values`: the
+    // index of the first version holding each.
+    let mut firsts: BTreeMap<&[u8], usize> = BTreeMap::new();
+    for (i, v) in value.versions().iter().enumerate() {
+        firsts.entry(&v.value[..]).or_insert(i);
+    }
+    let order: Vec<usize> = firsts.into_values().collect();
     pb::KeyRead {
         key,
         found: true,
-        values: values.into_iter().map(Bytes::from).collect(),
+        values: order
+            .into_iter()
+            .map(|version| {
+                Bytes::from_owner(Payload {
+                    value: value.clone(),
+                    version,
+                })
+            })
+            .collect(),
         meta,
+    }
+}
+
+/// One version's payload of a shared value, as the owner of a [`Bytes`] view of it.
+struct Payload {
+    value: Shared,
+    version: usize,
+}
+
+impl AsRef<[u8]> for Payload {
+    fn as_ref(&self) -> &[u8] {
+        &self.value.versions()[self.version].value
     }
 }
 
@@ -126,28 +150,34 @@ mod tests {
     }
 
     #[test]
-    fn an_owned_key_read_equals_the_borrowed_one_and_moves_the_payload() {
+    fn a_shared_key_read_equals_the_borrowed_one_and_views_the_shared_payloads() {
         let version = |c: u64, value: &[u8]| CausalVersion {
             clock: VectorClock::from_iter([(c, 1)]),
             deps: [(Key::from(&b"d"[..]), VectorClock::from_iter([(3, c)]))].into(),
             value: Box::from(value),
         };
-        // Two concurrent siblings, one value twice: sorted and deduplicated as `values()`.
-        let v =
-            MultiKeyCausal::from_versions([version(2, b"y"), version(1, b"x"), version(4, b"x")]);
         let k = Bytes::from_static(b"k");
+        // Siblings out of order and a duplicate value: sorted and deduplicated.
+        let v = MultiKeyCausal::from_versions([
+            version(2, &[9u8; 3000]),
+            version(1, b"x"),
+            version(4, b"x"),
+        ]);
+        let shared = Shared::new(v.clone());
+        let read = key_read_shared(k.clone(), shared.clone());
+        assert_eq!(read, key_read(k.clone(), &v));
+        // Every payload is a view of the shared value, which the reply keeps alive.
+        let payloads: Vec<*const u8> = shared.versions().iter().map(|x| x.value.as_ptr()).collect();
+        for r in &read.values {
+            assert!(payloads.contains(&r.as_ptr()), "a payload was copied");
+        }
+        assert!(Shared::strong_count(&shared) > 1);
+        drop(shared);
+        assert!(read.values.contains(&Bytes::from(vec![9u8; 3000])));
+        let empty = Shared::default();
         assert_eq!(
-            key_read_owned(k.clone(), v.clone()),
-            key_read(k.clone(), &v)
+            key_read_shared(k.clone(), empty),
+            key_read(k, &MultiKeyCausal::default())
         );
-        let empty = MultiKeyCausal::default();
-        assert_eq!(
-            key_read_owned(k.clone(), empty.clone()),
-            key_read(k.clone(), &empty)
-        );
-        // The payload is handed on, not copied.
-        let one = MultiKeyCausal::new(version(1, &[7u8; 4096]));
-        let at = one.versions()[0].value.as_ptr();
-        assert_eq!(key_read_owned(k, one).values[0].as_ptr(), at);
     }
 }

@@ -2,9 +2,9 @@
 
 use super::world::{fill, run_staging, Store};
 use super::{here, k, ks, vc, ver};
-use crate::snapshot::{create_snapshot, ct_snapshot, retrieve_cut};
+use crate::snapshot::{create_snapshot, ct_snapshot, ct_snapshot_shared, retrieve_cut};
 use crate::versionset::{refs_of, VersionRef};
-use crate::{CacheId, Cut, Error, PinLimits, Pins, Staging};
+use crate::{CacheId, Cut, Error, PinLimits, Pins, Shared, Staging};
 
 /// b ← x ← a (a depends on x, x on b), and an unrelated c.
 fn store() -> Store {
@@ -85,4 +85,38 @@ fn ct_reads_the_pinned_snapshot_across_a_refresh() {
     assert_eq!(c1.clock(), vc(&[(3, 1)]));
     assert_eq!(pins.fetch_refs(h.req, &refs), snap);
     assert_eq!(pins.release(h.req), 2);
+}
+
+/// CT's snapshot shares the cut's values (a pin is a reference count, not a copy of the
+/// payloads), and a refresh replaces the cut's value without touching the shared one.
+#[test]
+fn a_shared_ct_snapshot_is_the_cuts_values_and_outlives_a_refresh() {
+    let mut store = store();
+    let mut cut = Cut::new(1 << 20);
+    let mut pins = Pins::new(PinLimits::default());
+    let h = here(1, 9);
+    let rdag = ks(&["a", "c", "z"]);
+    fill(&mut cut, &["a", "c", "z"], &store);
+    let snap = ct_snapshot_shared(&mut cut, &mut pins, h, &rdag).unwrap();
+    for key in ["a", "c"] {
+        let cached = cut.get_shared(key.as_bytes()).unwrap();
+        assert!(Shared::ptr_eq(&snap[&k(key)], cached), "{key} was copied");
+        let pinned = pins.get(h.req, key.as_bytes(), &cached.clock()).unwrap();
+        assert!(std::ptr::eq(pinned, &**cached), "{key}'s pin was copied");
+    }
+    assert!(snap[&k("z")].is_empty());
+    // The owned form reads the same versions.
+    let owned = ct_snapshot(&mut cut, &mut pins, here(1, 10), &rdag).unwrap();
+    assert!(owned.iter().all(|(key, v)| *v == *snap[key]));
+    // Refresh: c moves on in the cut; the snapshot and the pin keep c1.
+    let c1 = snap[&k("c")].clone();
+    let c2 = ver(vc(&[(3, 2)]), &[], "c2");
+    store.put(&k("c"), &c2);
+    let s = Staging::for_pushed([(k("c"), c2.clone())], &cut).unwrap();
+    run_staging(&mut cut, s, &store, |_, _| 0).unwrap();
+    assert_eq!(cut.get(b"c"), Some(&c2));
+    assert_eq!(c1.clock(), vc(&[(3, 1)]));
+    assert_eq!(pins.get(h.req, b"c", &c1.clock()), Some(&*c1));
+    assert_eq!(pins.release(h.req), 2);
+    cut.check().unwrap();
 }
