@@ -180,8 +180,11 @@ pub struct BenchArgs {
 
     /// Native only: follow a cluster that changes during the run (nodes added or removed,
     /// keys replicated): the key placement is fetched again every second and as soon as a
-    /// request is redirected or a worker's connection is lost. Such requests count as
-    /// errors. Without it a redirect is only an error, and a lost connection ends the run.
+    /// request is redirected or a worker's connection is lost, and such operations are sent
+    /// again with the new placement (up to 8 times; a lost write only if sending it twice is
+    /// harmless), their latency counting from the first send; a worker that has not
+    /// answered a round within a second counts as a lost connection. Without it a redirect
+    /// is an error, and a lost connection ends the run.
     #[arg(long)]
     pub follow_topology: bool,
 

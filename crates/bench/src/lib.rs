@@ -38,6 +38,8 @@
 //! - [`workload`]: operation mixes and per-round operation slots.
 //! - [`proto`]: allocation-free native request encoding and response scanning.
 //! - `resp`, `native`, `session`: the protocol drivers (one task per connection).
+//! - `retry`: with `--follow-topology`, the operations of a round sent again once the
+//!   route is refreshed (redirected, worker unreachable, connection lost).
 //! - `setup`: what the drivers share with the runner: the run's setup, native routing,
 //!   client-side lattice numbers, a connection's context and operation source.
 //! - `clock`: microsecond and wall-clock helpers.
@@ -60,6 +62,7 @@ mod progress;
 pub mod proto;
 pub mod report;
 mod resp;
+mod retry;
 mod runner;
 mod session;
 mod setup;

@@ -15,6 +15,10 @@
 //! operations, and writes carry lattice values built here: an LWW value stamped by the
 //! thread's [`lattice::Hlc`], a PN-counter entry with the thread's cumulative increments
 //! for the key, or an OR-set delta adding the member with a fresh dot.
+//!
+//! With `--follow-topology`, an operation redirected, or whose worker is unreachable or
+//! whose connection was lost, is sent again once the route is refreshed (`retry`); a round
+//! ends when every operation got its answer or gave up.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +32,9 @@ use crate::clock::{micros, physical_ms};
 use crate::error::BenchError;
 use crate::keys::member;
 use crate::proto::{self, PutValue};
+use crate::retry::{resendable_after_loss, Retry, MAX_ATTEMPTS, ROUTE_WAIT};
 use crate::setup::{ClientLattice, ConnCtx, Route, Setup};
+use crate::stats::Phase;
 use crate::workload::{Action, OpKind, Slot};
 
 /// One request written in this phase.
@@ -119,11 +125,13 @@ impl Sock {
     }
 
     /// Reads the responses to this phase's requests, accounting each to its slots. Returns
-    /// whether any operation was redirected (the route is stale).
+    /// whether any operation was redirected (the route is stale). With `retry`, a
+    /// redirected operation is marked to be sent again instead of failing.
     async fn read_responses(
         &mut self,
         slots: &mut [Slot],
         first_error: &mut Option<String>,
+        mut retry: Option<&mut Retry>,
     ) -> Result<bool, BenchError> {
         let mut redirected = false;
         let mut arrived = self.sent;
@@ -153,12 +161,19 @@ impl Sock {
             }
             let order = &self.order[req.first..req.first + req.n];
             let mut account = |i: usize, error: Option<&[u8]>| {
-                if let Some(slot) = order.get(i).and_then(|&s| slots.get_mut(s)) {
-                    slot.latency_us += latency;
-                    slot.error |= error.is_some();
+                let redirect = error.is_some_and(proto::is_redirect);
+                redirected |= redirect;
+                let resend = redirect && retry.is_some();
+                if let Some(&s) = order.get(i) {
+                    if let Some(slot) = slots.get_mut(s) {
+                        slot.latency_us += latency;
+                        slot.error |= error.is_some() && !resend;
+                    }
+                    if let (true, Some(r)) = (resend, retry.as_deref_mut()) {
+                        r.mark(s, arrived);
+                    }
                 }
-                if let Some(e) = error {
-                    redirected |= proto::is_redirect(e);
+                if let Some(e) = error.filter(|_| !resend) {
                     if first_error.is_none() {
                         *first_error = Some(proto::error_text(e));
                     }
@@ -193,14 +208,30 @@ impl Sock {
     }
 
     /// Marks every operation of this phase's requests as failed (the connection was lost),
-    /// with the time waited so far as its latency if it has none yet.
-    fn fail_all(&self, slots: &mut [Slot]) {
-        let waited = micros(self.sent.elapsed());
+    /// with the time waited so far as its latency if it has none yet; with `retry`, those
+    /// that may be sent twice are marked to be sent again instead (charged that wait).
+    fn fail_all(&self, slots: &mut [Slot], mut retry: Option<(&mut Retry, &Setup, usize)>) {
+        let now = Instant::now();
+        let waited = micros(now.saturating_duration_since(self.sent));
         for &i in &self.order {
-            if let Some(slot) = slots.get_mut(i) {
-                slot.error = true;
-                if slot.latency_us == 0 {
-                    slot.latency_us = waited;
+            let Some(slot) = slots.get_mut(i) else {
+                continue;
+            };
+            let resend = retry.as_ref().is_some_and(|(_, setup, phase)| {
+                slot.kind
+                    .action(*phase)
+                    .is_some_and(|a| resendable_after_loss(a, setup.write_type, setup.batch))
+            });
+            match retry.as_mut() {
+                Some((r, _, _)) if resend => {
+                    slot.latency_us += waited;
+                    r.mark(i, now);
+                }
+                _ => {
+                    slot.error = true;
+                    if slot.latency_us == 0 {
+                        slot.latency_us = waited;
+                    }
                 }
             }
         }
@@ -214,9 +245,13 @@ struct Group {
     writes: Vec<usize>,
 }
 
-/// How long a connection following the topology waits after failing to reach a worker,
-/// before its next round (the route is refreshed meanwhile).
-const UNREACHABLE_PAUSE: Duration = Duration::from_millis(10);
+/// `--follow-topology`: how long a worker may take to answer a round's requests before
+/// its connection is given up and the requests are sent again, on a new connection, with
+/// a fresh route (the Rust client bounds a request the same way and abandons the
+/// connection). A node receiving a leaving node's keys was seen to leave some reads
+/// unanswered for good (docs/elasticity.md, SLO timeline); without this bound every
+/// connection of the run waited on them until it ended.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// One logical connection: a socket per worker, opened on first use.
 struct Conn {
@@ -232,6 +267,10 @@ struct Conn {
     /// Numbers of the lattice values of a `PutMany` (see [`ClientLattice::next_write`]).
     nums: Vec<(u64, u64)>,
     next_id: u64,
+    /// The slots this attempt sends (all of the phase's at first, then those to resend).
+    picked: Vec<bool>,
+    /// Operations to send again (`--follow-topology`).
+    retry: Retry,
 }
 
 impl Conn {
@@ -246,6 +285,8 @@ impl Conn {
             active: Vec::new(),
             nums: Vec::new(),
             next_id: 1,
+            picked: Vec::new(),
+            retry: Retry::default(),
         }
     }
 
@@ -266,32 +307,39 @@ impl Conn {
         self.generation = generation;
     }
 
-    /// Computes the worker of every slot and opens the sockets the round needs. When
-    /// following the topology, a worker that cannot be reached fails the round's
-    /// operations instead of the run: returns false then (the route is marked stale).
-    async fn route(
-        &mut self,
-        setup: &Setup,
-        slots: &mut [Slot],
-        first_error: &mut Option<String>,
-    ) -> Result<bool, BenchError> {
+    /// Picks the operations of `phase` for its first attempt.
+    fn pick_phase(&mut self, slots: &[Slot], phase: usize) {
+        self.picked.clear();
+        self.picked
+            .extend(slots.iter().map(|s| s.kind.action(phase).is_some()));
+        self.retry.reset(slots.len());
+    }
+
+    /// Computes the worker of every picked slot and opens the sockets the attempt needs.
+    /// When following the topology, a worker that cannot be reached does not end the run:
+    /// the picked operations are to be sent again (the route is marked stale); returns
+    /// false then.
+    async fn route(&mut self, setup: &Setup, slots: &[Slot]) -> Result<bool, BenchError> {
         let route = self.route.clone();
         self.worker_of.clear();
-        for slot in slots.iter() {
+        for (i, slot) in slots.iter().enumerate() {
+            if !self.picked[i] {
+                self.worker_of.push(0);
+                continue;
+            }
             let w = route.worker(slot.key, setup.keys.get(slot.key));
             self.worker_of.push(w);
             if self.socks[w].is_none() {
                 match Sock::connect(route.addr(w)).await {
                     Ok(sock) => self.socks[w] = Some(sock),
-                    Err(e) if setup.follow => {
+                    Err(_) if setup.follow => {
                         if let Some(routes) = &setup.route {
                             routes.mark_stale();
                         }
-                        for slot in slots.iter_mut() {
-                            slot.error = true;
+                        let now = Instant::now();
+                        for (i, _) in self.picked.iter().enumerate().filter(|(_, p)| **p) {
+                            self.retry.mark(i, now);
                         }
-                        first_error.get_or_insert_with(|| e.to_string());
-                        tokio::time::sleep(UNREACHABLE_PAUSE).await;
                         return Ok(false);
                     }
                     Err(e) => return Err(e),
@@ -323,7 +371,7 @@ impl Conn {
         }
         let batch = setup.batch;
         for (i, slot) in slots.iter().enumerate() {
-            let Some(action) = slot.kind.action(phase) else {
+            let Some(action) = slot.kind.action(phase).filter(|_| self.picked[i]) else {
                 continue;
             };
             let w = self.worker_of[i];
@@ -449,9 +497,9 @@ impl Conn {
                 if !follow {
                     return Err(sock.failed(e));
                 }
-                // Lost: its operations fail, the socket is dropped (reopened if the next
-                // route still names the worker).
-                sock.fail_all(slots);
+                // Lost: its operations fail or are sent again, the socket is dropped
+                // (reopened if the next route still names the worker).
+                sock.fail_all(slots, Some((&mut self.retry, &ctx.setup, phase)));
                 first_error.get_or_insert_with(|| sock.failed(e).to_string());
                 self.socks[w] = None;
                 stale = true;
@@ -462,10 +510,21 @@ impl Conn {
             let Some(sock) = self.socks[w].as_mut() else {
                 continue;
             };
-            match sock.read_responses(slots, first_error).await {
+            let read = if follow {
+                let retry = Some(&mut self.retry);
+                tokio::time::timeout(
+                    ANSWER_TIMEOUT,
+                    sock.read_responses(slots, first_error, retry),
+                )
+                .await
+                .unwrap_or_else(|_| Err(sock.failed(format!("no answer in {ANSWER_TIMEOUT:?}"))))
+            } else {
+                sock.read_responses(slots, first_error, None).await
+            };
+            match read {
                 Ok(redirected) => stale |= redirected,
                 Err(e) if follow => {
-                    sock.fail_all(slots);
+                    sock.fail_all(slots, Some((&mut self.retry, &ctx.setup, phase)));
                     first_error.get_or_insert_with(|| e.to_string());
                     self.socks[w] = None;
                     stale = true;
@@ -503,14 +562,36 @@ pub(crate) async fn run(ctx: &mut ConnCtx) -> Result<(), BenchError> {
     let mut slots = Vec::new();
     let mut first_error = None;
     while ctx.next_round(&mut slots).await {
-        if routes.generation() != conn.generation {
-            let (generation, route) = routes.current();
-            conn.adopt(generation, route);
-        }
-        if conn.route(&setup, &mut slots, &mut first_error).await? {
-            conn.exec(ctx, &mut slots, 0, &mut first_error).await?;
-            if slots.iter().any(|s| s.kind == OpKind::Rmw) {
-                conn.exec(ctx, &mut slots, 1, &mut first_error).await?;
+        let phases = if slots.iter().any(|s| s.kind == OpKind::Rmw) {
+            2
+        } else {
+            1
+        };
+        for phase in 0..phases {
+            conn.pick_phase(&slots, phase);
+            let mut attempts = 0;
+            loop {
+                if routes.generation() != conn.generation {
+                    let (generation, route) = routes.current();
+                    conn.adopt(generation, route);
+                }
+                attempts += 1;
+                if conn.route(&setup, &slots).await? {
+                    conn.exec(ctx, &mut slots, phase, &mut first_error).await?;
+                }
+                if !conn.retry.any() {
+                    break;
+                }
+                if attempts >= MAX_ATTEMPTS || ctx.control.phase() == Phase::Stop {
+                    first_error.get_or_insert_with(|| {
+                        format!("no answer after {attempts} attempts following the topology")
+                    });
+                    conn.retry.give_up(&mut slots, Instant::now());
+                    break;
+                }
+                routes.newer_than(conn.generation, ROUTE_WAIT).await;
+                conn.retry
+                    .resend(&mut slots, Instant::now(), &mut conn.picked);
             }
         }
         ctx.control

@@ -66,6 +66,20 @@ impl Follower {
     }
 }
 
+/// The coordinator's wait between two looks at the run: `d`, or less if a connection asked
+/// for a newer route (`--follow-topology`: connections wait for it to send operations again).
+async fn pause(setup: &Setup, d: Duration) {
+    match setup.route.as_ref().filter(|_| setup.follow) {
+        Some(routes) => {
+            tokio::select! {
+                () = tokio::time::sleep(d) => {}
+                () = routes.asked() => {}
+            }
+        }
+        None => tokio::time::sleep(d).await,
+    }
+}
+
 /// Mixes a seed with a stream number (SplitMix64's finaliser).
 pub(crate) fn seed_for(seed: u64, stream: u64) -> u64 {
     let mut z = seed ^ stream.wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -319,7 +333,7 @@ async fn measure_phase(
             control.start_measuring();
             break;
         }
-        tokio::time::sleep(left.min(TICK)).await;
+        pause(setup, left.min(TICK)).await;
         progress.tick("warmup", &control);
         follower.tick(setup).await;
     }
@@ -340,7 +354,7 @@ async fn measure_phase(
             Some(d) => (d - now).min(TICK),
             None => TICK,
         };
-        tokio::time::sleep(sleep).await;
+        pause(setup, sleep).await;
         progress.tick("measure", &control);
         follower.tick(setup).await;
     }

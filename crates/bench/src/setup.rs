@@ -6,6 +6,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use client::routing::Layout;
 use lattice::Hlc;
@@ -116,6 +117,10 @@ pub(crate) struct Routes {
     generation: AtomicU64,
     /// A connection saw a redirect or lost a worker: refresh soon.
     stale: AtomicBool,
+    /// Wakes the connections waiting for a newer route ([`newer_than`](Self::newer_than)).
+    changed: tokio::sync::Notify,
+    /// Wakes the coordinator when a refresh is asked for ([`asked`](Self::asked)).
+    asked: tokio::sync::Notify,
 }
 
 impl Routes {
@@ -124,6 +129,8 @@ impl Routes {
             current: RwLock::new(Arc::new(route)),
             generation: AtomicU64::new(0),
             stale: AtomicBool::new(false),
+            changed: tokio::sync::Notify::new(),
+            asked: tokio::sync::Notify::new(),
         }
     }
 
@@ -152,11 +159,34 @@ impl Routes {
             Err(poisoned) => *poisoned.into_inner() = route,
         }
         self.generation.fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_waiters();
+    }
+
+    /// Asks for a refresh and waits until a route newer than `generation` is installed, or
+    /// `bound` passed (the fetch failed or is slow: the caller goes on with what it has).
+    /// Works from any runtime: the route is replaced by the coordinator's.
+    pub(crate) async fn newer_than(&self, generation: u64, bound: Duration) {
+        let changed = self.changed.notified();
+        tokio::pin!(changed);
+        // Registered before the generation is read: a replacement in between still wakes it.
+        changed.as_mut().enable();
+        if self.generation() != generation {
+            return;
+        }
+        self.mark_stale();
+        let _ = tokio::time::timeout(bound, changed).await;
     }
 
     /// Asks for a refresh (a redirect, or a worker connection lost).
     pub(crate) fn mark_stale(&self) {
         self.stale.store(true, Ordering::Release);
+        self.asked.notify_one();
+    }
+
+    /// Resolves when a refresh was asked for (at once if one was asked since the last
+    /// call), so the coordinator fetches without waiting for its next tick.
+    pub(crate) async fn asked(&self) {
+        self.asked.notified().await;
     }
 
     /// Whether a refresh was asked for since the last call.
