@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::cluster::{alive_members, flags};
 use common::{eventually, serial, Native, NodeProc};
+use testkit::rt;
 use wire::pb::{self, request::Op, response::Result as R};
 
 /// Operations per second asked for, keys, and seconds of the measured run.
@@ -57,13 +58,6 @@ fn preload(seed: SocketAddr) {
         ..bench_args(seed)
     };
     rt().block_on(bench::run(args)).expect("preload");
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// Runs the paced load against `seed` in a thread; `during` runs once the load reached
