@@ -11,7 +11,7 @@ use std::net::TcpStream;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use faas::client::{Arg, CallOptions};
 use faas::{pb, FaasError};
 use prost::Message;
@@ -233,21 +233,13 @@ fn send(stream: &mut TcpStream, msg: &pb::FromExecutor) -> std::io::Result<()> {
     let mut first = 0;
     while first < parts.len() {
         let slices: Vec<IoSlice<'_>> = parts[first..].iter().map(|p| IoSlice::new(p)).collect();
-        let mut n = match stream.write_vectored(&slices) {
+        let n = match stream.write_vectored(&slices) {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        while n > 0 {
-            let part = &mut parts[first];
-            let take = n.min(part.len());
-            part.advance(take);
-            n -= take;
-            if part.is_empty() {
-                first += 1;
-            }
-        }
+        faas::conn::written(&mut parts, &mut first, n);
     }
     Ok(())
 }

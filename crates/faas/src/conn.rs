@@ -71,21 +71,30 @@ pub async fn write<M: Message, W: AsyncWriteExt + Unpin>(
     let mut first = 0;
     while first < parts.len() {
         let slices: Vec<IoSlice<'_>> = parts[first..].iter().map(|p| IoSlice::new(p)).collect();
-        let mut n = w.write_vectored(&slices).await?;
+        let n = w.write_vectored(&slices).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
-        while n > 0 {
-            let part = &mut parts[first];
-            let take = n.min(part.len());
-            part.advance(take);
-            n -= take;
-            if part.is_empty() {
-                first += 1;
-            }
-        }
+        written(&mut parts, &mut first, n);
     }
     Ok(())
+}
+
+/// Drops the `n` bytes a vectored write took from the front of `parts[*first..]`, moving
+/// `first` past the parts written in full (`n` is at most what those parts hold, as a
+/// write returns).
+pub fn written(parts: &mut [Bytes], first: &mut usize, mut n: usize) {
+    while n > 0 {
+        let Some(part) = parts.get_mut(*first) else {
+            return;
+        };
+        let take = n.min(part.len());
+        part.advance(take);
+        n -= take;
+        if part.is_empty() {
+            *first += 1;
+        }
+    }
 }
 
 /// `msg` as one frame of `wire::frame` (length prefix, body), as the buffers to write in
