@@ -16,6 +16,7 @@
 pub mod http;
 pub mod native;
 pub mod pipeline;
+mod read_clock;
 pub mod resp;
 
 use std::rc::Rc;
