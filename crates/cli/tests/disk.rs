@@ -583,8 +583,10 @@ fn the_disk_node_runs_flushes_and_compactions_below_its_workers() {
     );
     let lsm = named(&threads, "fjall");
     assert!(!lsm.is_empty(), "the LSM's threads: {threads:?}");
+    // Nice values stop at 19: a node started at nice 10 or more (a niced test run) puts
+    // its LSM threads at 19.
     assert!(
-        lsm.iter().all(|&n| n == workers[0] + 10),
+        lsm.iter().all(|&n| n == (workers[0] + 10).min(19)),
         "the LSM's threads run 10 nice steps below the workers: {threads:?}"
     );
 }
