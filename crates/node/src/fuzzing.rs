@@ -136,14 +136,50 @@ async fn serve_in_memory(config: NodeConfig, port: Port, reads: &[&[u8]]) -> Ses
         config.vnodes,
         config.default_vector(),
     ));
-    let (_publish, snapshots) = watch::channel(Arc::new(Snapshot {
-        view: view.clone(),
+    let (shared, _publish, inboxes) = in_memory_shared(&config, users, view.clone());
+    crate::shard::install_script_runner(crate::front::resp::scripting::run);
+    let core_config = crate::server::core_config(&config);
+    let budget = (config.limits.memory_budget_bytes() / workers as u64) as usize;
+    let ws: Vec<_> = inboxes
+        .into_iter()
+        .enumerate()
+        .map(|(i, inbox)| {
+            let mut shard = shard(&config, i as u32, budget, view.clone(), clock.clone());
+            // `CONFIG SET notify-keyspace-events` in an input turns notifications on.
+            shard.set_keyspace_flags(shared.pubsub.keyspace.clone());
+            let core = Core::new(shard, core_config.clone(), 100 + i as u64);
+            let w = Worker::in_memory(shared.clone(), i as u32, core, inbox);
+            w.set_key_event_sink(crate::pubsub::events::publish);
+            w
+        })
+        .collect();
+    let w = ws[0].clone();
+    match port {
+        Port::Front => serve_reads(&ws, &clock, native::Native::new(&w, true, false), reads).await,
+        Port::Own => serve_reads(&ws, &clock, native::Native::new(&w, false, false), reads).await,
+        Port::Resp => serve_reads(&ws, &clock, resp::Resp::new(&w), reads).await,
+    }
+}
+
+/// What the workers of an in-memory node share (no ports, no agent thread, no TLS), the
+/// sender of its snapshots (starting at `view`), and its workers' inboxes.
+pub(crate) fn in_memory_shared(
+    config: &NodeConfig,
+    users: crate::auth::Users,
+    view: Arc<ViewState>,
+) -> (
+    Arc<Shared>,
+    watch::Sender<Arc<Snapshot>>,
+    Vec<tokio::sync::mpsc::Receiver<crate::driver::worker::WorkerMsg>>,
+) {
+    let workers = config.worker_count();
+    let (publish, snapshots) = watch::channel(Arc::new(Snapshot {
+        view,
         members: Vec::new(),
     }));
     let (stop, shutdown) = watch::channel(false);
     let (leaving, _) = watch::channel(false);
     let (mesh, inboxes) = Mesh::new(workers);
-    crate::shard::install_script_runner(crate::front::resp::scripting::run);
     let shared = Arc::new(Shared {
         config: config.clone(),
         users: Arc::new(users),
@@ -174,27 +210,7 @@ async fn serve_in_memory(config: NodeConfig, port: Port, reads: &[&[u8]]) -> Ses
         scripts: Default::default(),
         metrics_sources: Default::default(),
     });
-    let core_config = crate::server::core_config(&config);
-    let budget = (config.limits.memory_budget_bytes() / workers as u64) as usize;
-    let ws: Vec<_> = inboxes
-        .into_iter()
-        .enumerate()
-        .map(|(i, inbox)| {
-            let mut shard = shard(&config, i as u32, budget, view.clone(), clock.clone());
-            // `CONFIG SET notify-keyspace-events` in an input turns notifications on.
-            shard.set_keyspace_flags(shared.pubsub.keyspace.clone());
-            let core = Core::new(shard, core_config.clone(), 100 + i as u64);
-            let w = Worker::in_memory(shared.clone(), i as u32, core, inbox);
-            w.set_key_event_sink(crate::pubsub::events::publish);
-            w
-        })
-        .collect();
-    let w = ws[0].clone();
-    match port {
-        Port::Front => serve_reads(&ws, &clock, native::Native::new(&w, true, false), reads).await,
-        Port::Own => serve_reads(&ws, &clock, native::Native::new(&w, false, false), reads).await,
-        Port::Resp => serve_reads(&ws, &clock, resp::Resp::new(&w), reads).await,
-    }
+    (shared, publish, inboxes)
 }
 
 /// Worker `index`'s shard, as `Node::start` makes it.

@@ -536,6 +536,11 @@ impl Core {
         let req = ReqId(self.next_id());
         let peer = if to.node == self.me().node {
             None
+        } else if matches!(msg, PeerMsg::Fetch { .. }) {
+            // Reads of moving keys ask their owners under the views still settling: one of
+            // them may have left the current view, and serves what it holds until its
+            // hand-off is done.
+            self.shard.settling_peer_addr(to.node).map(str::to_string)
         } else {
             self.shard.view().peer_addr(to.node).map(str::to_string)
         };

@@ -121,3 +121,76 @@ fn concurrent_reads_of_a_moving_key_share_one_fetch() {
     }
     assert_eq!(answered, 5);
 }
+
+/// The leave of issue 14: node a left, its keys are on their way to b. A read at b that
+/// misses asks a — no longer in b's view, but in the previous one it settles from, and
+/// serving its keys until its hand-off is done — rather than failing the fetch for want of
+/// an address and reporting an existing key absent.
+#[test]
+fn a_read_that_misses_asks_the_previous_owner_that_left_the_view() {
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let me = Replica {
+        node: node_key("b"),
+        worker: 0,
+    };
+    let a = Replica {
+        node: node_key("a"),
+        worker: 0,
+    };
+    let before = view(&["a", "b"], 1);
+    let shard = Shard::new(
+        ShardConfig {
+            me,
+            limits: Limits::default(),
+            memory_budget: 64 << 20,
+            max_changeset_keys: 1 << 20,
+            settle_ms: 60_000,
+            tombstone_memory_ms: 1_000,
+            disk_copy: Default::default(),
+        },
+        before.clone(),
+        7,
+        clock.clone(),
+    );
+    let mut core = Core::new(shard, CoreConfig::default(), 7);
+    core.set_view(view(&["b"], 1));
+    core.take_effects();
+    assert!(core.shard().settling().is_some());
+
+    let key = (0..)
+        .map(|i| Bytes::from(format!("key:{i}")))
+        .find(|k| before.replicas(k) == vec![a])
+        .expect("a key of node a");
+    let ticket = match core.submit(
+        vec![Op::Get { key: key.clone() }],
+        crate::ack::Ack::MERGED,
+        Routing::Forward,
+    ) {
+        Submitted::Pending(t) => t,
+        Submitted::Done(r) => panic!("a read of a moving key answered at once: {r:?}"),
+    };
+    let fetch = core
+        .take_effects()
+        .into_iter()
+        .find_map(|e| match e {
+            Effect::Send {
+                req,
+                to,
+                peer,
+                msg: PeerMsg::Fetch { .. },
+            } => Some((req, to, peer)),
+            _ => None,
+        })
+        .expect("a fetch from the previous owner");
+    assert_eq!(fetch.1, a);
+    assert_eq!(fetch.2.as_deref(), Some("a/peer"), "sent to a's address");
+
+    let ts = Timestamp::new(5 << 16, 1);
+    let record = Record::new(ts, Some(Value::Lww(Lww::new(ts, Box::from(&b"v"[..])))));
+    core.on_reply(fetch.0, Ok(PeerReply::Records(vec![(key, record.clone())])));
+    let results = core.take_effects().into_iter().find_map(|e| match e {
+        Effect::Complete { ticket: t, results } if t == ticket => Some(results),
+        _ => None,
+    });
+    assert_eq!(results, Some(vec![OpResult::Value(record.value.clone())]));
+}

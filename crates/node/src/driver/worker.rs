@@ -345,25 +345,34 @@ impl Worker {
         ack: Ack,
         routing: Routing,
     ) -> Answer {
-        let submitted = self.with_core(|c| c.submit(ops, ack, routing));
+        let submitted = self.core.borrow_mut().submit(ops, ack, routing);
         self.answer(submitted)
     }
 
     /// Reads a key from every replica (see [`Core::submit_get_all`]).
     pub fn get_all(self: &Rc<Self>, key: bytes::Bytes) -> Answer {
-        let submitted = self.with_core(|c| c.submit_get_all(key));
+        let submitted = self.core.borrow_mut().submit_get_all(key);
         self.answer(submitted)
     }
 
-    fn answer(&self, submitted: Submitted) -> Answer {
-        match submitted {
+    /// The answer to a request just submitted to the core: its ticket is registered
+    /// *before* the core's effects are carried out. A send can fail on the spot — a node
+    /// with no peer address in the view (one that left, or was declared dead, asked by a
+    /// read while keys move), another worker's full inbox — and its failure goes to the
+    /// core at once, in the middle of `run_effects`: the request may then complete there,
+    /// and its results must find the ticket. Registered afterwards, the results were
+    /// dropped and the client waited forever.
+    fn answer(self: &Rc<Self>, submitted: Submitted) -> Answer {
+        let answer = match submitted {
             Submitted::Done(results) => Answer::Ready(results),
             Submitted::Pending(ticket) => {
                 let (tx, rx) = oneshot::channel();
                 self.tickets.borrow_mut().insert(ticket.0, tx);
                 Answer::Wait(rx)
             }
-        }
+        };
+        self.run_effects();
+        answer
     }
 
     /// Runs one op at once if it needs only this worker (see [`Core::try_local`]).
@@ -483,7 +492,11 @@ impl Worker {
                 }
             }
             Effect::Complete { ticket, results } => {
-                if let Some(tx) = self.tickets.borrow_mut().remove(&ticket.0) {
+                let tx = self.tickets.borrow_mut().remove(&ticket.0);
+                // Every ticket is registered before the effects that can complete it run
+                // (`Worker::answer`); one missing is a client left waiting forever.
+                debug_assert!(tx.is_some(), "no one waits for the results of {ticket:?}");
+                if let Some(tx) = tx {
                     let _ = tx.send(results);
                 }
             }
@@ -848,3 +861,7 @@ pub async fn all_stats(shared: &Shared) -> Vec<WorkerStats> {
     }
     out
 }
+
+#[cfg(test)]
+#[path = "worker_tests.rs"]
+mod tests;

@@ -238,6 +238,15 @@ impl Shard {
             None
         }
     }
+
+    /// The peer address of `node` in the current view or, while a view change settles, in
+    /// the previous views (see [`settling`](Self::settling)): a node that left is in no
+    /// current view, yet holds its keys until every one of them is handed off.
+    pub fn settling_peer_addr(&self, node: placement::NodeKey) -> Option<&str> {
+        self.view
+            .peer_addr(node)
+            .or_else(|| self.settling()?.iter().find_map(|v| v.peer_addr(node)))
+    }
 }
 
 /// At a node's start, before its workers run: each worker's
