@@ -67,6 +67,8 @@ pub mod server;
 pub mod shard;
 pub mod stats;
 pub mod subscribe;
+#[cfg(test)]
+mod test_fixtures;
 pub mod tls;
 pub mod vectors;
 pub mod view;

@@ -5,40 +5,19 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use lattice::{Lww, Record, Timestamp, Value};
-use placement::{node_key, NodeInfo, Replica, Replication, ReplicationVector, Tier};
+use placement::{node_key, Replica};
 
 use super::*;
 use crate::clock::ManualClock;
 use crate::config::Limits;
 use crate::op::{Op, OpResult};
-use crate::shard::{Shard, ShardConfig};
-use crate::view::{ReplicationTable, ViewState};
-
-fn info(id: &str) -> NodeInfo {
-    NodeInfo {
-        id: id.to_string(),
-        tier: Tier::Memory,
-        workers: vec![format!("{id}/0")],
-        front: format!("{id}/front"),
-        resp: format!("{id}/resp"),
-        peer: format!("{id}/peer"),
-        vnodes: 32,
-        placement: placement::PLACEMENT_HASH_TAGS,
-    }
-}
+use crate::shard::Shard;
+use crate::test_fixtures::{memory_node, memory_view, shard_config};
+use crate::view::ViewState;
 
 fn view(nodes: &[&str], global: u32) -> Arc<ViewState> {
-    Arc::new(ViewState::of(
-        nodes.iter().map(|n| info(n)).collect(),
-        ReplicationTable::new(),
-        ReplicationVector {
-            memory: Replication { global, local: 1 },
-            disk: Replication {
-                global: 0,
-                local: 1,
-            },
-        },
-    ))
+    let nodes = nodes.iter().map(|n| memory_node(n, &format!("{n}/peer")));
+    memory_view(nodes.collect(), global)
 }
 
 #[test]
@@ -55,15 +34,7 @@ fn concurrent_reads_of_a_moving_key_share_one_fetch() {
     // Node b's worker knew a view of node a alone; in the new one every key is on both
     // nodes: until hand-off brings a's keys, reads of them miss here and ask a.
     let shard = Shard::new(
-        ShardConfig {
-            me,
-            limits: Limits::default(),
-            memory_budget: 64 << 20,
-            max_changeset_keys: 1 << 20,
-            settle_ms: 60_000,
-            tombstone_memory_ms: 1_000,
-            disk_copy: Default::default(),
-        },
+        shard_config(me, Limits::default()),
         view(&["a"], 1),
         7,
         clock.clone(),
@@ -139,15 +110,7 @@ fn a_read_that_misses_asks_the_previous_owner_that_left_the_view() {
     };
     let before = view(&["a", "b"], 1);
     let shard = Shard::new(
-        ShardConfig {
-            me,
-            limits: Limits::default(),
-            memory_budget: 64 << 20,
-            max_changeset_keys: 1 << 20,
-            settle_ms: 60_000,
-            tombstone_memory_ms: 1_000,
-            disk_copy: Default::default(),
-        },
+        shard_config(me, Limits::default()),
         before.clone(),
         7,
         clock.clone(),

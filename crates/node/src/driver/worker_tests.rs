@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use placement::{node_key, NodeInfo, Replication, ReplicationVector, Tier};
+use placement::node_key;
 
 use super::{Answer, Worker};
 use crate::ack::Ack;
@@ -13,39 +13,8 @@ use crate::config::NodeConfig;
 use crate::core::{Core, CoreConfig, Routing};
 use crate::driver::journal::Journal;
 use crate::op::{Op, OpResult};
-use crate::shard::{Shard, ShardConfig};
-use crate::view::{ReplicationTable, ViewState};
-
-fn node(id: &str, peer: &str) -> NodeInfo {
-    NodeInfo {
-        id: id.to_string(),
-        tier: Tier::Memory,
-        workers: vec![format!("{id}/0")],
-        front: format!("{id}/front"),
-        resp: format!("{id}/resp"),
-        peer: peer.to_string(),
-        vnodes: 32,
-        placement: placement::PLACEMENT_HASH_TAGS,
-    }
-}
-
-fn view(nodes: Vec<NodeInfo>) -> Arc<ViewState> {
-    let one = Replication {
-        global: 1,
-        local: 1,
-    };
-    Arc::new(ViewState::of(
-        nodes,
-        ReplicationTable::new(),
-        ReplicationVector {
-            memory: one,
-            disk: Replication {
-                global: 0,
-                local: 1,
-            },
-        },
-    ))
-}
+use crate::shard::Shard;
+use crate::test_fixtures::{memory_node, memory_view, shard_config};
 
 /// The leave of issue 14: node "seed" took over the keys of node "gone", whose address is
 /// in no view it knows (here: never advertised; in a cluster: the view no longer holds a
@@ -62,8 +31,11 @@ fn a_read_answered_while_its_submission_runs_its_effects_gets_its_answer() {
         ..NodeConfig::default()
     };
     let users = config.validate().expect("a valid configuration");
-    let before = view(vec![node("seed", "seed/peer"), node("gone", "")]);
-    let after = view(vec![node("seed", "seed/peer")]);
+    let before = memory_view(
+        vec![memory_node("seed", "seed/peer"), memory_node("gone", "")],
+        1,
+    );
+    let after = memory_view(vec![memory_node("seed", "seed/peer")], 1);
     let (shared, _publish, _inboxes) =
         crate::fuzzing::in_memory_shared(&config, users, after.clone());
     let me = placement::Replica {
@@ -71,15 +43,7 @@ fn a_read_answered_while_its_submission_runs_its_effects_gets_its_answer() {
         worker: 0,
     };
     let shard = Shard::new(
-        ShardConfig {
-            me,
-            limits: config.limits,
-            memory_budget: 64 << 20,
-            max_changeset_keys: 1 << 20,
-            settle_ms: 60_000,
-            tombstone_memory_ms: 1_000,
-            disk_copy: Default::default(),
-        },
+        shard_config(me, config.limits),
         before.clone(),
         7,
         Arc::new(ManualClock::new(1_700_000_000_000)),
