@@ -248,9 +248,10 @@ struct Group {
 /// `--follow-topology`: how long a worker may take to answer a round's requests before
 /// its connection is given up and the requests are sent again, on a new connection, with
 /// a fresh route (the Rust client bounds a request the same way and abandons the
-/// connection). A node receiving a leaving node's keys was seen to leave some reads
-/// unanswered for good (docs/elasticity.md, SLO timeline); without this bound every
-/// connection of the run waited on them until it ended.
+/// connection). A guard: a node receiving a leaving node's keys once left some reads
+/// unanswered for good (fixed in the node since, docs/cluster.md "Leave"), and every
+/// connection of the run waited on them until it ended. A node answering a round more
+/// slowly than this (saturated) gets the round again, so it shows as resends.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// One logical connection: a socket per worker, opened on first use.

@@ -219,12 +219,6 @@ impl MultiKeyCausal {
         &self.versions
     }
 
-    /// The versions, in canonical order, by value (a reader that hands the payloads on
-    /// without copying them).
-    pub fn into_versions(self) -> Vec<CausalVersion> {
-        self.versions
-    }
-
     /// The clock a reader sees: the join of every version's clock.
     pub fn clock(&self) -> VectorClock {
         let mut clock = VectorClock::new();
