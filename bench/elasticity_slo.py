@@ -47,6 +47,7 @@ def load(binary, addr, a, rate, theta, secs, conns=16, timeline=True, warmup=0.0
            "--keys", str(a.slo_keys), "--value-size", str(a.value_size),
            "--distribution", "zipf", "--zipf-theta", f"{theta:g}", "--connections", str(conns),
            "--batch", "8", "--rate", f"{rate:.0f}", "--follow-topology",
+           "--threads", str(min(a.load_threads, conns)),
            "--duration", f"{secs:g}", "--warmup", f"{warmup:g}", "--addr", addr]
     if timeline:
         cmd += ["--timeline", "0.5"]
@@ -262,7 +263,8 @@ def slo(binary, a):
             l_obs, occ = phase_server(mon.snapshots, start + began, time.time())
             log(f"slo: {name:<13} {r['ops_per_sec']:>9,.0f} ops/s, mean "
                 f"{r['latency_us']['mean']:>7.0f} µs, p99 {r['latency_us']['p99']:>7.0f} µs, "
-                f"{r['errors']} errors; L_obs {l_obs:.0f} µs, busiest node {occ * 100:.0f} %; "
+                f"{r['errors']} errors, resent {resent_text(r)}; L_obs {l_obs:.0f} µs, "
+                f"busiest node {occ * 100:.0f} %; "
                 f"{mon.nodes()} memory node(s)")
         mon.stop()
         return {"capacity": cap, "light": light, "l_base": l_base, "c_base": c_base,
@@ -327,6 +329,15 @@ def node_events(res):
     return ev
 
 
+def resent_text(bench):
+    """The operations the load generator sent again, by cause ("–" before it counted them)."""
+    r = bench.get("resends")
+    if r is None:
+        return "–"
+    return (f"{r['redirected']:,} / {r['unreachable']:,} / {r['lost']:,} / "
+            f"{r['silent']:,}")
+
+
 def rescaled_text(res):
     """How the light rate was chosen, if `--light-rate` was scaled down."""
     if not res.get("rescaled"):
@@ -359,9 +370,10 @@ def slo_report(res, a, cmdline):
         f"{res['client_slo']:.0f} µs for the client's mean (the paper's 3.3 ms was 1.33× its "
         "unsaturated 2.5 ms).",
         "",
-        "| phase | load | ops/s | client mean µs | client p99 µs | errors | servers' L_obs µs "
+        "| phase | load | ops/s | client mean µs | client p99 µs | errors | resent "
+        "(redirected / unreachable / lost / unanswered) | servers' L_obs µs "
         "(median) | busiest node (median) | memory nodes at the end |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for p in res["phases"]:
         end = [n for t, n in counts if t <= p["end"]]
@@ -369,7 +381,8 @@ def slo_report(res, a, cmdline):
         l_obs, occ = phase_server(res["snapshots"], p["begin"], p["end"])
         lines.append(f"| {p['name']} | Zipf {p['theta']:g}, {p['rate']:,.0f} ops/s | "
                      f"{b['ops_per_sec']:,.0f} | {b['latency_us']['mean']:,.0f} | "
-                     f"{b['latency_us']['p99']:,.0f} | {b['errors']} | {l_obs:,.0f} | "
+                     f"{b['latency_us']['p99']:,.0f} | {b['errors']} | {resent_text(b)} | "
+                     f"{l_obs:,.0f} | "
                      f"{occ * 100:.0f} % | {end[-1] if end else '–'} |")
     lines += ["",
               f"- **SLO held** {held / max(1, len(pts)) * 100:.0f} % of the 0.5 s intervals by "
@@ -441,13 +454,14 @@ def commands(a):
         "bench/elasticity_slo.py",
         f"latticekv bench --protocol native --workload get --keys {a.slo_keys} --value-size "
         f"{a.value_size} --distribution zipf --zipf-theta THETA --connections 16 --batch 8 "
-        f"--rate OPS --follow-topology --timeline 0.5 --duration {a.slo_phase:g} --addr SEED",
+        f"--rate OPS --follow-topology --threads {a.load_threads} --timeline 0.5 --duration {a.slo_phase:g} --addr SEED",
         "# cost (--case cost): a memory node and a disk node, the monitor in budget or latency mode",
         f"latticekv server ... --memory-budget {a.mem_budget} --data-dir DIR   # + --tier disk",
         f"latticekv monitor --addr SEED --manager local --disk-capacity {a.disk_capacity} "
         f"--config policy.toml --server-arg=--memory-budget={a.mem_budget} ...",
         f"latticekv bench --protocol native --workload get --keys {a.cost_keys} --value-size "
         f"{a.cost_value_size} --distribution zipf --zipf-theta THETA --connections 16 --batch 8 "
+        f"--threads {a.load_threads} "
         f"--rate {getattr(a, 'cost_ops', None) or 'RATE'} --follow-topology "
         f"--duration {a.cost_measure:g} --addr SEED",
     ])
@@ -502,6 +516,10 @@ def add_args(ap):
                         "nodes above C_upper = 0.20): a --light-rate that keeps the node "
                         "busier is scaled down to this, once (0: never)")
     g.add_argument("--grace", type=float, default=6, help="the policy's grace period, s")
+    g.add_argument("--load-threads", type=int, default=2,
+                   help="threads of the paced load generator: with one, a round split over "
+                        "two nodes' sockets made the client's rounds, not the servers, the "
+                        "bottleneck near 50,000 ops/s on this 2-core machine (elasticity.md)")
     # 40,000 keys over 12 MiB memory nodes (one node caches about a quarter). Tried and
     # reverted (2026-11-27): 4x both, so that the reused working set falls below S_upper
     # of one node; one node then served 47,000 ops/s closed-loop instead of 257,000 (a 4x

@@ -32,7 +32,7 @@ use crate::clock::{micros, physical_ms};
 use crate::error::BenchError;
 use crate::keys::member;
 use crate::proto::{self, PutValue};
-use crate::retry::{resendable_after_loss, Retry, MAX_ATTEMPTS, ROUTE_WAIT};
+use crate::retry::{resendable_after_loss, Cause, Retry, MAX_ATTEMPTS, ROUTE_WAIT};
 use crate::setup::{ClientLattice, ConnCtx, Route, Setup};
 use crate::stats::Phase;
 use crate::workload::{Action, OpKind, Slot};
@@ -170,7 +170,7 @@ impl Sock {
                         slot.error |= error.is_some() && !resend;
                     }
                     if let (true, Some(r)) = (resend, retry.as_deref_mut()) {
-                        r.mark(s, arrived);
+                        r.mark(s, arrived, Cause::Redirected);
                     }
                 }
                 if let Some(e) = error.filter(|_| !resend) {
@@ -210,7 +210,12 @@ impl Sock {
     /// Marks every operation of this phase's requests as failed (the connection was lost),
     /// with the time waited so far as its latency if it has none yet; with `retry`, those
     /// that may be sent twice are marked to be sent again instead (charged that wait).
-    fn fail_all(&self, slots: &mut [Slot], mut retry: Option<(&mut Retry, &Setup, usize)>) {
+    fn fail_all(
+        &self,
+        slots: &mut [Slot],
+        mut retry: Option<(&mut Retry, &Setup, usize)>,
+        cause: Cause,
+    ) {
         let now = Instant::now();
         let waited = micros(now.saturating_duration_since(self.sent));
         for &i in &self.order {
@@ -225,7 +230,7 @@ impl Sock {
             match retry.as_mut() {
                 Some((r, _, _)) if resend => {
                     slot.latency_us += waited;
-                    r.mark(i, now);
+                    r.mark(i, now, cause);
                 }
                 _ => {
                     slot.error = true;
@@ -339,7 +344,7 @@ impl Conn {
                         }
                         let now = Instant::now();
                         for (i, _) in self.picked.iter().enumerate().filter(|(_, p)| **p) {
-                            self.retry.mark(i, now);
+                            self.retry.mark(i, now, Cause::Unreachable);
                         }
                         return Ok(false);
                     }
@@ -500,7 +505,11 @@ impl Conn {
                 }
                 // Lost: its operations fail or are sent again, the socket is dropped
                 // (reopened if the next route still names the worker).
-                sock.fail_all(slots, Some((&mut self.retry, &ctx.setup, phase)));
+                sock.fail_all(
+                    slots,
+                    Some((&mut self.retry, &ctx.setup, phase)),
+                    Cause::Lost,
+                );
                 first_error.get_or_insert_with(|| sock.failed(e).to_string());
                 self.socks[w] = None;
                 stale = true;
@@ -511,21 +520,26 @@ impl Conn {
             let Some(sock) = self.socks[w].as_mut() else {
                 continue;
             };
-            let read = if follow {
+            let (read, cause) = if follow {
                 let retry = Some(&mut self.retry);
-                tokio::time::timeout(
-                    ANSWER_TIMEOUT,
-                    sock.read_responses(slots, first_error, retry),
-                )
-                .await
-                .unwrap_or_else(|_| Err(sock.failed(format!("no answer in {ANSWER_TIMEOUT:?}"))))
+                let read = sock.read_responses(slots, first_error, retry);
+                match tokio::time::timeout(ANSWER_TIMEOUT, read).await {
+                    Ok(read) => (read, Cause::Lost),
+                    Err(_) => (
+                        Err(sock.failed(format!("no answer in {ANSWER_TIMEOUT:?}"))),
+                        Cause::Silent,
+                    ),
+                }
             } else {
-                sock.read_responses(slots, first_error, None).await
+                (
+                    sock.read_responses(slots, first_error, None).await,
+                    Cause::Lost,
+                )
             };
             match read {
                 Ok(redirected) => stale |= redirected,
                 Err(e) if follow => {
-                    sock.fail_all(slots, Some((&mut self.retry, &ctx.setup, phase)));
+                    sock.fail_all(slots, Some((&mut self.retry, &ctx.setup, phase)), cause);
                     first_error.get_or_insert_with(|| e.to_string());
                     self.socks[w] = None;
                     stale = true;
@@ -595,8 +609,11 @@ pub(crate) async fn run(ctx: &mut ConnCtx) -> Result<(), BenchError> {
                     .resend(&mut slots, Instant::now(), &mut conn.picked);
             }
         }
+        let mut stats = ctx.stats.borrow_mut();
         ctx.control
-            .finish_round(&slots, &mut ctx.stats.borrow_mut(), &mut first_error);
+            .count_resends(&mut stats, &conn.retry.take_counts());
+        ctx.control
+            .finish_round(&slots, &mut stats, &mut first_error);
     }
     Ok(())
 }

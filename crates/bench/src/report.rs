@@ -5,6 +5,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::args::{Distribution, Protocol, Workload};
+pub use crate::retry::Resends;
 
 /// Per-operation latency, in microseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -44,6 +45,9 @@ pub struct TimelinePoint {
     pub ops_per_sec: f64,
     /// Those that got an error reply.
     pub errors: u64,
+    /// Times they were sent again (`--follow-topology`: redirected, unreachable, lost or
+    /// unanswered; their latency counts from the first send).
+    pub resent: u64,
     /// Their latency (two significant digits; zeros for an interval without operations).
     pub latency_us: Latency,
 }
@@ -91,6 +95,9 @@ pub struct Report {
     pub ops_per_sec: f64,
     /// Measured operations that got an error reply.
     pub errors: u64,
+    /// Operations sent again while measuring, by cause (`--follow-topology`; all zero
+    /// without it).
+    pub resends: Resends,
     /// Per-operation latency (a read-modify-write counts both round trips).
     pub latency_us: Latency,
     /// The load phase, if there was one.
@@ -155,6 +162,18 @@ impl Report {
             self.duration_secs,
             self.errors
         )?;
+        let r = &self.resends;
+        if r.total() > 0 {
+            writeln!(
+                out,
+                "resent      {} ops: {} redirected, {} unreachable, {} lost, {} unanswered",
+                group_digits(r.total()),
+                group_digits(r.redirected),
+                group_digits(r.unreachable),
+                group_digits(r.lost),
+                group_digits(r.silent)
+            )?;
+        }
         let l = &self.latency_us;
         writeln!(
             out,
@@ -164,19 +183,20 @@ impl Report {
         if let Some(t) = &self.timeline {
             writeln!(
                 out,
-                "timeline    {:>8} {:>11} {:>8} {:>8} {:>8} {:>6}",
-                "s", "ops/s", "mean µs", "p50", "p99", "errors"
+                "timeline    {:>8} {:>11} {:>8} {:>8} {:>8} {:>6} {:>6}",
+                "s", "ops/s", "mean µs", "p50", "p99", "errors", "resent"
             )?;
             for p in &t.points {
                 writeln!(
                     out,
-                    "            {:>8.2} {:>11} {:>8.0} {:>8.0} {:>8.0} {:>6}",
+                    "            {:>8.2} {:>11} {:>8.0} {:>8.0} {:>8.0} {:>6} {:>6}",
                     p.end_secs,
                     group_digits(p.ops_per_sec.round() as u64),
                     p.latency_us.mean,
                     p.latency_us.p50,
                     p.latency_us.p99,
-                    p.errors
+                    p.errors,
+                    p.resent
                 )?;
             }
         }
@@ -237,6 +257,10 @@ mod tests {
             ops: 9_000_000,
             ops_per_sec: 900_000.0,
             errors: 0,
+            resends: Resends {
+                redirected: 3,
+                ..Resends::default()
+            },
             latency_us: Latency {
                 p50: 700.0,
                 p99: 1200.0,
@@ -273,6 +297,7 @@ mod tests {
                 "ops_per_sec",
                 "pipeline",
                 "protocol",
+                "resends",
                 "threads",
                 "value_size",
                 "workload",
@@ -299,6 +324,7 @@ mod tests {
                     ops: 100,
                     ops_per_sec: 200.0,
                     errors: 0,
+                    resent: 4,
                     latency_us: Latency {
                         mean: 12.5,
                         ..Latency::default()
@@ -311,6 +337,9 @@ mod tests {
         assert_eq!(v["timeline"]["interval_secs"], 0.5);
         assert_eq!(v["timeline"]["points"][0]["ops_per_sec"], 200.0);
         assert_eq!(v["timeline"]["points"][0]["latency_us"]["mean"], 12.5);
+        assert_eq!(v["timeline"]["points"][0]["resent"], 4);
+        assert_eq!(v["resends"]["redirected"], 3);
+        assert_eq!(v["resends"]["silent"], 0);
         let mut out = Vec::new();
         with.print_table(&mut out).unwrap();
         let text = String::from_utf8(out).unwrap();

@@ -25,12 +25,54 @@ pub(crate) const MAX_ATTEMPTS: usize = 8;
 /// with it).
 pub(crate) const ROUTE_WAIT: Duration = Duration::from_millis(1_200);
 
+/// Why an operation is sent again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cause {
+    /// The worker answered that another one holds the key.
+    Redirected,
+    /// The worker could not be connected to.
+    Unreachable,
+    /// The connection failed after the operation was sent.
+    Lost,
+    /// The worker sent no answer within the answer bound.
+    Silent,
+}
+
+/// Operations sent again, by cause (what `--follow-topology` did in a run).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Resends {
+    /// Redirected by the worker they were sent to.
+    pub redirected: u64,
+    /// Their worker could not be connected to.
+    pub unreachable: u64,
+    /// Their connection failed after they were sent.
+    pub lost: u64,
+    /// Their worker did not answer within a second.
+    pub silent: u64,
+}
+
+impl Resends {
+    /// All of them.
+    pub fn total(&self) -> u64 {
+        self.redirected + self.unreachable + self.lost + self.silent
+    }
+
+    pub(crate) fn add(&mut self, other: &Resends) {
+        self.redirected += other.redirected;
+        self.unreachable += other.unreachable;
+        self.lost += other.lost;
+        self.silent += other.silent;
+    }
+}
+
 /// The operations of a round to send again, and since when each has waited.
 #[derive(Debug, Default)]
 pub(crate) struct Retry {
     /// Per slot of the round: when its last attempt failed, if it is to be sent again.
     since: Vec<Option<Instant>>,
     pending: usize,
+    /// Operations marked since the last [`Retry::take_counts`], by cause.
+    counts: Resends,
 }
 
 impl Retry {
@@ -41,14 +83,26 @@ impl Retry {
         self.pending = 0;
     }
 
-    /// Operation `i` failed at `at` in a way that sending it again may fix.
-    pub(crate) fn mark(&mut self, i: usize, at: Instant) {
+    /// Operation `i` failed at `at` for `cause`, in a way that sending it again may fix.
+    pub(crate) fn mark(&mut self, i: usize, at: Instant, cause: Cause) {
         if let Some(s) = self.since.get_mut(i) {
             if s.is_none() {
                 self.pending += 1;
+                let n = match cause {
+                    Cause::Redirected => &mut self.counts.redirected,
+                    Cause::Unreachable => &mut self.counts.unreachable,
+                    Cause::Lost => &mut self.counts.lost,
+                    Cause::Silent => &mut self.counts.silent,
+                };
+                *n += 1;
             }
             *s = Some(at);
         }
+    }
+
+    /// The operations marked since the last call, by cause (and starts counting again).
+    pub(crate) fn take_counts(&mut self) -> Resends {
+        std::mem::take(&mut self.counts)
     }
 
     /// Whether operation `i` is to be sent again.
@@ -70,6 +124,7 @@ impl Retry {
             let marked = since.take();
             if let (Some(at), Some(slot)) = (marked, slots.get_mut(i)) {
                 slot.latency_us += micros(now.saturating_duration_since(at));
+                slot.resent = slot.resent.saturating_add(1);
             }
             picked.push(marked.is_some());
         }
@@ -108,20 +163,27 @@ mod tests {
         let mut r = Retry::default();
         r.reset(3);
         assert!(!r.any());
-        r.mark(1, t0);
-        r.mark(1, t0 + ms(1));
-        r.mark(9, t0); // out of range: ignored
+        r.mark(1, t0, Cause::Redirected);
+        r.mark(1, t0 + ms(1), Cause::Silent); // marked already: counted once
+        r.mark(9, t0, Cause::Lost); // out of range: ignored
         assert!(r.any() && r.is_marked(1) && !r.is_marked(0));
         let mut picked = Vec::new();
         r.resend(&mut slots, t0 + ms(101), &mut picked);
         assert_eq!(picked, [false, true, false]);
         assert_eq!(slots[1].latency_us, 100_000);
+        assert_eq!((slots[0].resent, slots[1].resent), (0, 1));
         assert!(!r.any() && !r.is_marked(1));
-        r.mark(2, t0 + ms(200));
+        r.mark(2, t0 + ms(200), Cause::Unreachable);
         r.give_up(&mut slots, t0 + ms(250));
         assert!(slots[2].error && !slots[1].error && !slots[0].error);
         assert_eq!(slots[2].latency_us, 50_000);
         assert!(!r.any());
+        let counts = r.take_counts();
+        assert_eq!(
+            (counts.redirected, counts.unreachable, counts.total()),
+            (1, 1, 2)
+        );
+        assert_eq!(r.take_counts(), Resends::default());
     }
 
     #[test]

@@ -408,6 +408,7 @@ pub(crate) fn timeline(
                 ops: it.ops,
                 ops_per_sec: if len > 0.0 { it.ops as f64 / len } else { 0.0 },
                 errors: it.errors,
+                resent: it.resent,
                 latency_us: latency_of(&it.histogram),
             }
         })
@@ -459,6 +460,7 @@ pub(crate) async fn run(args: BenchArgs) -> Result<Report, BenchError> {
         ops: stats.ops,
         ops_per_sec: stats.ops as f64 / secs.max(1e-9),
         errors: stats.errors,
+        resends: stats.resends,
         latency_us: latency,
         load,
         timeline,

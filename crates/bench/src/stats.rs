@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 
 use crate::error::BenchError;
+use crate::retry::Resends;
 use crate::workload::Slot;
 
 /// The run's phase.
@@ -191,6 +192,13 @@ impl Control {
         self.finish_round_at(slots, stats, first_error, now);
     }
 
+    /// Adds operations sent again (`--follow-topology`) to `stats`, if measuring.
+    pub(crate) fn count_resends(&self, stats: &mut ThreadStats, resends: &Resends) {
+        if self.phase() == Phase::Measure {
+            stats.resends.add(resends);
+        }
+    }
+
     /// [`finish_round`](Self::finish_round) for a round completed at `now` (read only when
     /// there is a timeline).
     pub fn finish_round_at(
@@ -257,6 +265,8 @@ pub struct ThreadStats {
     pub first_error: Option<String>,
     /// The first connection failure.
     pub failure: Option<BenchError>,
+    /// Operations sent again while measuring, by cause (`--follow-topology`).
+    pub resends: Resends,
     /// Measured rounds per timeline interval (empty without a timeline).
     pub timeline: Vec<Interval>,
 }
@@ -268,6 +278,8 @@ pub struct Interval {
     pub ops: u64,
     /// Those that got an error reply.
     pub errors: u64,
+    /// Times they were sent again (`--follow-topology`).
+    pub resent: u64,
     /// Their latency in microseconds (two significant digits: an interval holds few
     /// operations, and a run may hold thousands of intervals).
     pub histogram: Histogram<u64>,
@@ -278,6 +290,7 @@ impl Default for Interval {
         Interval {
             ops: 0,
             errors: 0,
+            resent: 0,
             histogram: Histogram::new_with_bounds(1, MAX_LATENCY_US, 2)
                 .unwrap_or_else(|e| panic!("histogram: {e}")),
         }
@@ -288,6 +301,7 @@ impl Interval {
     fn record(&mut self, slots: &[Slot], errors: u64) {
         for s in slots {
             self.histogram.saturating_record(s.latency_us);
+            self.resent += u64::from(s.resent);
         }
         self.ops += slots.len() as u64;
         self.errors += errors;
@@ -298,6 +312,7 @@ impl Interval {
         let _ = self.histogram.add(&other.histogram);
         self.ops += other.ops;
         self.errors += other.errors;
+        self.resent += other.resent;
     }
 }
 
@@ -311,6 +326,7 @@ impl Default for ThreadStats {
             errors: 0,
             first_error: None,
             failure: None,
+            resends: Resends::default(),
             timeline: Vec::new(),
         }
     }
@@ -331,6 +347,7 @@ impl ThreadStats {
         let _ = self.histogram.add(&other.histogram);
         self.ops += other.ops;
         self.errors += other.errors;
+        self.resends.add(&other.resends);
         if self.first_error.is_none() {
             self.first_error = other.first_error;
         }
@@ -394,6 +411,33 @@ mod tests {
         assert!(merged
             .histogram
             .equivalent(merged.histogram.value_at_quantile(0.8), 5_000));
+    }
+
+    #[test]
+    fn resends_count_only_while_measuring_and_add_up_across_threads() {
+        let c = Control::new(Phase::Warmup, None).with_timeline(Duration::from_millis(500));
+        let two = Resends {
+            redirected: 2,
+            silent: 1,
+            ..Resends::default()
+        };
+        let mut a = ThreadStats::default();
+        c.count_resends(&mut a, &two);
+        assert_eq!(a.resends, Resends::default());
+        c.start_measuring();
+        c.count_resends(&mut a, &two);
+        let mut resent = slot(10, false);
+        resent.resent = 2;
+        let start = c.measure_started_at().unwrap();
+        c.finish_round_at(&[resent, slot(5, false)], &mut a, &mut None, Some(start));
+        assert_eq!(a.timeline[0].resent, 2);
+        let mut b = ThreadStats::default();
+        c.count_resends(&mut b, &two);
+        a.merge(b);
+        assert_eq!(
+            (a.resends.redirected, a.resends.silent, a.resends.total()),
+            (4, 2, 6)
+        );
     }
 
     #[test]

@@ -109,6 +109,8 @@ pub struct Slot {
     pub latency_us: u64,
     /// True if any of its replies was an error.
     pub error: bool,
+    /// Times it was sent again (`--follow-topology`).
+    pub resent: u8,
 }
 
 impl Slot {
@@ -120,6 +122,7 @@ impl Slot {
             variant,
             latency_us: 0,
             error: false,
+            resent: 0,
         }
     }
 }
