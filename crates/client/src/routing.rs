@@ -143,6 +143,19 @@ impl Layout {
         self.view.addr(replica)
     }
 
+    /// The native address of every worker of every storage node, sorted, without
+    /// duplicates.
+    pub fn worker_addrs(&self) -> Vec<&str> {
+        let mut addrs: Vec<&str> = self
+            .view
+            .nodes()
+            .flat_map(|(_, n)| n.workers.iter().map(String::as_str))
+            .collect();
+        addrs.sort_unstable();
+        addrs.dedup();
+        addrs
+    }
+
     /// Number of storage nodes in the memory tier.
     pub fn nodes(&self) -> usize {
         self.view.tier_size(Tier::Memory)
