@@ -95,11 +95,12 @@ def main():
         bs.preload(dep, 200, a.kb)
         cloud = bs.connect(dep, [3])
         rng = random.Random(1)
-        zipf = bs.Zipf(200, 1.5, rng, bs.BIG_PREFIX)
+        zipf = bs.Zipf(200, 1.5, rng, bs.big_prefix(a.kb))
         writer = bs.Writer("a")
 
         def call():
-            return bs.request(cloud, bs.BIG1_DAG, 3, zipf, writer, rng, "CT", b"", 30)[0]
+            return bs.request(cloud, bs.big_dag(bs.BIG1_DAG, a.kb), 3, zipf, writer, rng, "CT",
+                              b"", 30)[0]
 
         for _ in range(20):
             call()

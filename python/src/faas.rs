@@ -8,11 +8,13 @@
 use std::collections::HashMap;
 use std::io::{IoSlice, Read, Write};
 use std::net::TcpStream;
-use std::sync::Mutex;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use faas::client::{Arg, CallOptions};
+use faas::shm::Region;
 use faas::{pb, FaasError};
 use prost::Message;
 use pyo3::exceptions::PyValueError;
@@ -213,10 +215,34 @@ impl FaasClient {
     }
 }
 
-/// An executor's connection to its host: blocking, one task at a time.
+/// An executor's connection to its host: blocking, one task at a time. Large tasks and
+/// results cross the shared region the host handed this process (`faas::shm`), if any.
 #[pyclass(module = "latticekv._native", frozen)]
 pub struct ExecutorLink {
     stream: Mutex<TcpStream>,
+    shm: Option<Arc<Region>>,
+}
+
+/// The shared region the host handed this process (its descriptor in
+/// `faas::shm::FD_ENV`), mapped; `None` without one, or if it cannot be mapped (the
+/// socket then carries everything).
+fn inherited_region() -> Option<Arc<Region>> {
+    let raw: RawFd = std::env::var(faas::shm::FD_ENV).ok()?.trim().parse().ok()?;
+    if raw < 3 {
+        return None;
+    }
+    // SAFETY: the host made `raw` for this process alone and nothing else in it owns the
+    // descriptor; `Region::map` checks it is a sealed region before using it (and makes
+    // it close-on-exec: a process a function starts does not inherit it, and if it reads
+    // the variable, the number names nothing of ours or something that is refused).
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    match Region::map(fd) {
+        Ok(r) => Some(Arc::new(r)),
+        Err(e) => {
+            eprintln!("latticekv executor: no shared region ({e}); using the socket");
+            None
+        }
+    }
 }
 
 fn io_err(e: std::io::Error) -> PyErr {
@@ -244,7 +270,39 @@ fn send(stream: &mut TcpStream, msg: &pb::FromExecutor) -> std::io::Result<()> {
     Ok(())
 }
 
-fn receive(stream: &mut TcpStream) -> std::io::Result<Option<pb::ToExecutor>> {
+fn bad(msg: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, msg.to_string())
+}
+
+/// The host's next message; one sent through the shared region decoded from it in place
+/// (its values are views of the region: the caller drops them before answering).
+fn receive(
+    stream: &mut TcpStream,
+    shm: Option<&Arc<Region>>,
+) -> std::io::Result<Option<pb::ToExecutor>> {
+    let Some(msg) = receive_frame(stream)? else {
+        return Ok(None);
+    };
+    let Some(pb::to_executor::Msg::Shm(f)) = &msg.msg else {
+        return Ok(Some(msg));
+    };
+    let region = shm.ok_or_else(|| bad("a shared-region frame without a region"))?;
+    let len = usize::try_from(f.len).map_err(|_| bad("a shared-region frame too long"))?;
+    // SAFETY: the host does not write the region again before this executor answers, and
+    // `next_task` drops the message (copied into Python objects) before it can.
+    let body = unsafe { region.view(len)? };
+    match pb::ToExecutor::decode(body) {
+        Ok(
+            inner @ pb::ToExecutor {
+                msg: Some(pb::to_executor::Msg::Task(_)),
+            },
+        ) => Ok(Some(inner)),
+        Ok(_) => Err(bad("a shared-region frame that is not a task")),
+        Err(e) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+    }
+}
+
+fn receive_frame(stream: &mut TcpStream) -> std::io::Result<Option<pb::ToExecutor>> {
     let mut header = [0u8; 4];
     match stream.read_exact(&mut header) {
         Ok(()) => {}
@@ -289,17 +347,20 @@ impl ExecutorLink {
     #[staticmethod]
     fn connect(py: Python<'_>, addr: String, id: u32) -> PyResult<ExecutorLink> {
         py.detach(|| {
+            let shm = inherited_region();
             let mut stream = TcpStream::connect(&addr)?;
             stream.set_nodelay(true)?;
             let hello = pb::FromExecutor {
                 msg: Some(pb::from_executor::Msg::Hello(pb::ExecutorHello {
                     id,
                     pid: std::process::id(),
+                    shm_bytes: shm.as_ref().map_or(0, |r| r.len() as u64),
                 })),
             };
             send(&mut stream, &hello)?;
             Ok(ExecutorLink {
                 stream: Mutex::new(stream),
+                shm,
             })
         })
         .map_err(io_err)
@@ -312,7 +373,7 @@ impl ExecutorLink {
         let msg = py
             .detach(|| {
                 let mut s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
-                receive(&mut s)
+                receive(&mut s, self.shm.as_ref())
             })
             .map_err(io_err)?;
         let Some(pb::ToExecutor {
@@ -401,6 +462,19 @@ impl ExecutorLink {
         };
         py.detach(|| {
             let mut s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+            // A large outcome goes into the region (the task's views of it are gone).
+            if let Some(region) = &self.shm {
+                if msg.encoded_len() >= faas::shm::SHM_MIN {
+                    if let Some(len) = region.put(&msg) {
+                        let frame = pb::FromExecutor {
+                            msg: Some(pb::from_executor::Msg::Shm(pb::ShmFrame {
+                                len: len as u64,
+                            })),
+                        };
+                        return send(&mut s, &frame);
+                    }
+                }
+            }
             send(&mut s, &msg)
         })
         .map_err(io_err)

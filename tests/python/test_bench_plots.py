@@ -245,7 +245,8 @@ def test_serverless_report_from_fake_results_parses_back():
     args = SimpleNamespace(thetas=[1.0, 1.5], lengths=[3, 6], executors=3, clients=4,
                            keys=1000, value_size=1024, rounds=2, requests=10,
                            length_requests=5, warmup=2, dep_gc_ms=200, big_keys=200,
-                           big_kb=512, store_delay_ms=0.25, store_rate_gbit=10.0)
+                           payload_kb=[512, 2048], store_delay_ms=0.25,
+                           store_rate_gbit=10.0)
     results = {}
     for i, (plane, dag, length, theta, p) in enumerate(m.cells(args)):
         stats = {"protocol": p, "attempts": 1 + i % 2, "aborts": i % 2,
@@ -261,13 +262,15 @@ def test_serverless_report_from_fake_results_parses_back():
     assert "2 / 5 / 7 after the first cell, 3 / 6 / 9 after the last, largest seen 9" in text
     assert "the p99 over the cells 700–800 B, median 800 B" in text
     assert "0.25 ms each way, 10 Gbit/s" in text
-    # Life without the cache: the paper's large-value pairs at the run's client threads
-    # and at one, and one per Zipf θ.
+    # Life without the cache: per payload size, the paper's large-value pairs at the run's
+    # client threads and at one; and one per Zipf θ.
     nocache = m.NOCACHE.parse(text)
-    assert len(nocache) == 2 * len(m.NOCACHE_PAIRS) + len(args.thetas)
-    assert sorted(r["clients"] for r in nocache) == [1] * len(m.NOCACHE_PAIRS) + [4] * (
-        len(m.NOCACHE_PAIRS) + len(args.thetas))
+    sizes = len(args.payload_kb)
+    assert len(nocache) == sizes * 2 * len(m.NOCACHE_PAIRS) + len(args.thetas)
+    assert sorted(r["clients"] for r in nocache) == [1] * sizes * len(m.NOCACHE_PAIRS) + [
+        4] * (sizes * len(m.NOCACHE_PAIRS) + len(args.thetas))
     assert "Zipf 1.5 over 200 keys of 512 KB, read-only" in text
+    assert "Zipf 1.5 over 200 keys of 2,048 KB, read-only" in text
     for p, b in zip(m.GRID.parse(text), grid, strict=True):
         close(p, b)
     for p, b in zip(m.LENGTH.parse(text), lengths, strict=True):
@@ -280,16 +283,19 @@ def test_serverless_nocache_only_report_has_each_pair_at_both_client_counts():
     from types import SimpleNamespace
 
     m = script("serverless")
-    args = SimpleNamespace(clients=4, rounds=2, requests=10, big_keys=200, big_kb=512)
+    args = SimpleNamespace(clients=4, rounds=2, requests=10, big_keys=200,
+                           payload_kb=[512, 1024, 2048])
     results = {}
-    for i, cell in enumerate(m.nocache_cells()):
+    for i, cell in enumerate(m.nocache_cells(args)):
         stats = {"protocol": cell[4], "attempts": 1, "aborts": 0, "early_aborts": 0,
                  "meta_bytes": 0}
         results[cell] = ([(0.001 * (i + 1 + k), stats, False) for k in range(10)], [])
     text = m.nocache_report(results, args, [1.0, 2.0], 60.0)
     rows = m.NOCACHE.parse(text)
-    assert [(r["clients"], r["pair"]) for r in rows] == [
-        (4, "CT vs bare CT"), (4, "HB vs bare OPT"), (1, "CT vs bare CT"),
-        (1, "HB vs bare OPT")]
+    # One row per payload size, pair and client count, in the sweep's order.
+    assert [(r["case"], r["clients"], r["pair"]) for r in rows] == [
+        (f"Zipf 1.5 over 200 keys of {kb:,} KB, read-only", clients, pair)
+        for kb in args.payload_kb for clients in (4, 1)
+        for pair in ("CT vs bare CT", "HB vs bare OPT")]
     # The bare cells come after the cached ones, so they are slower here.
     assert all(r["ratio"] > 1 for r in rows)

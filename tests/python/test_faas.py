@@ -99,6 +99,43 @@ def test_large_values_reach_the_function_intact(cloud, store):
         assert cloud.call("digests", faas.Ref("big-a"), faas.Ref("big-b"), a[:1000]) == want
 
 
+def test_large_tasks_and_results_cross_each_executors_own_shared_region(cloud):
+    # Each executor maps one sealed memfd its host made for it (faas::shm); a task or an
+    # outcome of 64 KiB or more crosses it instead of the socket, and must arrive whole
+    # both ways. A process a function starts does not inherit the region's descriptor.
+    blob = os.urandom(3 * 1024 * 1024 + 7)
+
+    def regions(data):
+        import os as _os
+        import subprocess as _sp
+        import sys as _sys
+
+        count = """
+import os
+n = 0
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        n += os.readlink("/proc/self/fd/" + fd).startswith("/memfd:latticekv-executor")
+    except OSError:
+        pass
+print(n)
+"""
+        # close_fds=False: the child gets every descriptor not marked close-on-exec.
+        mine = _sp.run([_sys.executable, "-c", count], capture_output=True, text=True,
+                       check=True, close_fds=False).stdout.strip()
+        maps = open(f"/proc/{_os.getpid()}/maps").read()
+        mapped = len({line.split()[-3] for line in maps.splitlines()
+                      if "/memfd:latticekv-executor" in line})
+        return mapped, mine, data[::-1]
+
+    cloud.register(regions, "regions")
+    for _ in range(4):  # every executor, some twice
+        mapped, child, back = cloud.call("regions", blob)
+        assert mapped == 1, "the executor has no shared region of its own"
+        assert child == "0", "a function's subprocess inherited the region"
+        assert back == blob[::-1]
+
+
 def test_writes_are_applied_after_the_sink(cloud, store):
     def writer(k, v):
         faas.put(k, v)

@@ -64,6 +64,7 @@ async fn executor(addr: SocketAddr, id: u32, mode: Mode, ran: Arc<Ran>) {
         msg: Some(pb::from_executor::Msg::Hello(pb::ExecutorHello {
             id,
             pid: 0,
+            shm_bytes: 0,
         })),
     };
     conn::write(&mut s, &hello).await.unwrap();

@@ -3,7 +3,9 @@
 //!
 //! The host listens on loopback for its executors (`python3 -m latticekv.faas.executor
 //! --host ADDR --id N`), restarts one that exits, and kills them when it exits (they get
-//! SIGTERM from the kernel if the host dies, `PR_SET_PDEATHSIG`). For each [`pb::RunDag`]
+//! SIGTERM from the kernel if the host dies, `PR_SET_PDEATHSIG`). Each executor process gets
+//! a shared region of its own ([`crate::shm`], [`HostConfig::executor_shm`]) for large
+//! tasks and results; the socket carries the rest. For each [`pb::RunDag`]
 //! it reads the key references through its [`DataPlane`], runs the functions in
 //! topological order on free executors (independent branches in parallel), passes results
 //! along edges, buffers every function's writes and commits them after the sink, then
@@ -12,6 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,7 +27,9 @@ use tokio::task::JoinSet;
 use crate::conn;
 use crate::data::DataPlane;
 use crate::error::{pb_error, FaasError};
+use crate::exlink::{Link, Regions};
 use crate::pb;
+use crate::shm::{self, Region};
 
 /// A host's settings.
 #[derive(Clone, Debug)]
@@ -47,6 +52,20 @@ pub struct HostConfig {
     /// Where the host's causal cache answers other caches' fetches of pinned versions
     /// (protocol OPT; loopback, port 0: any free port). Unused without a cache.
     pub cache_listen: SocketAddr,
+    /// Bytes of the shared region each executor process gets for large tasks and results
+    /// (`faas::shm`; 0: none, everything crosses the socket). Default: the frame limit, or
+    /// `LATTICEKV_EXECUTOR_SHM_MB` from the environment. The memory is used only as far as
+    /// messages reach into it.
+    pub executor_shm: usize,
+}
+
+/// [`HostConfig::executor_shm`]'s default: `LATTICEKV_EXECUTOR_SHM_MB` MiB if set (0
+/// turns the regions off), else [`conn::MAX_FRAME`].
+fn default_executor_shm() -> usize {
+    std::env::var("LATTICEKV_EXECUTOR_SHM_MB")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map_or(conn::MAX_FRAME, |mb| mb.saturating_mul(1 << 20))
 }
 
 impl HostConfig {
@@ -61,6 +80,7 @@ impl HostConfig {
             load_period: Duration::from_millis(500),
             task_attempts: 3,
             cache_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            executor_shm: default_executor_shm(),
         }
     }
 }
@@ -124,6 +144,8 @@ struct Shared {
     next_task: AtomicU64,
     /// The cache's fetch port, announced in the hello (`None`: no causal cache).
     cache_addr: Option<SocketAddr>,
+    /// Shared regions of started executors, until their hello.
+    regions: Regions,
 }
 
 /// Runs a host until `shutdown` becomes true: executors, the executor listener and the
@@ -157,11 +179,12 @@ pub async fn run(
         running: AtomicU32::new(0),
         next_task: AtomicU64::new(1),
         cache_addr,
+        regions: Regions::default(),
     });
     tasks.spawn(accept_executors(listener, shared.clone()));
     for id in 0..shared.config.executors {
         tasks.spawn(supervise(
-            shared.config.python.clone(),
+            shared.clone(),
             executor_addr,
             id,
             shutdown.clone(),
@@ -186,14 +209,40 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|s| *s).await;
 }
 
+/// A new shared region for an executor process (`None`: regions off, or none could be
+/// made; the executor then uses the socket only).
+fn new_region(bytes: usize) -> Option<Arc<Region>> {
+    if bytes == 0 {
+        return None;
+    }
+    match Region::create(bytes) {
+        Ok(r) => Some(Arc::new(r)),
+        Err(e) => {
+            tracing::warn!("no shared region for an executor ({e}): large tasks take the socket");
+            None
+        }
+    }
+}
+
 /// Keeps executor `id` running: starts it, and starts it again when it exits.
-async fn supervise(python: String, addr: SocketAddr, id: u32, mut shutdown: watch::Receiver<bool>) {
+async fn supervise(
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    id: u32,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let python = shared.config.python.clone();
     let mut backoff = Duration::from_millis(100);
     loop {
         if *shutdown.borrow() {
             return;
         }
+        let region = new_region(shared.config.executor_shm);
+        let region_fd = region.as_ref().map(|r| r.fd().as_raw_fd());
         let mut command = tokio::process::Command::new(&python);
+        if let Some(fd) = region_fd {
+            command.env(shm::FD_ENV, fd.to_string());
+        }
         command
             .args(["-m", "latticekv.faas.executor", "--host"])
             .arg(addr.to_string())
@@ -207,9 +256,16 @@ async fn supervise(python: String, addr: SocketAddr, id: u32, mut shutdown: watc
         // SAFETY: the closure runs in the child between fork and exec and only calls prctl,
         // which is async-signal-safe, and reads errno.
         unsafe {
-            command.pre_exec(|| {
+            command.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                // This child (only) inherits its region: the host's descriptor is
+                // close-on-exec, so every other process it starts goes without.
+                if let Some(fd) = region_fd {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });
@@ -217,6 +273,10 @@ async fn supervise(python: String, addr: SocketAddr, id: u32, mut shutdown: watc
         let started = tokio::time::Instant::now();
         match command.spawn() {
             Ok(mut child) => {
+                let pid = child.id().unwrap_or(0);
+                if let Some(r) = &region {
+                    shared.regions.offer(id, pid, r.clone());
+                }
                 tokio::select! {
                     status = child.wait() => {
                         if started.elapsed() < Duration::from_secs(2) {
@@ -234,6 +294,7 @@ async fn supervise(python: String, addr: SocketAddr, id: u32, mut shutdown: watc
                         return;
                     }
                 }
+                shared.regions.withdraw(id, pid);
             }
             Err(e) => tracing::error!(executor = id, %python, "cannot start executor: {e}"),
         }
@@ -262,19 +323,25 @@ async fn accept_executors(listener: TcpListener, shared: Arc<Shared>) {
 /// One executor's connection: hello, then one job at a time. Ends (dropping the job in
 /// hand, which its run sees as the executor's death) when the connection breaks.
 async fn serve_executor(stream: TcpStream, shared: Arc<Shared>) {
-    let (mut r, mut w) = stream.into_split();
+    let (mut r, w) = stream.into_split();
     let hello = match conn::read::<pb::FromExecutor, _>(&mut r).await {
         Ok(Some(pb::FromExecutor {
             msg: Some(pb::from_executor::Msg::Hello(h)),
         })) => h,
         _ => return,
     };
+    let mut link = Link::new(r, w, shared.regions.claim(&hello));
     let (tx, mut rx) = mpsc::channel::<Job>(1);
     let me = Executor {
         id: hello.id,
         jobs: tx,
     };
-    tracing::info!(executor = hello.id, pid = hello.pid, "executor connected");
+    tracing::info!(
+        executor = hello.id,
+        pid = hello.pid,
+        shared_region = link.shared(),
+        "executor connected"
+    );
     shared.pool.connected.fetch_add(1, Ordering::Relaxed);
     shared.pool.release(me.clone());
     loop {
@@ -283,7 +350,7 @@ async fn serve_executor(stream: TcpStream, shared: Arc<Shared>) {
         let mut probe = [0u8; 1];
         let job = tokio::select! {
             job = rx.recv() => job,
-            _ = r.peek(&mut probe) => None, // closed, or bytes nobody asked for
+            _ = link.reader().peek(&mut probe) => None, // closed, or bytes nobody asked for
         };
         let Some((task, reply)) = job else {
             break;
@@ -293,9 +360,9 @@ async fn serve_executor(stream: TcpStream, shared: Arc<Shared>) {
         let msg = pb::ToExecutor {
             msg: Some(pb::to_executor::Msg::Task(task)),
         };
-        let outcome = match conn::write(&mut w, &msg).await {
+        let outcome = match link.send(&msg).await {
             Ok(()) => loop {
-                match conn::read::<pb::FromExecutor, _>(&mut r).await {
+                match link.recv().await {
                     Ok(Some(pb::FromExecutor {
                         msg: Some(pb::from_executor::Msg::Done(d)),
                     })) if d.id == id => break Some(d),

@@ -24,7 +24,9 @@
 //! - [`metrics`]: a scheduler's and a host cache's counters as Prometheus text.
 //! - [`host`]: a compute host: executor processes, DAG execution.
 //! - [`client`]: the Rust client of a scheduler (used by the Python SDK and the CLI).
-//! - [`conn`]: framed protobuf over TCP, shared by all of the above.
+//! - [`conn`]: framed protobuf over TCP, shared by all of the above; [`shm`]: the shared
+//!   region of each executor for large tasks and results, `exlink`: the host's end of the
+//!   link to an executor (socket and region).
 //! - [`error`]: the error type, [`FaasError`].
 //!
 //! The messages are `wire::faas` (`crates/wire/proto/faas.proto`).
@@ -38,6 +40,7 @@ pub mod dag;
 pub mod data;
 pub mod distributed;
 pub mod error;
+mod exlink;
 mod fnrun;
 pub mod gc;
 pub mod host;
@@ -51,6 +54,7 @@ pub mod placement;
 mod reftable;
 pub mod registry;
 pub mod scheduler;
+pub mod shm;
 mod values;
 
 pub use error::FaasError;

@@ -69,6 +69,7 @@ async fn executor(addr: std::net::SocketAddr, id: u32, flaky_done: Arc<AtomicBoo
         msg: Some(pb::from_executor::Msg::Hello(pb::ExecutorHello {
             id,
             pid: 0,
+            shm_bytes: 0,
         })),
     };
     conn::write(&mut s, &hello).await.unwrap();
