@@ -12,24 +12,22 @@
 //! answers [`pb::DagDone`]. A task whose executor dies is run again on another one (at most
 //! [`HostConfig::task_attempts`] times).
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::conn;
 use crate::data::DataPlane;
 use crate::error::{pb_error, FaasError};
-use crate::exlink::{Link, Regions};
+use crate::executors::{self, Executors};
 use crate::pb;
-use crate::shm::{self, Region};
 
 /// A host's settings.
 #[derive(Clone, Debug)]
@@ -85,67 +83,15 @@ impl HostConfig {
     }
 }
 
-/// A job for one executor: a task and where its outcome goes (dropped if the executor
-/// dies).
-type Job = (pb::Task, oneshot::Sender<pb::TaskDone>);
-
-/// A connected executor, as the pool holds it.
-#[derive(Clone)]
-struct Executor {
-    id: u32,
-    jobs: mpsc::Sender<Job>,
-}
-
-/// Free executors. An executor's connection task puts it back after each job, so a run
-/// that is abandoned never leaks one.
-#[derive(Default)]
-struct Pool {
-    free: Mutex<VecDeque<Executor>>,
-    available: Notify,
-    busy: AtomicU32,
-    connected: AtomicU32,
-}
-
-impl Pool {
-    fn release(&self, e: Executor) {
-        if let Ok(mut f) = self.free.lock() {
-            f.push_back(e);
-        }
-        self.available.notify_one();
-    }
-
-    async fn acquire(&self) -> Executor {
-        loop {
-            let notified = self.available.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let next = self.free.lock().ok().and_then(|mut f| {
-                while let Some(e) = f.pop_front() {
-                    if !e.jobs.is_closed() {
-                        return Some(e);
-                    }
-                }
-                None
-            });
-            if let Some(e) = next {
-                return e;
-            }
-            notified.await;
-        }
-    }
-}
-
 /// What every run shares.
 struct Shared {
     config: HostConfig,
-    pool: Pool,
+    executors: Arc<Executors>,
     data: Arc<dyn DataPlane>,
     running: AtomicU32,
     next_task: AtomicU64,
     /// The cache's fetch port, announced in the hello (`None`: no causal cache).
     cache_addr: Option<SocketAddr>,
-    /// Shared regions of started executors, until their hello.
-    regions: Regions,
 }
 
 /// Runs a host until `shutdown` becomes true: executors, the executor listener and the
@@ -172,19 +118,23 @@ pub async fn run(
         }
         None => None,
     };
+    let executors = Arc::new(Executors::new(
+        config.python.clone(),
+        config.executor_shm,
+        config.task_attempts,
+    ));
     let shared = Arc::new(Shared {
         config,
-        pool: Pool::default(),
+        executors,
         data,
         running: AtomicU32::new(0),
         next_task: AtomicU64::new(1),
         cache_addr,
-        regions: Regions::default(),
     });
-    tasks.spawn(accept_executors(listener, shared.clone()));
+    tasks.spawn(executors::accept(listener, shared.executors.clone()));
     for id in 0..shared.config.executors {
-        tasks.spawn(supervise(
-            shared.clone(),
+        tasks.spawn(executors::supervise(
+            shared.executors.clone(),
             executor_addr,
             id,
             shutdown.clone(),
@@ -207,182 +157,6 @@ pub async fn run(
 /// Resolves when `shutdown` becomes true (or its sender is gone).
 async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|s| *s).await;
-}
-
-/// A new shared region for an executor process (`None`: regions off, or none could be
-/// made; the executor then uses the socket only).
-fn new_region(bytes: usize) -> Option<Arc<Region>> {
-    if bytes == 0 {
-        return None;
-    }
-    match Region::create(bytes) {
-        Ok(r) => Some(Arc::new(r)),
-        Err(e) => {
-            tracing::warn!("no shared region for an executor ({e}): large tasks take the socket");
-            None
-        }
-    }
-}
-
-/// Keeps executor `id` running: starts it, and starts it again when it exits.
-async fn supervise(
-    shared: Arc<Shared>,
-    addr: SocketAddr,
-    id: u32,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let python = shared.config.python.clone();
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        if *shutdown.borrow() {
-            return;
-        }
-        let region = new_region(shared.config.executor_shm);
-        let region_fd = region.as_ref().map(|r| r.fd().as_raw_fd());
-        let mut command = tokio::process::Command::new(&python);
-        if let Some(fd) = region_fd {
-            command.env(shm::FD_ENV, fd.to_string());
-        }
-        command
-            .args(["-m", "latticekv.faas.executor", "--host"])
-            .arg(addr.to_string())
-            .args(["--id", &id.to_string()])
-            .stdin(std::process::Stdio::null())
-            // A function's prints go to the host's stderr: its stdout may be a pipe that
-            // nobody reads any more (`latticekv local` prints its addresses there).
-            .stdout(std::io::stderr())
-            .kill_on_drop(true);
-        #[cfg(target_os = "linux")]
-        // SAFETY: the closure runs in the child between fork and exec and only calls prctl,
-        // which is async-signal-safe, and reads errno.
-        unsafe {
-            command.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // This child (only) inherits its region: the host's descriptor is
-                // close-on-exec, so every other process it starts goes without.
-                if let Some(fd) = region_fd {
-                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
-        let started = tokio::time::Instant::now();
-        match command.spawn() {
-            Ok(mut child) => {
-                let pid = child.id().unwrap_or(0);
-                if let Some(r) = &region {
-                    shared.regions.offer(id, pid, r.clone());
-                }
-                tokio::select! {
-                    status = child.wait() => {
-                        if started.elapsed() < Duration::from_secs(2) {
-                            tracing::warn!(
-                                executor = id, ?status, %python,
-                                "executor exited at once; restarting it (does {python} have \
-                                 the latticekv package and cloudpickle?)"
-                            );
-                        } else {
-                            tracing::warn!(executor = id, ?status, "executor exited; restarting it");
-                        }
-                    }
-                    () = stopped(&mut shutdown) => {
-                        let _ = child.kill().await;
-                        return;
-                    }
-                }
-                shared.regions.withdraw(id, pid);
-            }
-            Err(e) => tracing::error!(executor = id, %python, "cannot start executor: {e}"),
-        }
-        if started.elapsed() > Duration::from_secs(10) {
-            backoff = Duration::from_millis(100);
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            () = stopped(&mut shutdown) => return,
-        }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
-    }
-}
-
-async fn accept_executors(listener: TcpListener, shared: Arc<Shared>) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        tokio::spawn(serve_executor(stream, shared.clone()));
-    }
-}
-
-/// One executor's connection: hello, then one job at a time. Ends (dropping the job in
-/// hand, which its run sees as the executor's death) when the connection breaks.
-async fn serve_executor(stream: TcpStream, shared: Arc<Shared>) {
-    let (mut r, w) = stream.into_split();
-    let hello = match conn::read::<pb::FromExecutor, _>(&mut r).await {
-        Ok(Some(pb::FromExecutor {
-            msg: Some(pb::from_executor::Msg::Hello(h)),
-        })) => h,
-        _ => return,
-    };
-    let mut link = Link::new(r, w, shared.regions.claim(&hello));
-    let (tx, mut rx) = mpsc::channel::<Job>(1);
-    let me = Executor {
-        id: hello.id,
-        jobs: tx,
-    };
-    tracing::info!(
-        executor = hello.id,
-        pid = hello.pid,
-        shared_region = link.shared(),
-        "executor connected"
-    );
-    shared.pool.connected.fetch_add(1, Ordering::Relaxed);
-    shared.pool.release(me.clone());
-    loop {
-        // While idle, watch the socket too: an executor that dies between jobs leaves the
-        // pool at once, instead of failing (and costing an attempt of) the next task.
-        let mut probe = [0u8; 1];
-        let job = tokio::select! {
-            job = rx.recv() => job,
-            _ = link.reader().peek(&mut probe) => None, // closed, or bytes nobody asked for
-        };
-        let Some((task, reply)) = job else {
-            break;
-        };
-        shared.pool.busy.fetch_add(1, Ordering::Relaxed);
-        let id = task.id;
-        let msg = pb::ToExecutor {
-            msg: Some(pb::to_executor::Msg::Task(task)),
-        };
-        let outcome = match link.send(&msg).await {
-            Ok(()) => loop {
-                match link.recv().await {
-                    Ok(Some(pb::FromExecutor {
-                        msg: Some(pb::from_executor::Msg::Done(d)),
-                    })) if d.id == id => break Some(d),
-                    Ok(Some(_)) => continue,
-                    _ => break None,
-                }
-            },
-            Err(_) => None,
-        };
-        shared.pool.busy.fetch_sub(1, Ordering::Relaxed);
-        match outcome {
-            Some(done) => {
-                let _ = reply.send(done);
-                shared.pool.release(me.clone());
-            }
-            None => break,
-        }
-    }
-    shared.pool.connected.fetch_sub(1, Ordering::Relaxed);
-    tracing::warn!(executor = me.id, "executor connection closed");
 }
 
 /// Connects to the scheduler, says hello, reports load, runs what it sends; reconnects
@@ -420,7 +194,7 @@ fn load(shared: &Shared) -> pb::ToScheduler {
     pb::ToScheduler {
         msg: Some(pb::to_scheduler::Msg::Load(pb::Load {
             running_dags: shared.running.load(Ordering::Relaxed),
-            busy_executors: shared.pool.busy.load(Ordering::Relaxed),
+            busy_executors: shared.executors.busy(),
             executors: shared.config.executors,
         })),
     }
@@ -501,7 +275,7 @@ async fn serve_scheduler(stream: TcpStream, shared: Arc<Shared>) {
                         shared.running.fetch_add(1, Ordering::Relaxed);
                         let done = crate::fnrun::run_fn(&shared.data, step, |mut task| {
                             task.id = shared.next_task.fetch_add(1, Ordering::Relaxed);
-                            run_task(&shared, task)
+                            shared.executors.run(task)
                         })
                         .await;
                         shared.running.fetch_sub(1, Ordering::Relaxed);
@@ -652,7 +426,7 @@ async fn run_dag(shared: &Arc<Shared>, run: pb::RunDag) -> Result<Bytes, FaasErr
             };
             let shared = shared.clone();
             let name = f.clone();
-            tasks.spawn(async move { (name, run_task(&shared, task).await) });
+            tasks.spawn(async move { (name, shared.executors.run(task).await) });
         }
         let Some(joined) = tasks.join_next().await else {
             break;
@@ -697,38 +471,6 @@ async fn run_dag(shared: &Arc<Shared>, run: pb::RunDag) -> Result<Bytes, FaasErr
             })?;
     }
     Ok(result)
-}
-
-/// Runs one function on a free executor; again on another if its executor dies.
-async fn run_task(shared: &Shared, task: pb::Task) -> Result<pb::TaskDone, FaasError> {
-    let mut deaths = 0;
-    loop {
-        let executor = shared.pool.acquire().await;
-        let (tx, rx) = oneshot::channel();
-        if executor.jobs.send((task.clone(), tx)).await.is_err() {
-            continue; // died while idle: not this task's attempt
-        }
-        match rx.await {
-            Ok(done) => return Ok(done),
-            Err(_) => {
-                deaths += 1;
-                tracing::warn!(
-                    executor = executor.id,
-                    function = %task.function,
-                    "executor died running a function (attempt {deaths})"
-                );
-                if deaths >= shared.config.task_attempts {
-                    return Err(error(
-                        pb::ErrorCode::Unavailable,
-                        format!(
-                            "function {:?}: its executor died {deaths} times",
-                            task.function
-                        ),
-                    ));
-                }
-            }
-        }
-    }
 }
 
 /// This host's answer to a GC probe (declined without a causal cache).

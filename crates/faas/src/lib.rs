@@ -40,6 +40,7 @@ pub mod dag;
 pub mod data;
 pub mod distributed;
 pub mod error;
+mod executors;
 mod exlink;
 mod fnrun;
 pub mod gc;
