@@ -30,7 +30,8 @@ use crate::driver::journal::{open_wal_reporting, JournalSetup, LsmSyncer};
 use crate::driver::mesh::Mesh;
 use crate::driver::replay::{self, ReplayProgress};
 use crate::driver::shared::Shared;
-use crate::driver::worker::{self, Service, Worker, WorkerMsg, WorkerSetup};
+use crate::driver::thread::{self as worker_thread, Service, WorkerSetup};
+use crate::driver::worker::{Worker, WorkerMsg};
 use crate::front::{self, Protocol};
 use crate::peer::listen::{self, Routes};
 use crate::shard::{Shard, ShardConfig};
@@ -495,7 +496,7 @@ impl Node {
                     if let Some(cpu) = pin {
                         pin_to_cpu(cpu);
                     }
-                    worker::run(setup)
+                    worker_thread::run(setup)
                 })
                 .map_err(StartError::Thread)?;
             threads.push(thread);

@@ -24,6 +24,9 @@ use sim::{Mode, Params, Report};
 /// Seeds of the main test by default.
 const DEFAULT_SEEDS: u64 = 300;
 
+/// Seeds of the leave-under-reads test.
+const LEAVE_SEEDS: u64 = 20;
+
 fn env_u64(name: &str) -> Option<u64> {
     let value = std::env::var(name).ok()?;
     match value.trim().parse() {
@@ -138,4 +141,31 @@ fn checks_catch_lost_writes_when_timeouts_count_as_delivered() {
 fn checks_catch_a_hand_off_dropped_after_the_first_acknowledgement() {
     let (seed, reason) = find_failure(Mode::DropAfterFirstAck, "before replica");
     println!("seed {seed}: {reason}");
+}
+
+/// A graceful leave while clients read keys only the leaving node holds: every read of a
+/// written key finds its value. A new owner that misses asks the leaving node, which is no
+/// longer in its view (the simulation sends a request only to the address the core names,
+/// as the real worker does), and a read forwarded to a new owner is settled there too.
+#[test]
+fn reads_during_a_leave_find_keys_not_yet_handed_over() {
+    let started = Instant::now();
+    let mut total = Report::default();
+    let seeds: Vec<u64> = match env_u64("LATTICEKV_SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => (0..LEAVE_SEEDS).collect(),
+    };
+    for &seed in &seeds {
+        match sim::run(Params::leave_under_reads(seed)) {
+            Ok(report) => total.add(&report),
+            Err(failure) => panic!("{failure}"),
+        }
+    }
+    println!(
+        "{} seeds in {:.1}s: {total:#?}",
+        seeds.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(total.leaves, seeds.len() as u64, "{total:?}");
+    assert!(total.reads > 0, "{total:?}");
 }

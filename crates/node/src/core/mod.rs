@@ -15,8 +15,9 @@
 //! # Layout
 //! - this module: the core's state, its configuration, effects, timers and counters;
 //! - [`messages`]: what workers say to each other;
-//! - `requests`: client operations — here, forwarded, redirected, reads that miss while
-//!   keys move, reads from every replica;
+//! - `requests`: client operations — here, forwarded, redirected;
+//! - `fetch`: reads that ask other workers for records — reads that miss while keys move,
+//!   reads forwarded under another view, reads from every replica;
 //! - `acks`: acknowledgement levels, the one place a write waits for the disk or for other
 //!   replicas;
 //! - `gossip`: gossip rounds, batches in flight, hand-off acknowledgements;
@@ -33,6 +34,7 @@
 mod acks;
 mod backing;
 mod entropy;
+mod fetch;
 mod gossip;
 pub mod messages;
 mod reclaim;

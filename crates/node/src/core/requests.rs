@@ -7,10 +7,8 @@
 //! one `Forward`; a forward to another node tries the key's other replicas if the chosen
 //! one cannot be reached (a write only if it certainly did not run there).
 //!
-//! For `settle_ms` after a view change, a read that misses here also asks the key's
-//! replicas under the previous views — the key may still be on its way here — merges what
-//! they hold and answers from the merged state. A read from every replica (`GetAll`) asks
-//! all of them and fails if one does not answer.
+//! Reads that ask other workers for records — a read that misses while keys move, a read
+//! from every replica, a read forwarded under another view — are in [`super::fetch`].
 //!
 //! A request's results are collected in a *job*: answered at once when every op ran here,
 //! else when the last answer arrives ([`Effect::Complete`](super::Effect::Complete) for a
@@ -18,9 +16,9 @@
 
 use bytes::Bytes;
 use foldhash::fast::FixedState;
-use lattice::{Lattice, Record};
 use placement::Replica;
 
+use super::fetch::FetchGroup;
 use super::reply_limit::within_reply_limit;
 use super::{Core, Map, PeerFailure, PeerMsg, PeerReply, PeerResult, Ticket, Token};
 use crate::ack::Ack;
@@ -80,39 +78,12 @@ pub(super) struct Forwarding {
     next: usize,
 }
 
-/// Records asked for from several workers.
-struct FetchGroup {
-    /// Answers still awaited.
-    waiting: usize,
-    purpose: FetchPurpose,
-}
-
-enum FetchPurpose {
-    /// Reads that missed while keys move: re-read them once the records arrived. Reads
-    /// of the same keys that miss meanwhile join the group (one fetch per key, however
-    /// many reads wait for it).
-    Settle {
-        /// (job, slot, key) of each read.
-        reads: Vec<(u64, usize, Bytes)>,
-        /// The keys asked for.
-        keys: Vec<Bytes>,
-    },
-    /// A read from every replica.
-    All {
-        job: u64,
-        key: Bytes,
-        merged: Option<Record>,
-        here: bool,
-        failed: Option<String>,
-    },
-}
-
 /// Jobs and fetch groups in progress.
 pub(super) struct Jobs {
     jobs: Map<u64, Job>,
-    fetches: Map<u64, FetchGroup>,
+    pub(super) fetches: Map<u64, FetchGroup>,
     /// Keys being fetched for reads that missed while keys move, and their group.
-    settling: Map<Bytes, u64>,
+    pub(super) settling: Map<Bytes, u64>,
 }
 
 impl Jobs {
@@ -430,208 +401,6 @@ impl Core {
         };
         for (pos, r) in f.positions.into_iter().zip(results) {
             self.fill(f.job, pos, r);
-        }
-    }
-
-    // ---- reads while keys move, and reads from every replica -----------------------------
-
-    /// Asks where `reads`' keys lived before the last view change for their records; the
-    /// reads are answered once those arrive (or fail).
-    fn settle_reads(&mut self, job: u64, reads: Vec<(usize, Bytes)>) {
-        // Reads of keys already being fetched wait for that fetch (a hot key replicated
-        // to this worker is missed by every read until its record arrives: one fetch of
-        // it, not one per read).
-        let mut reads_new: Vec<(u64, usize, Bytes)> = Vec::new();
-        for (pos, key) in reads {
-            let joined = match self.jobs.settling.get(&key) {
-                Some(group) => match self.jobs.fetches.get_mut(group) {
-                    Some(FetchGroup {
-                        purpose: FetchPurpose::Settle { reads, .. },
-                        ..
-                    }) => {
-                        reads.push((job, pos, key.clone()));
-                        true
-                    }
-                    _ => false,
-                },
-                None => false,
-            };
-            if !joined {
-                reads_new.push((job, pos, key));
-            }
-        }
-        if reads_new.is_empty() {
-            return;
-        }
-        let reads = reads_new;
-        let me = self.me();
-        let mut keys: Vec<Bytes> = Vec::new();
-        let mut targets: Vec<(Replica, Vec<Bytes>)> = Vec::new();
-        if let Some(views) = self.shard.settling() {
-            for (_, _, key) in &reads {
-                if !keys.contains(key) {
-                    keys.push(key.clone());
-                }
-                for view in views {
-                    for r in view.replicas(key) {
-                        if r == me {
-                            continue;
-                        }
-                        match targets.iter_mut().find(|t| t.0 == r) {
-                            Some(t) if !t.1.contains(key) => t.1.push(key.clone()),
-                            Some(_) => {}
-                            None => targets.push((r, vec![key.clone()])),
-                        }
-                    }
-                }
-            }
-        }
-        let group = self.next_id();
-        let waiting = targets.len();
-        for key in &keys {
-            self.jobs.settling.insert(key.clone(), group);
-        }
-        self.jobs.fetches.insert(
-            group,
-            FetchGroup {
-                waiting,
-                purpose: FetchPurpose::Settle { reads, keys },
-            },
-        );
-        if waiting == 0 {
-            self.finish_fetch(group);
-            return;
-        }
-        for (to, keys) in targets {
-            self.send(
-                to,
-                PeerMsg::Fetch { keys },
-                super::gossip::Waiting::Fetch(group),
-            );
-        }
-    }
-
-    fn start_get_all(&mut self, job: u64, key: Bytes) {
-        let me = self.me();
-        let here = self.shard.is_replica(&key);
-        let (merged, failed) = if here {
-            match self.shard.record_of(&key) {
-                Ok(r) => (r, None),
-                Err(e) => (None, Some(e.to_string())),
-            }
-        } else {
-            (None, None)
-        };
-        let others: Vec<Replica> = self
-            .shard
-            .replicas(&key)
-            .into_iter()
-            .filter(|r| *r != me)
-            .collect();
-        let group = self.next_id();
-        self.jobs.fetches.insert(
-            group,
-            FetchGroup {
-                waiting: others.len(),
-                purpose: FetchPurpose::All {
-                    job,
-                    key: key.clone(),
-                    merged,
-                    here,
-                    failed,
-                },
-            },
-        );
-        if others.is_empty() {
-            self.finish_fetch(group);
-            return;
-        }
-        for to in others {
-            let msg = PeerMsg::Fetch {
-                keys: vec![key.clone()],
-            };
-            self.send(to, msg, super::gossip::Waiting::Fetch(group));
-        }
-    }
-
-    /// Records from one worker of a fetch group.
-    pub(super) fn on_fetch_reply(&mut self, group: u64, from: Replica, result: PeerResult) {
-        let Some(g) = self.jobs.fetches.get_mut(&group) else {
-            return;
-        };
-        g.waiting = g.waiting.saturating_sub(1);
-        match (&mut g.purpose, result) {
-            (FetchPurpose::Settle { .. }, Ok(PeerReply::Records(batch))) => {
-                tracing::debug!(?from, found = batch.len(), "fetched records of moving keys");
-                // A disk error leaves the read to answer from what is here.
-                let _ = self.shard.merge_gossip(batch);
-            }
-            (FetchPurpose::Settle { .. }, _) => {}
-            (FetchPurpose::All { merged, .. }, Ok(PeerReply::Records(batch))) => {
-                for (_, record) in batch {
-                    match merged.as_mut() {
-                        Some(m) => {
-                            m.merge(record);
-                        }
-                        None => *merged = Some(record),
-                    }
-                }
-            }
-            (FetchPurpose::All { failed, .. }, Ok(_)) => {
-                *failed = Some("a replica answered a fetch with something else".into());
-            }
-            (FetchPurpose::All { failed, .. }, Err(e)) => {
-                *failed = Some(e.to_error("read from every replica").to_string());
-            }
-        }
-        if self
-            .jobs
-            .fetches
-            .get(&group)
-            .is_some_and(|g| g.waiting == 0)
-        {
-            self.finish_fetch(group);
-        }
-    }
-
-    fn finish_fetch(&mut self, group: u64) {
-        let Some(g) = self.jobs.fetches.remove(&group) else {
-            return;
-        };
-        match g.purpose {
-            FetchPurpose::Settle { reads, keys } => {
-                for key in &keys {
-                    if self.jobs.settling.get(key) == Some(&group) {
-                        self.jobs.settling.remove(key);
-                    }
-                }
-                for (job, pos, key) in reads {
-                    let result = self.shard.execute(Op::Get { key: &key[..] });
-                    self.fill(job, pos, result);
-                }
-            }
-            FetchPurpose::All {
-                job,
-                key,
-                merged,
-                here,
-                failed,
-            } => {
-                if let Some(why) = failed {
-                    self.fill(job, 0, OpResult::Error(NodeError::Unavailable(why)));
-                    return;
-                }
-                let value = merged
-                    .as_ref()
-                    .and_then(|r| store::is_live(r).then(|| r.value.clone()).flatten());
-                if here {
-                    if let Some(record) = merged {
-                        // Read repair; a disk error loses nothing (the others hold it).
-                        let _ = self.shard.merge_gossip(vec![(key, record)]);
-                    }
-                }
-                self.fill(job, 0, OpResult::Value(value));
-            }
         }
     }
 }

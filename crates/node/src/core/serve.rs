@@ -10,6 +10,8 @@ use super::requests::Origin;
 use super::{Core, PeerMsg, PeerReply, Token};
 use crate::codec::GossipBatch;
 use crate::error::NodeError;
+use crate::op::{Op, OpResult};
+use crate::shard::Route;
 
 /// Most bytes of records in one anti-entropy answer.
 pub(super) const REPAIR_CHUNK_BYTES: usize = 1 << 20;
@@ -30,15 +32,36 @@ impl Core {
                 // write to a key this worker no longer replicates is handed off).
                 let job = self.open_job(Origin::Peer(token), ops.len());
                 let ack = ack.at_least(self.config.default_ack);
+                let settling = self.shard.settling().is_some();
                 let mut syncs = Vec::new();
+                let mut misses = Vec::new();
                 for (pos, op) in ops.into_iter().enumerate() {
                     // Served here: the worker that forwarded it did not count it.
                     self.stats.access(op.key());
-                    if !self.defer_for_fetch(job, pos, &op, ack, true) {
+                    if self.defer_for_fetch(job, pos, &op, ack, true) {
+                        continue;
+                    }
+                    let Op::Get { key } = op else {
                         self.run_acked(job, pos, op, ack, true, &mut syncs);
+                        continue;
+                    };
+                    let local = self.shard.route(&key) == Route::Local;
+                    let result = self
+                        .shard
+                        .execute_forwarded(Op::Get { key: &key[..] }, ack.quiet);
+                    match result {
+                        // A miss while keys move asks their previous owners, as a client's
+                        // read does (`run_ops`): the key may still be on its way here.
+                        OpResult::Value(None) if local && settling => misses.push((pos, key)),
+                        // Forwarded under another view: the key is where this one puts it.
+                        OpResult::Value(None) if !local => self.relay_read(job, pos, key),
+                        result => self.fill(job, pos, result),
                     }
                 }
                 self.sync_writes(syncs);
+                if !misses.is_empty() {
+                    self.settle_reads(job, misses);
+                }
                 self.start_tier_fetches();
                 if let Some(results) = self.close_job(job) {
                     self.respond(token, Ok(PeerReply::Results(results)));

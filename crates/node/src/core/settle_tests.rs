@@ -157,3 +157,160 @@ fn a_read_that_misses_asks_the_previous_owner_that_left_the_view() {
     });
     assert_eq!(results, Some(vec![OpResult::Value(record.value.clone())]));
 }
+
+/// A read forwarded by another worker (a front port, or the leaving node itself, routing
+/// under its own view) is settled like a client's: at b, which misses while a's keys are on
+/// their way, it asks a before answering, instead of answering that the key is absent.
+#[test]
+fn a_forwarded_read_that_misses_asks_the_previous_owner() {
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let me = Replica {
+        node: node_key("b"),
+        worker: 0,
+    };
+    let a = Replica {
+        node: node_key("a"),
+        worker: 0,
+    };
+    let before = view(&["a", "b"], 1);
+    let shard = Shard::new(
+        shard_config(me, Limits::default()),
+        before.clone(),
+        7,
+        clock.clone(),
+    );
+    let mut core = Core::new(shard, CoreConfig::default(), 7);
+    core.set_view(view(&["b"], 1));
+    core.take_effects();
+
+    let key = (0..)
+        .map(|i| Bytes::from(format!("key:{i}")))
+        .find(|k| before.replicas(k) == vec![a])
+        .expect("a key of node a");
+    let msg = PeerMsg::Forward {
+        ops: vec![Op::Get { key: key.clone() }],
+        ack: crate::ack::Ack::MERGED,
+    };
+    core.on_peer(a, msg, Token(1));
+    let mut fetch = None;
+    for e in core.take_effects() {
+        match e {
+            Effect::Send {
+                req,
+                to,
+                msg: PeerMsg::Fetch { keys },
+                ..
+            } => {
+                assert_eq!((to, keys), (a, vec![key.clone()]));
+                fetch = Some(req);
+            }
+            Effect::Respond { result, .. } => {
+                panic!("a forwarded read of a moving key answered at once: {result:?}")
+            }
+            _ => {}
+        }
+    }
+    let fetch = fetch.expect("a fetch from the previous owner");
+
+    let ts = Timestamp::new(5 << 16, 1);
+    let record = Record::new(ts, Some(Value::Lww(Lww::new(ts, Box::from(&b"v"[..])))));
+    core.on_reply(fetch, Ok(PeerReply::Records(vec![(key, record.clone())])));
+    let answer = core.take_effects().into_iter().find_map(|e| match e {
+        Effect::Respond {
+            token: Token(1),
+            result,
+        } => Some(result),
+        _ => None,
+    });
+    match answer {
+        Some(Ok(PeerReply::Results(results))) => {
+            assert_eq!(results, vec![OpResult::Value(record.value.clone())])
+        }
+        other => panic!("answered {other:?}"),
+    }
+}
+
+/// The leaving side: node a left and handed its keys to b, but a worker whose view is older
+/// still forwards reads of them to a. A read that misses at a, which no longer replicates
+/// the key under its view, asks b (the key's replica under a's view) and answers with what
+/// b holds — without keeping it — instead of answering that the key is absent.
+#[test]
+fn a_forwarded_read_that_misses_at_a_worker_that_handed_the_key_off_asks_its_replicas() {
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let me = Replica {
+        node: node_key("a"),
+        worker: 0,
+    };
+    let b = Replica {
+        node: node_key("b"),
+        worker: 0,
+    };
+    let c = Replica {
+        node: node_key("c"),
+        worker: 0,
+    };
+    let before = view(&["a", "b"], 1);
+    let shard = Shard::new(
+        shard_config(me, Limits::default()),
+        before.clone(),
+        7,
+        clock.clone(),
+    );
+    let mut core = Core::new(shard, CoreConfig::default(), 7);
+    core.set_view(view(&["b"], 1));
+    core.take_effects();
+
+    let key = (0..)
+        .map(|i| Bytes::from(format!("key:{i}")))
+        .find(|k| before.replicas(k) == vec![me])
+        .expect("a key of node a");
+    let msg = PeerMsg::Forward {
+        ops: vec![Op::Get { key: key.clone() }],
+        ack: crate::ack::Ack::MERGED,
+    };
+    core.on_peer(c, msg, Token(1));
+    let mut fetch = None;
+    for e in core.take_effects() {
+        match e {
+            Effect::Send {
+                req,
+                to,
+                peer,
+                msg: PeerMsg::Fetch { keys },
+            } => {
+                assert_eq!((to, keys), (b, vec![key.clone()]));
+                assert_eq!(peer.as_deref(), Some("b/peer"));
+                fetch = Some(req);
+            }
+            Effect::Respond { result, .. } => {
+                panic!("a forwarded read of a key handed off answered at once: {result:?}")
+            }
+            _ => {}
+        }
+    }
+    let fetch = fetch.expect("a fetch from the key's replica");
+
+    let ts = Timestamp::new(5 << 16, 1);
+    let record = Record::new(ts, Some(Value::Lww(Lww::new(ts, Box::from(&b"v"[..])))));
+    core.on_reply(
+        fetch,
+        Ok(PeerReply::Records(vec![(key.clone(), record.clone())])),
+    );
+    let answer = core.take_effects().into_iter().find_map(|e| match e {
+        Effect::Respond {
+            token: Token(1),
+            result,
+        } => Some(result),
+        _ => None,
+    });
+    match answer {
+        Some(Ok(PeerReply::Results(results))) => {
+            assert_eq!(results, vec![OpResult::Value(record.value.clone())])
+        }
+        other => panic!("answered {other:?}"),
+    }
+    assert!(
+        core.shard().store().get(&key).is_none(),
+        "a worker that does not replicate the key does not keep it"
+    );
+}

@@ -5,7 +5,10 @@
 //! anything the core decides; what is left is I/O.
 //!
 //! # Layout
-//! - [`worker`]: a worker's thread, its tasks, and the effects of its core;
+//! - [`worker`]: a worker, and what its connections ask of it;
+//! - [`thread`]: a worker's thread and its tasks;
+//! - [`effects`]: carrying out what its core asks;
+//! - [`peers`]: its requests to other workers, and the connections they travel on;
 //! - [`journal`]: the write-ahead log, the disk tier's journal, snapshots;
 //! - [`mesh`]: the channels between a node's workers;
 //! - [`peer_conn`]: serving a peer connection on its worker;
@@ -14,9 +17,12 @@
 
 pub mod backing;
 pub mod conns;
+pub mod effects;
 pub mod journal;
 pub mod mesh;
 pub mod peer_conn;
+pub mod peers;
 pub mod replay;
 pub mod shared;
+pub mod thread;
 pub mod worker;

@@ -2,49 +2,37 @@
 //!
 //! The [`Worker`] owns the core (in a `RefCell` never borrowed across an `.await`) and does
 //! what its effects ask: messages to other workers (through the mesh, or over the peer
-//! plane), answers to requests, finished client requests, log appends and disk syncs. Its
-//! tasks, all on this thread:
-//! - the inbox: requests and answers from this node's other workers, work handed over
-//!   (connections accepted on shared ports);
-//! - the timer: ticks the core at its deadline;
-//! - the view: switches the core to each view the agent publishes;
-//! - the journal (a memory-tier worker with a data directory): the log's health, snapshots;
-//! - subscriptions, while connections have any;
-//! - whatever the node started on it: accept loops and the connections they serve.
+//! plane), answers to requests, finished client requests, log appends and disk syncs.
+//!
+//! This module holds the worker itself and what its connections call: client requests
+//! (each answered through a ticket), requests from other workers (through a token), its
+//! counters. The rest, one concern a module, adds to it:
+//! - [`super::effects`]: carrying out the core's effects;
+//! - [`super::peers`]: requests to other workers, and the peer connections they travel on;
+//! - [`super::thread`]: the worker's thread and its tasks — the inbox (requests and answers
+//!   from this node's other workers, work handed over), the timer, the views, the journal,
+//!   subscriptions, and whatever the node started on it (accept loops and the connections
+//!   they serve).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use placement::Replica;
 use tokio::sync::{mpsc, oneshot, Notify};
-use tokio::task::{spawn_local, LocalSet};
 use wire::pb;
 
 use super::conns::LocalConnections;
-use super::journal::{Journal, JournalSetup};
+use super::journal::Journal;
 use super::shared::Shared;
 use crate::ack::Ack;
-use crate::core::{
-    Core, CoreStats, Effect, PeerFailure, PeerMsg, PeerResult, ReqId, Routing, Submitted, Token,
-};
+use crate::core::{Core, CoreStats, PeerMsg, PeerResult, ReqId, Routing, Submitted, Token};
 use crate::error::NodeError;
 use crate::op::{Op, OpResult};
-use crate::peer::convert::{request_to_pb, response_from_pb, response_to_pb};
-use crate::peer::transport::{PeerConn, PeerError, PEER_VERSION};
-use crate::subscribe::{Subscriptions, Watched};
-
-/// How long a stopping worker waits for its connections to finish.
-pub const EXIT_DEADLINE: Duration = Duration::from_secs(5);
-
-/// Time allowed to open a connection to another node's peer port.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Most connections to other nodes' workers a worker keeps.
-const MAX_PEER_CONNECTIONS: usize = 4096;
+use crate::peer::transport::PeerConn;
+use crate::subscribe::Subscriptions;
 
 /// A message to a worker.
 pub enum WorkerMsg {
@@ -84,7 +72,7 @@ impl std::fmt::Debug for WorkerMsg {
 }
 
 /// Where the answer to a request from another worker goes.
-enum Responder {
+pub(super) enum Responder {
     /// A worker of this node: back through the mesh.
     Mesh { worker: u32, req: ReqId },
     /// A peer connection: the answer frame with this id. `crash`: testing only, abort
@@ -152,20 +140,20 @@ pub struct Worker {
     /// This worker's index.
     pub index: u32,
     me: Replica,
-    core: RefCell<Core>,
+    pub(super) core: RefCell<Core>,
     /// Client requests waiting for their results, by ticket.
-    tickets: RefCell<HashMap<u64, oneshot::Sender<Vec<OpResult>>>>,
+    pub(super) tickets: RefCell<HashMap<u64, oneshot::Sender<Vec<OpResult>>>>,
     /// Requests from other workers being answered, by token.
-    tokens: RefCell<HashMap<u64, Responder>>,
+    pub(super) tokens: RefCell<HashMap<u64, Responder>>,
     next_token: Cell<u64>,
     /// Connections to other nodes' workers.
-    peers: RefCell<HashMap<Replica, PeerConn>>,
+    pub(super) peers: RefCell<HashMap<Replica, PeerConn>>,
     /// The log (or the disk tier's journal) this worker's writes go to.
     pub(crate) journal: Journal,
     /// Wakes the timer when the core's deadline moved earlier.
-    wake: Notify,
+    pub(super) wake: Notify,
     /// The deadline the timer sleeps until (monotonic ms of the core's clock).
-    sleeping_until: Cell<u64>,
+    pub(super) sleeping_until: Cell<u64>,
     /// Connections served by this worker.
     pub conns: Rc<LocalConnections>,
     /// Keys that connections on this worker subscribed to.
@@ -173,20 +161,20 @@ pub struct Worker {
     /// Signalled when a connection subscribes (wakes the idle subscription task).
     pub subscribed: Notify,
     /// Signalled when the core leaves memory pressure (see [`Worker::wait_memory_room`]).
-    memory_room: Notify,
+    pub(super) memory_room: Notify,
     /// A connection waits on `memory_room`.
-    memory_waiting: Cell<bool>,
+    pub(super) memory_waiting: Cell<bool>,
     /// The node's spill marker is written (or not needed).
-    spill_marked: Cell<bool>,
+    pub(super) spill_marked: Cell<bool>,
     /// Latencies of served client requests since the worker started (metrics).
     latency_total: RefCell<crate::stats::latency::Cumulative>,
     /// Client requests and error replies, by protocol and command.
     requests: RefCell<crate::stats::requests::RequestCounts>,
     /// Where its shard's keyspace events go (the pub/sub fan-out, set at start; `None`:
     /// dropped).
-    key_event_sink: Cell<Option<KeyEventSink>>,
+    pub(super) key_event_sink: Cell<Option<KeyEventSink>>,
     /// Durations of backing-store batches since the worker started (metrics).
-    backing_latency: RefCell<crate::stats::latency::Cumulative>,
+    pub(super) backing_latency: RefCell<crate::stats::latency::Cumulative>,
 }
 
 /// Publishes a worker's keyspace events (`crate::pubsub::events::publish`, given at start
@@ -201,25 +189,6 @@ const MEMORY_WAIT: Duration = Duration::from_millis(200);
 /// File in a memory-tier node's data directory saying that its workers evicted keys: after
 /// a restart its log no longer holds every key, so they start as caches (`shard::tier`).
 pub const SPILL_MARKER: &str = "spilled";
-
-/// Work to start on a worker when it starts (accept loops).
-pub type Service = Box<dyn FnOnce(Rc<Worker>) + Send>;
-
-/// What one worker thread is given at start.
-pub struct WorkerSetup {
-    /// Node-wide state.
-    pub shared: Arc<Shared>,
-    /// This worker's index.
-    pub index: u32,
-    /// Its core.
-    pub core: Core,
-    /// Its inbox.
-    pub inbox: mpsc::Receiver<WorkerMsg>,
-    /// What makes its writes durable.
-    pub journal: JournalSetup,
-    /// Services to start on it.
-    pub services: Vec<Service>,
-}
 
 impl Worker {
     /// Runs `f` on the core, then carries out the effects it produced.
@@ -240,24 +209,6 @@ impl Worker {
         let room = self.memory_room.notified();
         self.memory_waiting.set(true);
         let _ = tokio::time::timeout(MEMORY_WAIT, room).await;
-    }
-
-    /// Writes the node's spill marker (once per process; a failure is logged: the cost is
-    /// a restart that trusts its log for keys it evicted before).
-    fn mark_spilled(&self) {
-        if self.shared.config.tier.tier() != placement::Tier::Memory {
-            return;
-        }
-        let Some(dir) = &self.shared.config.data_dir else {
-            return;
-        };
-        let path = dir.join(SPILL_MARKER);
-        if path.exists() {
-            return;
-        }
-        if let Err(e) = std::fs::write(&path, b"evicted keys: they live on the disk tier\n") {
-            tracing::warn!(error = %e, path = %path.display(), "cannot write the spill marker");
-        }
     }
 
     /// The core, read-only.
@@ -397,7 +348,7 @@ impl Worker {
     // ---- requests from other workers -----------------------------------------------------
 
     /// A request from another worker, answered through `responder`.
-    fn on_peer(self: &Rc<Self>, from: Replica, msg: PeerMsg, responder: Responder) {
+    pub(super) fn on_peer(self: &Rc<Self>, from: Replica, msg: PeerMsg, responder: Responder) {
         let token = self.next_token.get() + 1;
         self.next_token.set(token);
         self.tokens.borrow_mut().insert(token, responder);
@@ -417,337 +368,10 @@ impl Worker {
             && matches!(msg, PeerMsg::Replicate { durable: true, .. });
         self.on_peer(from, msg, Responder::Conn { tx, id, crash });
     }
-
-    // ---- effects -------------------------------------------------------------------------
-
-    fn run_effects(self: &Rc<Self>) {
-        loop {
-            // Keyspace events first: they reach subscribers before the replies go out.
-            let events = self.core.borrow_mut().shard_mut().take_key_events();
-            if let (false, Some(sink)) = (events.is_empty(), self.key_event_sink.get()) {
-                sink(self, events);
-            }
-            let effects = {
-                let mut core = self.core.borrow_mut();
-                if !core.has_effects() {
-                    break;
-                }
-                core.take_effects()
-            };
-            for e in effects {
-                self.execute(e);
-            }
-        }
-        let (deadline, pressure, spilled) = {
-            let core = self.core.borrow();
-            let shard = core.shard();
-            (
-                core.next_deadline(),
-                shard.memory_pressure(),
-                shard.spilled(),
-            )
-        };
-        if self.memory_waiting.get() && !pressure {
-            self.memory_waiting.set(false);
-            self.memory_room.notify_waiters();
-        }
-        if spilled && !self.spill_marked.get() {
-            self.spill_marked.set(true);
-            self.mark_spilled();
-        }
-        if deadline < self.sleeping_until.get() {
-            self.sleeping_until.set(deadline);
-            self.wake.notify_one();
-        }
-    }
-
-    fn execute(self: &Rc<Self>, e: Effect) {
-        match e {
-            Effect::Send { req, to, peer, msg } => self.send(req, to, peer, msg),
-            Effect::Respond { token, result } => {
-                let Some(responder) = self.tokens.borrow_mut().remove(&token.0) else {
-                    return;
-                };
-                match responder {
-                    Responder::Mesh { worker, req } => {
-                        let result = result.map_err(PeerFailure::Refused);
-                        // A full inbox loses the answer: the asker times out and retries.
-                        let _ = self
-                            .shared
-                            .mesh
-                            .try_send(worker, WorkerMsg::Reply { req, result });
-                    }
-                    Responder::Conn { tx, id, crash } => {
-                        let acked = result.is_ok();
-                        let _ = tx.try_send(response_to_pb(id, result));
-                        if crash && acked {
-                            // The answer is on its way; die as a `kill -9` would.
-                            spawn_local(async {
-                                tokio::time::sleep(Duration::from_millis(20)).await;
-                                tracing::warn!("LATTICEKV_FAULT: aborting right after a hand-off acknowledgement");
-                                std::process::abort();
-                            });
-                        }
-                    }
-                }
-            }
-            Effect::Complete { ticket, results } => {
-                let tx = self.tickets.borrow_mut().remove(&ticket.0);
-                // Every ticket is registered before the effects that can complete it run
-                // (`Worker::answer`); one missing is a client left waiting forever.
-                debug_assert!(tx.is_some(), "no one waits for the results of {ticket:?}");
-                if let Some(tx) = tx {
-                    let _ = tx.send(results);
-                }
-            }
-            Effect::Journal(entries) => {
-                if let Err(why) = self.journal.append(self, entries) {
-                    self.core.borrow_mut().set_journal_failure(Some(why));
-                }
-            }
-            Effect::Sync { id, strict } => {
-                let sync = self.journal.sync(strict);
-                let w = self.clone();
-                spawn_local(async move {
-                    let result = sync.await;
-                    w.with_core(|c| c.on_synced(id, result));
-                });
-            }
-            Effect::Unreachable { to } => {
-                if let Some(conn) = self.peers.borrow_mut().remove(&to) {
-                    conn.abandon();
-                }
-            }
-            Effect::BackingApply { id, batch } => {
-                let store = self.shared.backing.clone();
-                let w = self.clone();
-                spawn_local(async move {
-                    let started = std::time::Instant::now();
-                    let ping = batch.is_empty();
-                    let result = match store {
-                        Some(s) => s.apply(batch).await,
-                        None => Err("the node has no backing store".into()),
-                    };
-                    if !ping {
-                        let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                        w.backing_latency.borrow_mut().record(ns, 1);
-                    }
-                    w.with_core(|c| c.on_backing_applied(id, result));
-                });
-            }
-            Effect::BackingFetch { id, keys } => {
-                let store = self.shared.backing.clone();
-                let w = self.clone();
-                spawn_local(async move {
-                    let result = match store {
-                        Some(s) => s.fetch(keys).await,
-                        None => Err("the node has no backing store".into()),
-                    };
-                    w.with_core(|c| c.on_backing_fetched(id, result));
-                });
-            }
-        }
-    }
-
-    /// Sends a request to worker `to`: through the mesh if it is on this node, else over
-    /// its node's peer port.
-    fn send(self: &Rc<Self>, req: ReqId, to: Replica, peer: Option<String>, msg: PeerMsg) {
-        if to.node == self.me.node {
-            let m = WorkerMsg::Peer {
-                from: self.me,
-                msg,
-                req,
-            };
-            if self.shared.mesh.try_send(to.worker, m).is_err() {
-                let why = PeerFailure::Unreachable(format!("worker {}'s inbox is full", to.worker));
-                self.core.borrow_mut().on_reply(req, Err(why));
-            }
-            return;
-        }
-        let Some(addr) = peer else {
-            let why = PeerFailure::Unreachable("no peer address for the node".into());
-            self.core.borrow_mut().on_reply(req, Err(why));
-            return;
-        };
-        let cached = self
-            .peers
-            .borrow()
-            .get(&to)
-            .filter(|c| !c.is_broken())
-            .cloned();
-        let w = self.clone();
-        spawn_local(async move {
-            let conn = match cached {
-                Some(c) => c,
-                None => match w.connect(&addr, to).await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let why = PeerFailure::Unreachable(e.to_string());
-                        w.with_core(|c| c.on_reply(req, Err(why)));
-                        return;
-                    }
-                },
-            };
-            let result = match conn.call(request_to_pb(req.0, msg)).await {
-                Ok(resp) => response_from_pb(resp).1,
-                Err(PeerError::Unreachable { reason, .. }) => Err(PeerFailure::Unreachable(reason)),
-                // Sent, and no answer: it may have run.
-                Err(PeerError::Lost { .. }) => Err(PeerFailure::TimedOut),
-            };
-            w.with_core(|c| c.on_reply(req, result));
-        });
-    }
-
-    /// Opens a peer connection from this worker to worker `to_worker` of the node whose
-    /// peer port is `addr`: the hello signed with the cluster secret, TLS as configured.
-    /// Not cached: [`Worker::connect`] keeps the replication connections; the pub/sub relay
-    /// and the key listing keep their own.
-    pub(crate) async fn open_peer(
-        &self,
-        addr: &str,
-        to_worker: u32,
-    ) -> Result<PeerConn, PeerError> {
-        let mut hello = pb::PeerHello {
-            version: PEER_VERSION,
-            node_id: self.shared.config.node_id.clone(),
-            from_worker: Some(self.index),
-            to_worker: Some(to_worker),
-            ..Default::default()
-        };
-        let secret = self.shared.config.cluster_secret.as_deref();
-        let now_ms = self.core.borrow().shard().clock().wall_ms();
-        crate::peer::secret::sign(&mut hello, secret, now_ms);
-        let tls = self.shared.tls.as_ref().map(|t| &t.peers_out);
-        PeerConn::open(addr, hello, CONNECT_TIMEOUT, tls).await
-    }
-
-    /// Opens a connection to worker `to` of the node whose peer port is `addr`, and keeps it.
-    async fn connect(self: &Rc<Self>, addr: &str, to: Replica) -> Result<PeerConn, PeerError> {
-        let conn = self.open_peer(addr, to.worker).await?;
-        let mut peers = self.peers.borrow_mut();
-        if peers.len() >= MAX_PEER_CONNECTIONS {
-            peers.retain(|_, c| !c.is_broken());
-        }
-        if peers.len() < MAX_PEER_CONNECTIONS {
-            peers.insert(to, conn.clone());
-        }
-        Ok(conn)
-    }
-
-    // ---- the worker's tasks --------------------------------------------------------------
-
-    /// Handles messages from this node's other workers and work handed over.
-    async fn inbox(self: Rc<Self>, mut inbox: mpsc::Receiver<WorkerMsg>) {
-        while let Some(msg) = inbox.recv().await {
-            match msg {
-                WorkerMsg::Peer { from, msg, req } => {
-                    self.journal.wait_room().await;
-                    self.on_peer(
-                        from,
-                        msg,
-                        Responder::Mesh {
-                            worker: from.worker,
-                            req,
-                        },
-                    );
-                }
-                WorkerMsg::Reply { req, result } => self.with_core(|c| c.on_reply(req, result)),
-                WorkerMsg::Run(f) => f(&self),
-            }
-        }
-    }
-
-    /// Ticks the core at its deadline.
-    async fn timer(self: Rc<Self>) {
-        let mut shutdown = self.shared.shutdown();
-        let origin = Instant::now();
-        let clock_origin = self.core.borrow().shard().clock().mono_ms();
-        loop {
-            let deadline = self.core.borrow().next_deadline();
-            self.sleeping_until.set(deadline);
-            let wait = Duration::from_millis(deadline.saturating_sub(clock_origin));
-            tokio::select! {
-                _ = tokio::time::sleep_until((origin + wait).into()) => {}
-                _ = self.wake.notified() => continue,
-                _ = shutdown.wait_for(|s| *s) => return,
-            }
-            self.sleeping_until.set(u64::MAX);
-            self.with_core(Core::tick);
-        }
-    }
-
-    /// Switches the core to every new view the agent publishes.
-    async fn views(self: Rc<Self>) {
-        let mut snapshots = self.shared.snapshots.clone();
-        let mut shutdown = self.shared.shutdown();
-        loop {
-            let view = snapshots.borrow_and_update().view.clone();
-            self.with_core(|c| c.set_view(view));
-            tokio::select! {
-                r = snapshots.changed() => if r.is_err() { return },
-                _ = shutdown.wait_for(|s| *s) => return,
-            }
-        }
-    }
-
-    /// Runs a subscription round every [`crate::subscribe::TICK`] while connections of this
-    /// worker subscribe to keys; sleeps until one does otherwise.
-    async fn subscription_rounds(self: Rc<Self>) {
-        let mut shutdown = self.shared.shutdown();
-        loop {
-            let idle = self.subscriptions.borrow().is_empty();
-            if idle {
-                tokio::select! {
-                    _ = self.subscribed.notified() => {}
-                    _ = shutdown.wait_for(|s| *s) => return,
-                }
-            } else {
-                tokio::select! {
-                    _ = tokio::time::sleep(crate::subscribe::TICK) => {}
-                    _ = shutdown.wait_for(|s| *s) => return,
-                }
-            }
-            self.subscription_round();
-        }
-    }
-
-    /// One subscription round: pushes the keys that are due and changed.
-    fn subscription_round(&self) {
-        let mut subs = self.subscriptions.borrow_mut();
-        if subs.is_empty() {
-            return;
-        }
-        let mut core = self.core.borrow_mut();
-        let shard = core.shard_mut();
-        subs.round_with(Instant::now(), |key, seen| {
-            if shard.route(key) != crate::shard::Route::Local {
-                return (Watched::Moved, None);
-            }
-            // An unchanged value is not copied and encoded again to find its version.
-            let fingerprint = shard.watched_fingerprint(key);
-            if fingerprint.is_some() && fingerprint == seen {
-                return (Watched::Unchanged, fingerprint);
-            }
-            // Right after a view change, a key moving here may read absent until its
-            // hand-off arrives; that arrival is then pushed like any change.
-            match shard.watched_value(key) {
-                Ok(v) => (
-                    Watched::Value(v.as_ref().map(wire::convert::value_to_pb)),
-                    fingerprint,
-                ),
-                Err(_) => (Watched::Unknown, None),
-            }
-        });
-    }
-}
-
-/// Spawns `fut` on the current worker's thread.
-pub fn spawn_on_worker(fut: impl Future<Output = ()> + 'static) {
-    spawn_local(fut);
 }
 
 impl Worker {
-    fn new(shared: Arc<Shared>, index: u32, core: Core, journal: Journal) -> Rc<Worker> {
+    pub(super) fn new(shared: Arc<Shared>, index: u32, core: Core, journal: Journal) -> Rc<Worker> {
         Rc::new(Worker {
             shared,
             index,
@@ -777,72 +401,6 @@ impl Worker {
     pub(crate) fn set_key_event_sink(&self, sink: KeyEventSink) {
         self.key_event_sink.set(Some(sink));
     }
-
-    /// A worker without a log whose only task is its inbox, spawned on the current
-    /// `LocalSet`; whoever holds it ticks its core (the fuzz targets, `crate::fuzzing`,
-    /// with a manual clock).
-    pub(crate) fn in_memory(
-        shared: Arc<Shared>,
-        index: u32,
-        core: Core,
-        inbox: mpsc::Receiver<WorkerMsg>,
-    ) -> Rc<Worker> {
-        let w = Worker::new(shared, index, core, Journal::None);
-        spawn_local(w.clone().inbox(inbox));
-        w
-    }
-}
-
-/// Runs a worker until the node stops. Call on the worker's own thread.
-pub fn run(setup: WorkerSetup) -> std::io::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let local = LocalSet::new();
-    local.block_on(&rt, async move {
-        let WorkerSetup {
-            shared,
-            index,
-            core,
-            inbox,
-            journal,
-            services,
-        } = setup;
-        let mut core = core;
-        // Occupancy: the time this thread's runtime spent running tasks rather than
-        // waiting for events (one runtime, one thread: its worker 0).
-        let metrics = tokio::runtime::Handle::current().metrics();
-        core.set_busy_meter(Box::new(move || {
-            u64::try_from(metrics.worker_total_busy_duration(0).as_nanos()).unwrap_or(u64::MAX)
-        }));
-        let w = Worker::new(shared.clone(), index, core, journal.build());
-        spawn_local(w.clone().inbox(inbox));
-        spawn_local(w.clone().views());
-        spawn_local(w.clone().timer());
-        spawn_local(w.clone().subscription_rounds());
-        spawn_local(super::journal::run(w.clone()));
-        for service in services {
-            service(w.clone());
-        }
-
-        let mut shutdown = shared.shutdown();
-        let _ = shutdown.wait_for(|stop| *stop).await;
-        // Connections see the same signal and finish their current batch.
-        if tokio::time::timeout(EXIT_DEADLINE, w.conns.all_closed())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                worker = index,
-                open = w.conns.open(),
-                "connections still open at exit"
-            );
-        }
-        // A last gossip round, and what is queued for the log.
-        w.with_core(Core::flush);
-        super::journal::close(&w).await;
-        Ok(())
-    })
 }
 
 /// Every worker's counters (workers that are gone are skipped).

@@ -118,6 +118,12 @@ pub fn key_name(i: usize) -> Bytes {
     }
 }
 
+/// True if key `i`, once written, stays live while no client deletes: every kind of op but
+/// the OR-set's, whose members can all be removed again.
+pub fn stays_live(i: usize) -> bool {
+    i % 5 != 2
+}
+
 /// True if `holder` already includes `delta` in the lattice order (`delta ⊑ holder`).
 pub fn covers(holder: &Record, delta: &Record) -> bool {
     let mut merged = holder.clone();
@@ -134,12 +140,12 @@ pub struct OpMaker {
 }
 
 impl OpMaker {
-    /// A random op on key `k`.
-    pub fn make(&mut self, rng: &mut Rng, k: usize) -> Op<Bytes> {
+    /// A random op on key `k`, a delete with probability `deletes`.
+    pub fn make(&mut self, rng: &mut Rng, k: usize, deletes: f64) -> Op<Bytes> {
         let key = key_name(k);
         self.next_value += 1;
         let n = self.next_value;
-        if rng.f64() < 0.08 {
+        if rng.f64() < deletes {
             return Op::Delete { key };
         }
         match k % 5 {

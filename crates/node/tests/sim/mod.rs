@@ -29,11 +29,15 @@
 //! - **Nodes**: joins (fresh ids, or ids of dead nodes), graceful leaves (stop once every
 //!   worker has handed everything off), crashes, restarts with an empty store (possibly
 //!   before the others noticed the crash).
+//! - **Clients**: writes, and in some runs reads (which, while keys move, ask their previous
+//!   owners); every request a live worker accepted must be answered.
+//! - **Addresses**: a request to another node goes to the peer address the core names, as
+//!   the real worker connects to it; none (a node missing from the sender's view), or
+//!   another node's, fails the request on the spot as `Worker::send` does.
 //!
 //! # What is not
-//! Reads (and so the settling reads that fetch from previous owners), disks (a crash loses
-//! a node's state; durable answers come at once), the time a connection attempt takes, and
-//! asymmetric partitions.
+//! Disks (a crash loses a node's state; durable answers come at once), the time a
+//! connection attempt takes, and asymmetric partitions.
 //!
 //! # Layout
 //! - this module: [`Params`] (what a seed chooses), [`run`], [`Failure`], the trace;
@@ -125,6 +129,26 @@ pub struct Params {
     pub min_partition_ms: u64,
     /// Longest partition, in ms.
     pub max_partition_ms: u64,
+    /// Fraction of client writes that are deletes.
+    pub delete_fraction: f64,
+    /// Clients write until this time (ms since the start).
+    pub writes_until_ms: u64,
+    /// Client reads, if any.
+    pub reads: Option<Reads>,
+    /// No read of a key that was written may answer that it is absent (sound only without
+    /// deletes and without crashes, which may lose a key's every copy).
+    pub check_reads: bool,
+}
+
+/// When clients read.
+#[derive(Clone, Copy, Debug)]
+pub struct Reads {
+    /// From this time (ms since the start).
+    pub from_ms: u64,
+    /// Until this time.
+    pub until_ms: u64,
+    /// Mean time between reads, in ms.
+    pub every_ms: u64,
 }
 
 /// A fault the simulation injects.
@@ -195,7 +219,48 @@ impl Params {
             faults,
             min_partition_ms: 100,
             max_partition_ms: rng.u64(200..=1_500),
+            delete_fraction: 0.08,
+            writes_until_ms: u64::MAX,
+            reads: None,
+            check_reads: false,
         }
+    }
+
+    /// A graceful leave under reads, where only the leaving node holds what the new owners
+    /// read: one replica per key, no loss, no other fault. Clients write (no deletes) for
+    /// the first second, then read every ~1 ms from a little before the leave until after
+    /// it — through front ports and replicas' own ports — and no read of a key that was
+    /// written may answer that it is absent, wherever the key is in the hand-off: a new
+    /// owner that misses asks the leaving node, which is no longer in its view.
+    pub fn leave_under_reads(seed: u64) -> Params {
+        let mut p = Params::from_seed(seed, Mode::Correct);
+        p.global_rf = 1;
+        p.local_rf = 1;
+        p.keys = 48;
+        p.loss = 0.0;
+        p.dup = 0.0;
+        p.inbox_full = 0.0;
+        p.sync_fraction = 0.0;
+        // No request times out: a read may take a forward and a fetch, each a round trip.
+        p.timeout_ms = 1_000;
+        // The others hear of the leave soon, as a leaving agent tells them at once (new
+        // owners switch views while the keys are on their way), or a while later (the
+        // leaving node hands keys to nodes that still route them to it).
+        p.agent_ms = if seed.is_multiple_of(2) { 10 } else { 100 };
+        // Hand-offs take a while to arrive.
+        p.max_delay_ms = 30 + seed % 4 * 20;
+        p.active_ms = 2_500;
+        p.write_every_ms = 3;
+        p.writes_until_ms = 1_000;
+        p.delete_fraction = 0.0;
+        p.faults = vec![(1_500, FaultKind::Leave)];
+        p.reads = Some(Reads {
+            from_ms: 1_400,
+            until_ms: 2_000,
+            every_ms: 1,
+        });
+        p.check_reads = true;
+        p
     }
 
     /// A long partition with the node's real timings: three nodes that each replicate
@@ -234,7 +299,8 @@ impl fmt::Display for Params {
             "seed {} ({:?}): {} nodes, rf {}x{}, {} keys, loss {}, dup {}, delay ≤{}ms, \
              gossip {}ms, anti-entropy {}ms, timeout {}ms, detect {}ms, active {}ms, \
              write every ~{}ms, sync {}, front {:.2}, changeset ≤{}, skew ±{}ms, \
-             tombstone grace {}ms, partitions ≤{}ms, faults {:?}",
+             tombstone grace {}ms, partitions ≤{}ms, faults {:?}, deletes {}, writes until {}ms, \
+             reads {:?}",
             self.seed,
             self.mode,
             self.initial_nodes,
@@ -257,6 +323,9 @@ impl fmt::Display for Params {
             self.tombstone_grace_ms,
             self.max_partition_ms,
             self.faults,
+            self.delete_fraction,
+            self.writes_until_ms,
+            self.reads,
         )
     }
 }
@@ -268,6 +337,13 @@ pub struct Report {
     pub writes: u64,
     /// Client ops answered with success.
     pub acked: u64,
+    /// Client reads answered.
+    pub reads: u64,
+    /// Client reads answered with an error.
+    pub read_errors: u64,
+    /// Requests to other nodes that could not be sent: no peer address for the node (or
+    /// not its own) in what the core gave.
+    pub unaddressed: u64,
     /// Tombstones reclaimed (by each replica).
     pub reclaimed: u64,
     /// Writes superseded by a reclaimed delete.
@@ -322,6 +398,9 @@ impl Report {
     pub fn add(&mut self, o: &Report) {
         self.writes += o.writes;
         self.acked += o.acked;
+        self.reads += o.reads;
+        self.read_errors += o.read_errors;
+        self.unaddressed += o.unaddressed;
         self.reclaimed += o.reclaimed;
         self.retired += o.retired;
         self.racing += o.racing;

@@ -28,9 +28,13 @@ use node::view::{default_vector, ReplicationTable, ViewState};
 use node::Limits;
 use placement::{node_key, NodeInfo, NodeKey, Replica, Replication, ReplicationVector, Tier};
 
-use super::client::{derive, key_name, show_op, wrote, Loss, OpMaker, ReclaimRec, WriteRec};
+use super::client::{
+    derive, key_name, show_op, stays_live, wrote, Loss, OpMaker, ReclaimRec, WriteRec,
+};
 use super::{FaultKind, Mode, Params, Report, Trace};
+use clients::{Asking, TicketKey};
 
+mod clients;
 mod faults;
 mod net;
 mod nodes;
@@ -161,6 +165,8 @@ enum Event {
     PartitionEnd(u64),
     /// A client writes.
     ClientWrite,
+    /// A client reads.
+    ClientRead,
     /// A fault of the schedule.
     Fault(FaultKind),
 }
@@ -223,6 +229,11 @@ pub struct World {
     asked: BTreeMap<u64, Asked>,
     next_token: u64,
     ops: OpMaker,
+    /// Client requests waiting for their answers.
+    waiting: BTreeMap<TicketKey, Asking>,
+    /// Answers that came before the client knew their ticket (while the effects of its
+    /// submission were carried out), until it does.
+    unclaimed: BTreeMap<TicketKey, Vec<OpResult>>,
     /// Every write executed.
     pub writes: Vec<WriteRec>,
     /// Every tombstone reclaimed.
@@ -264,6 +275,8 @@ impl World {
             asked: BTreeMap::new(),
             next_token: 0,
             ops: OpMaker::default(),
+            waiting: BTreeMap::new(),
+            unclaimed: BTreeMap::new(),
             writes: Vec::new(),
             reclaims: Vec::new(),
             handoffs: BTreeMap::new(),
@@ -305,6 +318,9 @@ impl World {
         }
         let first = self.rng.u64(1..=self.p.write_every_ms);
         self.schedule(first, Event::ClientWrite);
+        if let Some(reads) = self.p.reads {
+            self.schedule(reads.from_ms, Event::ClientRead);
+        }
 
         self.run_until(self.p.active_ms)?;
         self.healing = true;
@@ -314,6 +330,7 @@ impl World {
             "active phase over: partitions healed, no loss".into(),
         );
         self.quiesce()?;
+        self.unanswered()?;
         super::check::final_checks(self)?;
         for node in self.nodes.values().filter(|n| n.status != Status::Down) {
             self.report.repairs += node
@@ -470,10 +487,21 @@ impl World {
                 Ok(())
             }
             Event::ClientWrite => {
-                if !self.healing {
+                if !self.healing && self.now < self.p.writes_until_ms {
                     self.client_write();
                     let next = self.rng.u64(1..=2 * self.p.write_every_ms);
                     self.schedule(next, Event::ClientWrite);
+                }
+                Ok(())
+            }
+            Event::ClientRead => {
+                let Some(reads) = self.p.reads else {
+                    return Ok(());
+                };
+                if !self.healing && self.now < reads.until_ms {
+                    self.client_read();
+                    let next = self.rng.u64(1..=2 * reads.every_ms);
+                    self.schedule(next, Event::ClientRead);
                 }
                 Ok(())
             }

@@ -1,5 +1,5 @@
-//! The agents (views published as the cluster changes), the clients, and the faults:
-//! partitions, crashes, restarts, leaves.
+//! The agents (views published as the cluster changes) and the faults: partitions,
+//! crashes, restarts, leaves.
 
 use super::*;
 
@@ -85,105 +85,6 @@ impl World {
                 worker: w as u32,
             };
             self.schedule(delay, Event::AdoptView(r, inc));
-        }
-    }
-
-    // ---- clients --------------------------------------------------------------------------
-
-    pub(super) fn client_write(&mut self) {
-        let ups: Vec<NodeKey> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| n.status == Status::Up)
-            .map(|(k, _)| *k)
-            .collect();
-        if ups.is_empty() {
-            return;
-        }
-        // The client learned the cluster from some node (its view may be stale).
-        let view = self.nodes[&ups[self.rng.usize(..ups.len())]].view.clone();
-        let k = self.rng.usize(..self.p.keys);
-        let op = self.ops.make(&mut self.rng, k);
-        let ack = Ack {
-            replicas: if self.rng.f64() < self.p.sync_fraction {
-                2
-            } else {
-                1
-            },
-            durable: false,
-            quiet: false,
-        };
-        if self.rng.f64() < self.p.front_fraction {
-            // The front port of a node of its view; the node hands it to some worker, which
-            // forwards what it does not hold.
-            let mut nodes: Vec<NodeKey> = view.view.nodes().map(|(k, _)| *k).collect();
-            nodes.sort();
-            let nk = nodes[self.rng.usize(..nodes.len())];
-            if !self.live(nk) {
-                return;
-            }
-            let workers = self.nodes[&nk].workers.len();
-            let w = Replica {
-                node: nk,
-                worker: self.rng.usize(..workers) as u32,
-            };
-            self.submit(w, op, ack, Routing::Forward);
-        } else {
-            // A replica's own port; redirects are followed a few times.
-            let replicas = view.replicas(op.key());
-            if replicas.is_empty() {
-                return;
-            }
-            let mut target = replicas[self.rng.usize(..replicas.len())];
-            for _ in 0..3 {
-                let live = self.nodes.get(&target.node).is_some_and(|n| {
-                    n.status != Status::Down && n.workers.len() > target.worker as usize
-                });
-                if !live {
-                    return;
-                }
-                match self.submit(target, op.clone(), ack, Routing::Redirect) {
-                    Some(redirect) if !redirect.is_empty() => {
-                        target = redirect[self.rng.usize(..redirect.len())];
-                    }
-                    _ => return,
-                }
-            }
-        }
-    }
-
-    /// Submits a client op to worker `w`; returns the replicas of a redirect.
-    pub(super) fn submit(
-        &mut self,
-        w: Replica,
-        op: Op<Bytes>,
-        ack: Ack,
-        routing: Routing,
-    ) -> Option<Vec<Replica>> {
-        let key = op.key_bytes().clone();
-        let submitted = self.with_core(w, None, |c| c.submit(vec![op], ack, routing))?;
-        match submitted {
-            Submitted::Done(results) => {
-                if let Some(OpResult::Error(NodeError::Redirect(_))) = results.first() {
-                    let view = self.nodes[&w.node].workers[w.worker as usize]
-                        .core
-                        .shard()
-                        .view()
-                        .clone();
-                    return Some(view.serving_replicas(&key));
-                }
-                self.client_results(&results);
-                None
-            }
-            Submitted::Pending(_) => None,
-        }
-    }
-
-    pub(super) fn client_results(&mut self, results: &[OpResult]) {
-        for r in results {
-            if !matches!(r, OpResult::Error(_)) {
-                self.report.acked += 1;
-            }
         }
     }
 

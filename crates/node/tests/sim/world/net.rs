@@ -23,8 +23,15 @@ impl World {
         }
     }
 
-    /// Sends a request from `from` to worker `to` (its current incarnation).
-    pub(super) fn send(&mut self, from: Replica, from_inc: u64, to: Replica, message: Message) {
+    /// Sends a request from `from` to worker `to` (its current incarnation); a request that
+    /// fails on the spot is returned with its failure.
+    pub(super) fn send(
+        &mut self,
+        from: Replica,
+        from_inc: u64,
+        to: Replica,
+        message: Message,
+    ) -> Option<(ReqId, PeerFailure)> {
         let dest = self
             .nodes
             .get(&to.node)
@@ -46,13 +53,15 @@ impl World {
                         },
                     );
                 }
+                None
             }
         }
     }
 
     /// Sends a message to `to` of incarnation `to_inc`: through the mesh within a node
     /// (reliable), over the network between nodes (loss, duplication, delay, partitions),
-    /// in the peer plane's encoding.
+    /// in the peer plane's encoding. A request to a worker of the same node whose inbox is
+    /// full fails on the spot: it is returned with its failure.
     pub(super) fn send_to(
         &mut self,
         from: Replica,
@@ -60,22 +69,14 @@ impl World {
         to: Replica,
         to_inc: u64,
         message: Message,
-    ) {
+    ) -> Option<(ReqId, PeerFailure)> {
         let kind = describe(&message);
         if from.node == to.node {
             if let Message::Request { req, .. } = &message {
                 if self.rng.f64() < self.p.inbox_full {
                     // The worker's inbox is full: the send fails at once.
-                    let req = *req;
-                    self.schedule(
-                        0,
-                        Event::Refused {
-                            from,
-                            from_inc,
-                            req,
-                        },
-                    );
-                    return;
+                    let why = format!("worker {}'s inbox is full", to.worker);
+                    return Some((*req, PeerFailure::Unreachable(why)));
                 }
             }
             self.in_flight += 1;
@@ -88,7 +89,7 @@ impl World {
                 message,
             };
             self.schedule(delay, Event::Deliver(env));
-            return;
+            return None;
         }
         let message = through_the_wire(message);
         self.report.messages += 1;
@@ -128,7 +129,7 @@ impl World {
                 };
                 self.schedule(delay, Event::Deliver(env));
             }
-            return;
+            return None;
         }
         let copies = if !self.healing && self.rng.f64() < self.p.dup {
             self.report.duplicated += 1;
@@ -161,6 +162,7 @@ impl World {
             );
         }
         self.schedule(delay, Event::Deliver(env));
+        None
     }
 
     pub(super) fn deliver(&mut self, env: Envelope) -> Result<(), String> {

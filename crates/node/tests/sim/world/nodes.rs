@@ -218,6 +218,15 @@ impl World {
         node.clock.set(EPOCH_MS + now);
         let w = node.workers.get_mut(r.worker as usize)?;
         let out = f(&mut w.core);
+        self.after_core(r, node_inc);
+        Some(out)
+    }
+
+    /// After a call to worker `r`'s core: records what its shard did, schedules its next
+    /// tick, carries out its effects.
+    fn after_core(&mut self, r: Replica, node_inc: u64) {
+        let now = self.now;
+        let w = &mut self.nodes.get_mut(&r.node).expect("node").workers[r.worker as usize];
         let effects = w.core.take_effects();
         let audit = w.core.shard_mut().take_audit();
         let deadline = w.core.next_deadline().saturating_sub(EPOCH_MS).max(now);
@@ -229,10 +238,22 @@ impl World {
             self.schedule_at(deadline, Event::Tick(r, node_inc));
         }
         self.record(r, audit);
-        for e in effects {
-            self.effect(r, node_inc, e);
+        // A send that fails on the spot (no address for its node, another worker's full
+        // inbox) fails inside the worker's loop over its effects, as in `Worker::send`: the
+        // core hears of it before the worker takes its next effects.
+        let failed: Vec<(ReqId, PeerFailure)> = effects
+            .into_iter()
+            .filter_map(|e| self.effect(r, node_inc, e))
+            .collect();
+        if failed.is_empty() {
+            return;
         }
-        Some(out)
+        // Still live: nothing above stops a node.
+        let w = &mut self.nodes.get_mut(&r.node).expect("node").workers[r.worker as usize];
+        for (req, why) in failed {
+            w.core.on_reply(req, Err(why));
+        }
+        self.after_core(r, node_inc);
     }
 
     /// Records what a worker's shard did.
@@ -348,10 +369,33 @@ impl World {
         }
     }
 
-    /// Carries out one effect of worker `r`.
-    pub(super) fn effect(&mut self, r: Replica, inc: u64, e: Effect) {
+    /// Carries out one effect of worker `r`; a request that fails on the spot is returned
+    /// with its failure.
+    pub(super) fn effect(
+        &mut self,
+        r: Replica,
+        inc: u64,
+        e: Effect,
+    ) -> Option<(ReqId, PeerFailure)> {
         match e {
-            Effect::Send { req, to, msg, .. } => {
+            Effect::Send { req, to, peer, msg } => {
+                if to.node != r.node {
+                    // Another node is reached at the peer address the core gives (the one
+                    // its view has for the node), as the real worker connects: with none, or
+                    // another node's, the request cannot reach `to`.
+                    let known = self.nodes.get(&to.node).map(|n| n.info.peer.as_str());
+                    if peer.is_none() || peer.as_deref() != known {
+                        self.report.unaddressed += 1;
+                        let why = match &peer {
+                            None => "no peer address for the node".to_string(),
+                            Some(a) => format!("{a} is not the peer address of the node"),
+                        };
+                        let (f, t, kind) = (self.name(r), self.name(to), msg.name());
+                        self.trace
+                            .event(self.now, || format!("{kind} {f} -> {t} not sent: {why}"));
+                        return Some((req, PeerFailure::Unreachable(why)));
+                    }
+                }
                 if let PeerMsg::Replicate {
                     entries,
                     durable: true,
@@ -362,23 +406,25 @@ impl World {
                 self.send(r, inc, to, Message::Request { req, msg })
             }
             Effect::Respond { token, result } => {
-                let Some(asked) = self.asked.remove(&token.0) else {
-                    return;
-                };
+                let asked = self.asked.remove(&token.0)?;
                 let result = result.map_err(PeerFailure::Refused);
                 let reply = Message::Reply {
                     req: asked.req,
                     result,
                 };
-                self.send_to(r, inc, asked.asker, asked.asker_inc, reply);
+                self.send_to(r, inc, asked.asker, asked.asker_inc, reply)
             }
-            Effect::Complete { results, .. } => self.client_results(&results),
-            Effect::Journal(_) | Effect::Unreachable { .. } => {}
+            Effect::Complete { ticket, results } => {
+                self.client_complete(r, inc, ticket.0, results);
+                None
+            }
+            Effect::Journal(_) | Effect::Unreachable { .. } => None,
             // The simulated nodes have no backing store.
-            Effect::BackingApply { .. } | Effect::BackingFetch { .. } => {}
+            Effect::BackingApply { .. } | Effect::BackingFetch { .. } => None,
             Effect::Sync { id, strict } => {
                 let delay = self.rng.u64(0..=1);
                 self.schedule(delay, Event::Synced(r, inc, id, strict));
+                None
             }
         }
     }
