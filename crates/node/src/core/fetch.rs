@@ -142,28 +142,35 @@ impl Core {
             .into_iter()
             .filter(|r| *r != me)
             .collect();
+        let purpose = FetchPurpose::All {
+            job,
+            pos: 0,
+            key: key.clone(),
+            merged,
+            here,
+            failed,
+            lenient: false,
+            answered: 0,
+        };
+        self.fetch_from(&key, others, purpose);
+    }
+
+    /// Asks each of `targets` for `key`'s record, as one fetch group for `purpose`
+    /// (finished at once without targets).
+    fn fetch_from(&mut self, key: &Bytes, targets: Vec<Replica>, purpose: FetchPurpose) {
         let group = self.next_id();
         self.jobs.fetches.insert(
             group,
             FetchGroup {
-                waiting: others.len(),
-                purpose: FetchPurpose::All {
-                    job,
-                    pos: 0,
-                    key: key.clone(),
-                    merged,
-                    here,
-                    failed,
-                    lenient: false,
-                    answered: 0,
-                },
+                waiting: targets.len(),
+                purpose,
             },
         );
-        if others.is_empty() {
+        if targets.is_empty() {
             self.finish_fetch(group);
             return;
         }
-        for to in others {
+        for to in targets {
             let msg = PeerMsg::Fetch {
                 keys: vec![key.clone()],
             };
@@ -189,33 +196,17 @@ impl Core {
             }
         }
         let merged = self.shard.record_of(&key).ok().flatten();
-        let group = self.next_id();
-        self.jobs.fetches.insert(
-            group,
-            FetchGroup {
-                waiting: targets.len(),
-                purpose: FetchPurpose::All {
-                    job,
-                    pos,
-                    key: key.clone(),
-                    merged,
-                    here: false,
-                    failed: None,
-                    lenient: true,
-                    answered: 0,
-                },
-            },
-        );
-        if targets.is_empty() {
-            self.finish_fetch(group);
-            return;
-        }
-        for to in targets {
-            let msg = PeerMsg::Fetch {
-                keys: vec![key.clone()],
-            };
-            self.send(to, msg, super::gossip::Waiting::Fetch(group));
-        }
+        let purpose = FetchPurpose::All {
+            job,
+            pos,
+            key: key.clone(),
+            merged,
+            here: false,
+            failed: None,
+            lenient: true,
+            answered: 0,
+        };
+        self.fetch_from(&key, targets, purpose);
     }
 
     /// Records from one worker of a fetch group.
