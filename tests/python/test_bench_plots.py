@@ -173,10 +173,15 @@ def test_more_reports_from_fake_results_parse_back():
     m = script("redis-benchmark")
     groups = [(m.PERSISTENT, ["Redis (AOF everysec)", "latticekv", "latticekv previous"]),
               (m.VOLATILE, ["Redis (no persistence)", "latticekv --disk-nodes 0"])]
-    results = {(label, case): [(90_000.0 - 1000 * k, 0.8 + k, 5.0 + k), (91_000.0, 0.9, 6.0)]
+    # (requests/s, p99 ms, CPU µs per request, server busy, redis-benchmark busy)
+    results = {(label, case): [(90_000.0 - 1000 * k, 0.8 + k, 5.0 + k, 0.5, 0.6),
+                               (91_000.0, 0.9, 6.0, 0.9, 1.0)]
                for _, labels in groups for k, label in enumerate(labels) for case in m.CASES}
     args = SimpleNamespace(baseline_binary="y", rounds=2)
     text, data = m.report(args, groups, results)
+    # Under each table, how busy each side was (medians) and the rounds' requests/s range.
+    assert ("| SET P=1 | 70 % / 80 %, 90,000–91,000 | 70 % / 80 %, 89,000–91,000 | "
+            "70 % / 80 %, 88,000–91,000 |") in text
     parsed = m.parse(text)
     assert [(k, labels) for k, labels, _ in parsed] == [(k, labels) for k, labels, _ in data]
     assert [labels for _, labels in groups] == [labels for _, labels, _ in data]
