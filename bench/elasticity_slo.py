@@ -238,7 +238,23 @@ def calibrate_light(binary, seed, a):
 # --- §6.4: the SLO timeline -------------------------------------------------------------
 
 def slo(binary, a):
-    """Calibration, then the phases under `latticekv monitor --manager local`."""
+    """Calibration, then the phases under `latticekv monitor --manager local`. With
+    `--service-us N` every node (the seed and the monitor's children, which inherit the
+    environment) blocks its worker N µs per key of each client request: servers of emulated
+    capacity."""
+    saved = os.environ.get("LATTICEKV_FAULT")
+    if a.service_us:
+        os.environ["LATTICEKV_FAULT"] = f"slow-request-us={a.service_us}"
+    try:
+        return slo_run(binary, a)
+    finally:
+        if saved is None:
+            os.environ.pop("LATTICEKV_FAULT", None)
+        else:
+            os.environ["LATTICEKV_FAULT"] = saved
+
+
+def slo_run(binary, a):
     n1 = Server(binary, "seed", flags=NODE, cpu="0,1")
     mon = None
     try:
@@ -361,6 +377,11 @@ def slo_report(res, a, cmdline):
         f"{a.grace:g} s, `node_addition_batch = 2`, k = 0) adding and removing "
         "`latticekv server --workers 1` children; native load, 16 connections × 8-key "
         f"batches, open loop (`--rate`), over {a.slo_keys:,} keys of {a.value_size} bytes. "
+        + (f"**Servers of emulated capacity**: every worker blocks {a.service_us} µs per key "
+           "it serves (`LATTICEKV_FAULT=slow-request-us`, inherited by the monitor's "
+           "children), so the servers, not the two cores the load generator shares with them, "
+           "are the bottleneck, as with the paper's clients on machines of their own. "
+           if a.service_us else "") +
         f"Calibration: one node serves {res['capacity']:,.0f} ops/s closed-loop; the light "
         f"load is {res['light']:,.0f} ops/s{rescaled_text(res)}, under which the servers' "
         f"queue-corrected mean (L_obs) was {res['l_base']:.1f} µs and the client's mean "
@@ -447,6 +468,8 @@ def slo_plot(res, plt):
 def commands(a):
     return "\n".join([
         "# SLO timeline (--case slo): a seed node, then the monitor with its local manager",
+        (f"# every node with LATTICEKV_FAULT=slow-request-us={a.service_us} (--service-us; "
+         "the monitor's children inherit it)" if a.service_us else "# (--service-us 0)"),
         "latticekv server --workers 1 --stats-period-ms 200 --stats-window-ms 2000 "
         "--cluster-gossip-ms 100 ...",
         "latticekv monitor --addr SEED --manager local --data-root DIR --config policy.toml "
@@ -516,6 +539,14 @@ def add_args(ap):
                         "nodes above C_upper = 0.20): a --light-rate that keeps the node "
                         "busier is scaled down to this, once (0: never)")
     g.add_argument("--grace", type=float, default=6, help="the policy's grace period, s")
+    g.add_argument("--service-us", type=int, default=20,
+                   help="servers of emulated capacity: every worker blocks this many µs per "
+                        "key it serves (LATTICEKV_FAULT=slow-request-us, testing only), so the "
+                        "servers, not the two cores the load generator shares with them, "
+                        "bound the load, as with the paper's clients on machines of their "
+                        "own; one node then serves about 27,000 ops/s (0: the servers' own "
+                        "speed, about 560,000 ops/s closed-loop, more than the load generator "
+                        "can send beside them: the policy then has nothing to do)")
     g.add_argument("--load-threads", type=int, default=2,
                    help="threads of the paced load generator: with one, a round split over "
                         "two nodes' sockets made the client's rounds, not the servers, the "

@@ -158,9 +158,11 @@ pub struct Faults {
     /// Abort the process right after acknowledging the first hand-off batch (a crash at
     /// the worst moment for the sender).
     pub abort_after_handoff_ack: bool,
-    /// Block the worker this long per client request it answers (`slow-request-us=N`): a
-    /// server whose capacity is known, so the elasticity tests can saturate one node and
-    /// watch latency fall when the monitor adds another, whatever the machine's speed.
+    /// Block the worker this long per key of each client request it answers
+    /// (`slow-request-us=N`; a batch of k keys blocks k·N): a server whose capacity is
+    /// known, so the elasticity tests can saturate one node and watch latency fall when the
+    /// monitor adds another, whatever the machine's speed. Per key, so that a batch split
+    /// over more workers costs no more in all, as with real work.
     pub slow_request: Option<std::time::Duration>,
 }
 

@@ -190,6 +190,13 @@ pub trait Codec {
         None
     }
 
+    /// Keys the request [`next`](Self::next) just ran reads or writes (a batch counts each
+    /// of its keys; 1 by default): the weight of a request for
+    /// `LATTICEKV_FAULT=slow-request-us`.
+    fn last_keys(&self) -> u32 {
+        1
+    }
+
     /// True if the reply that starts `reply` is an error.
     fn is_error(_reply: &[u8]) -> bool {
         false
@@ -286,6 +293,8 @@ pub struct Batch {
     pub requests: usize,
     /// Of those, the ones whose latency counts (all but [`Step::RanUntimed`]).
     pub timed: usize,
+    /// Keys the timed requests read or wrote (see [`Codec::last_keys`]).
+    pub timed_keys: u32,
     /// A protocol error: close the connection once the replies are written.
     pub close: bool,
     /// Stopped at [`MAX_PIPELINE`] requests or `max_batch_reply` bytes of replies: complete
@@ -307,6 +316,7 @@ pub async fn run_batch<C: Codec>(
     let mut batch = Batch {
         requests: 0,
         timed: 0,
+        timed_keys: 0,
         close: false,
         full: false,
     };
@@ -327,6 +337,7 @@ pub async fn run_batch<C: Codec>(
             Step::Ran => {
                 batch.requests += 1;
                 batch.timed += 1;
+                batch.timed_keys = batch.timed_keys.saturating_add(codec.last_keys());
             }
             Step::RanUntimed => batch.requests += 1,
             Step::Close => {
@@ -471,11 +482,10 @@ pub async fn serve<C: Codec>(
         blocked.set(false);
         let early_bytes = !early.is_empty();
         inbuf.extend_from_slice(&early);
-        if let (Some(per_request), true) = (w.shared.faults.slow_request, batch.timed > 0) {
-            // Testing only (`LATTICEKV_FAULT=slow-request-us=N`): a worker of known capacity.
-            std::thread::sleep(
-                per_request.saturating_mul(u32::try_from(batch.timed).unwrap_or(u32::MAX)),
-            );
+        if let (Some(per_key), true) = (w.shared.faults.slow_request, batch.timed > 0) {
+            // Testing only (`LATTICEKV_FAULT=slow-request-us=N`): a worker of known capacity,
+            // N µs per key, so a batch split over more workers costs no more in all.
+            std::thread::sleep(per_key.saturating_mul(batch.timed_keys));
         }
         if batch.timed > 0 {
             // Every request of the batch arrived by the last read, and every reply is

@@ -77,6 +77,8 @@ pub struct Native {
     node_certificate: bool,
     /// The operation `next` ran last (for the request counts).
     last: Option<crate::stats::requests::Command>,
+    /// Keys the request `next` ran last reads or writes (a batch's keys; 1 otherwise).
+    keys: u32,
 }
 
 impl Native {
@@ -96,6 +98,7 @@ impl Native {
             admins_only: false,
             node_certificate,
             last: None,
+            keys: 1,
         }
     }
 }
@@ -215,6 +218,7 @@ impl Codec for Native {
         self.last = Some(crate::stats::requests::native_command(
             decoded.as_ref().ok().and_then(|r| r.op.as_ref()),
         ));
+        self.keys = decoded.as_ref().map_or(1, keys_of);
         match decoded {
             Ok(req) if self.admins_only => return self.admin_gate(req, replies),
             Ok(req) => {
@@ -256,6 +260,10 @@ impl Codec for Native {
         self.last
     }
 
+    fn last_keys(&self) -> u32 {
+        self.keys
+    }
+
     fn is_error(reply: &[u8]) -> bool {
         crate::stats::requests::native_is_error(reply)
     }
@@ -276,6 +284,17 @@ impl Codec for Native {
     fn waits_for_pushes(&self) -> bool {
         self.subs.any()
     }
+}
+
+/// Keys `req` reads or writes: a batch's (`GetMany`, `PutMany`, `DeleteMany`), else 1.
+fn keys_of(req: &pb::Request) -> u32 {
+    let n = match &req.op {
+        Some(ReqOp::GetMany(g)) => g.keys.len(),
+        Some(ReqOp::PutMany(p)) => p.puts.len(),
+        Some(ReqOp::DeleteMany(d)) => d.keys.len(),
+        _ => 1,
+    };
+    u32::try_from(n).unwrap_or(u32::MAX).max(1)
 }
 
 /// Whether `req` asks about the cluster rather than for data (topology, status, ping,
@@ -413,5 +432,34 @@ fn refused_name(op: &ReqOp) -> &'static str {
         ReqOp::SetReplication(_) => "SetReplication",
         ReqOp::Leave(_) => "Leave",
         _ => "this request",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(op: ReqOp) -> pb::Request {
+        pb::Request {
+            id: 1,
+            op: Some(op),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_batch_weighs_its_keys_and_anything_else_one() {
+        let keys = vec![bytes::Bytes::from_static(b"a"); 8];
+        let many = request(ReqOp::GetMany(pb::GetMany {
+            keys: keys.clone(),
+            ..Default::default()
+        }));
+        assert_eq!(keys_of(&many), 8);
+        let deletes = request(ReqOp::DeleteMany(pb::DeleteMany { keys }));
+        assert_eq!(keys_of(&deletes), 8);
+        let empty = request(ReqOp::GetMany(pb::GetMany::default()));
+        assert_eq!(keys_of(&empty), 1);
+        let ping = request(ReqOp::Ping(Default::default()));
+        assert_eq!(keys_of(&ping), 1);
     }
 }
