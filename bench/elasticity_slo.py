@@ -12,6 +12,7 @@ policy compares with its objective (queue-corrected, docs/elasticity.md "The mon
 and the servers' merged p99. Client-side latency and throughput are the load
 generator's, per 0.5 s.
 """
+import contextlib
 import json
 import os
 import signal
@@ -237,21 +238,29 @@ def calibrate_light(binary, seed, a):
 
 # --- §6.4: the SLO timeline -------------------------------------------------------------
 
-def slo(binary, a):
-    """Calibration, then the phases under `latticekv monitor --manager local`. With
-    `--service-us N` every node (the seed and the monitor's children, which inherit the
-    environment) blocks its worker N µs per key of each client request: servers of emulated
-    capacity."""
+@contextlib.contextmanager
+def emulated(service_us):
+    """While open, the nodes this process starts (and the monitor's children, which inherit
+    the environment) block their worker `service_us` µs per key of each client request
+    (`LATTICEKV_FAULT=slow-request-us`, testing only): servers of emulated capacity. 0:
+    nothing changes."""
     saved = os.environ.get("LATTICEKV_FAULT")
-    if a.service_us:
-        os.environ["LATTICEKV_FAULT"] = f"slow-request-us={a.service_us}"
+    if service_us:
+        os.environ["LATTICEKV_FAULT"] = f"slow-request-us={service_us}"
     try:
-        return slo_run(binary, a)
+        yield
     finally:
         if saved is None:
             os.environ.pop("LATTICEKV_FAULT", None)
         else:
             os.environ["LATTICEKV_FAULT"] = saved
+
+
+def slo(binary, a):
+    """Calibration, then the phases under `latticekv monitor --manager local`, with servers
+    of emulated capacity if `--service-us` (see `emulated`)."""
+    with emulated(a.service_us):
+        return slo_run(binary, a)
 
 
 def slo_run(binary, a):
@@ -496,7 +505,7 @@ def run(binary, a):
     import elasticity_cost
     out = {}
     for case, fn in (("slo", slo), ("cost", elasticity_cost.cost)):
-        if a.case in ("all", case):
+        if {"all", case} & set(a.case):
             before = os.getloadavg()[0]
             res = fn(binary, a)
             out[case] = (res, (before, os.getloadavg()[0]))
@@ -540,7 +549,7 @@ def add_args(ap):
                         "busier is scaled down to this, once (0: never)")
     g.add_argument("--grace", type=float, default=6, help="the policy's grace period, s")
     g.add_argument("--service-us", type=int, default=20,
-                   help="servers of emulated capacity: every worker blocks this many µs per "
+                   help="hotkey and slo cases: servers of emulated capacity: every worker blocks this many µs per "
                         "key it serves (LATTICEKV_FAULT=slow-request-us, testing only), so the "
                         "servers, not the two cores the load generator shares with them, "
                         "bound the load, as with the paper's clients on machines of their "
