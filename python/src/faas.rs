@@ -371,7 +371,8 @@ fn writes(w: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<pb::Write> {
 
 #[pymethods]
 impl ExecutorLink {
-    /// Connects to the host at `addr` as executor `id`.
+    /// Connects to the host at `addr` as executor `id`. Makes this process an executor:
+    /// its allocator keeps freed payload memory from then on (`keep_freed_payloads`).
     #[staticmethod]
     fn connect(py: Python<'_>, addr: String, id: u32) -> PyResult<ExecutorLink> {
         py.detach(|| {
