@@ -11,13 +11,17 @@ function, the executor's part (its task's body arriving, unpacking the arguments
 function, pickling the result) and the host's dispatch from one function's result to the
 next function's task at its executor; and, between calls, the sink's result back to the
 client, the next call through the scheduler to a host, the host's snapshot of the read set
-and the first task's dispatch.
+and the first task's dispatch. With `--cpu`, also the CPU time and the minor page faults per
+call of each process (from /proc: the node with its scheduler, host and store; the second
+host; each host's executors; this client), and the snapshots that hit or missed the node's
+cache.
 
     bench/serverless_callprofile.py --binary target-rel/release/latticekv --python PY \
         --kb 512 --requests 150 --trace
 """
 import argparse
 import importlib.machinery
+import os
 import importlib.util
 import random
 import re
@@ -43,13 +47,42 @@ def bench_module():
     return bs
 
 
+def executors_of(parent):
+    r = subprocess.run(["pgrep", "-P", str(parent), "-f", "latticekv.faas.executor"],
+                       capture_output=True, text=True, check=False)
+    return [int(x) for x in r.stdout.split()]
+
+
 def executors(dep):
-    out = []
-    for parent in (dep.node.pid, dep.host.pid):
-        r = subprocess.run(["pgrep", "-P", str(parent), "-f", "latticekv.faas.executor"],
-                           capture_output=True, text=True, check=False)
-        out += r.stdout.split()
+    return [str(p) for parent in (dep.node.pid, dep.host.pid) for p in executors_of(parent)]
+
+
+def proc_stat(pid):
+    """(minor page faults, CPU seconds) of process `pid` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[7]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cache_counts(dep):
+    """The node's cache snapshots so far: {"hits": n, "misses": n}."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://{dep.http}/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        for what in ("hits", "misses"):
+            if line.startswith(f"latticekv_faas_cache_{what}_total"):
+                out[what] = out.get(what, 0) + float(line.rsplit(" ", 1)[1])
     return out
+
+
+def process_groups(dep):
+    """The processes of a call, by role."""
+    return {"node (scheduler, host, store)": [dep.node.pid], "second host": [dep.host.pid],
+            "node's executors": executors_of(dep.node.pid),
+            "second host's executors": executors_of(dep.host.pid),
+            "client": [os.getpid()]}
 
 
 def split(trace):
@@ -88,6 +121,8 @@ def main():
     p.add_argument("--kb", type=int, default=512)
     p.add_argument("--requests", type=int, default=150)
     p.add_argument("--trace", action="store_true", help="perf trace the executors")
+    p.add_argument("--cpu", action="store_true",
+                   help="CPU time and page faults per call of each process")
     a = p.parse_args()
     bs = bench_module()
     dep = bs.Deployment(a.binary, a.python, "cache", 3, 200)
@@ -111,10 +146,26 @@ def main():
                  "--", "sleep", "3"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                 text=True)
             time.sleep(0.5)
+        groups = process_groups(dep) if a.cpu else {}
+        before = {g: [proc_stat(x) for x in ps] for g, ps in groups.items()}
+        counts = cache_counts(dep) if a.cpu else {}
         xs = sorted(call() * 1000 for _ in range(a.requests))
+        after = {g: [proc_stat(x) for x in ps] for g, ps in groups.items()}
         print(f"{a.kb} KB values, CT, 1 client thread: p50 {statistics.median(xs):.2f} ms, "
               f"p10 {xs[len(xs) // 10]:.2f}, p90 {xs[9 * len(xs) // 10]:.2f} "
               f"({a.requests} calls)")
+        if a.cpu:
+            now = cache_counts(dep)
+            print("the node's cache: " + ", ".join(
+                f"{what} {now.get(what, 0) - counts.get(what, 0):.0f}"
+                for what in ("hits", "misses")) + " snapshots (the second host's not counted)")
+            total = [0.0, 0.0]
+            for g in groups:
+                faults = sum(x[0] - y[0] for x, y in zip(after[g], before[g])) / a.requests
+                cpu = sum(x[1] - y[1] for x, y in zip(after[g], before[g])) / a.requests * 1e3
+                total = [total[0] + cpu, total[1] + faults]
+                print(f"  {g:<28} CPU {cpu:5.2f} ms per call, {faults:6.1f} page faults")
+            print(f"  {'all':<28} CPU {total[0]:5.2f} ms per call, {total[1]:6.1f} page faults")
         if tracer:
             _, err = tracer.communicate()
             parts = split(err)

@@ -9,7 +9,7 @@
 //! sharing a tag share their nodes and workers. Whether the rule is in force is a property of
 //! the cluster view ([`crate::ClusterView::hash_tags`]).
 
-use xxhash_rust::xxh3::xxh3_64_with_seed;
+use xxhash_rust::xxh3::{xxh3_64_with_seed, Xxh3};
 
 /// Seed of every placement hash: the ASCII bytes of `"lattice!"` read as a little-endian u64.
 pub const HASH_SEED: u64 = u64::from_le_bytes(*b"lattice!");
@@ -18,6 +18,35 @@ pub const HASH_SEED: u64 = u64::from_le_bytes(*b"lattice!");
 #[inline]
 pub fn key_hash(key: &[u8]) -> u64 {
     xxh3_64_with_seed(key, HASH_SEED)
+}
+
+/// [`key_hash`] of bytes that arrive in pieces: [`finish`](KeyHasher::finish) is the
+/// `key_hash` of everything [`update`](KeyHasher::update) was given, concatenated (for
+/// hashing a message as it is encoded, without the encoded copy).
+#[derive(Clone)]
+pub struct KeyHasher(Xxh3);
+
+impl KeyHasher {
+    /// A hasher that has seen nothing yet.
+    pub fn new() -> KeyHasher {
+        KeyHasher(Xxh3::with_seed(HASH_SEED))
+    }
+
+    /// Appends `bytes`.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// The [`key_hash`] of everything appended so far.
+    pub fn finish(&self) -> u64 {
+        self.0.digest()
+    }
+}
+
+impl Default for KeyHasher {
+    fn default() -> Self {
+        KeyHasher::new()
+    }
 }
 
 /// Placement version of a node that places every key by the hash of the whole key (also
@@ -106,6 +135,22 @@ mod tests {
         assert_eq!(tag(b""), None);
         assert_eq!(tag(b"{a}"), Some(&b"a"[..]));
         assert_eq!(tag(b"x{\xff\x00}"), Some(&b"\xff\x00"[..]), "any bytes");
+    }
+
+    #[test]
+    fn a_key_hasher_fed_in_pieces_equals_the_key_hash_of_the_whole() {
+        // Across the hasher's internal block sizes (buffered, then striped), cut anywhere.
+        let data: Vec<u8> = (0..5000u32).map(|i| (i * 31 % 251) as u8).collect();
+        for len in [0, 1, 16, 17, 128, 129, 240, 241, 1024, 4999] {
+            for cut in [0, 1.min(len), len / 3, len / 2, len] {
+                let mut h = KeyHasher::new();
+                h.update(&data[..cut]);
+                for piece in data[cut..len].chunks(7) {
+                    h.update(piece);
+                }
+                assert_eq!(h.finish(), key_hash(&data[..len]), "len {len}, cut {cut}");
+            }
+        }
     }
 
     #[test]

@@ -22,7 +22,8 @@ pub mod ring;
 pub mod view;
 
 pub use hash::{
-    hash_tag, key_hash, placement_hash, HASH_SEED, PLACEMENT_HASH_TAGS, PLACEMENT_WHOLE_KEY,
+    hash_tag, key_hash, placement_hash, KeyHasher, HASH_SEED, PLACEMENT_HASH_TAGS,
+    PLACEMENT_WHOLE_KEY,
 };
 pub use replication::{Replication, ReplicationVector, Tier, METADATA_PREFIX};
 pub use ring::Ring;
