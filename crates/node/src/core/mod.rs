@@ -63,8 +63,10 @@ pub use requests::{Routing, Submitted};
 type Map<K, V> = hashbrown::HashMap<K, V, FixedState>;
 
 /// Entries compared per tick while a change of the rings is reconciled (see
-/// `Shard::reconcile_step`).
-const RECONCILE_STEP_ENTRIES: usize = 16 * 1024;
+/// `Shard::reconcile_step`): about a millisecond of work, the keys it hands off included,
+/// so requests wait for at most that between two steps (a join over 100,000 keys compared
+/// 16,384 entries per step and held every request of the seed for ~200 ms: issue 14).
+pub(crate) const RECONCILE_STEP_ENTRIES: usize = 2 * 1024;
 
 /// A request this core sent to another worker, to be answered with [`Core::on_reply`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -190,6 +192,11 @@ pub struct CoreConfig {
 /// [`Core::set_busy_meter`]).
 pub type BusyMeter = Box<dyn Fn() -> u64 + Send>;
 
+impl CoreConfig {
+    /// The default of [`peer_timeout_ms`](Self::peer_timeout_ms).
+    pub const DEFAULT_PEER_TIMEOUT_MS: u64 = 5_000;
+}
+
 impl Default for CoreConfig {
     fn default() -> Self {
         CoreConfig {
@@ -197,10 +204,10 @@ impl Default for CoreConfig {
             anti_entropy_period_ms: 30_000,
             anti_entropy_after_view_ms: 500,
             anti_entropy_bytes_per_sec: 32 << 20,
-            peer_timeout_ms: 5_000,
+            peer_timeout_ms: Self::DEFAULT_PEER_TIMEOUT_MS,
             max_batches_in_flight: 64,
             max_bytes_in_flight: 16 << 20,
-            backlog_pause_ms: 2,
+            backlog_pause_ms: 1,
             journal_flush_ms: 2,
             default_ack: Ack::MERGED,
             tombstone_grace_ms: 60_000,
@@ -225,6 +232,13 @@ pub struct CoreStats {
     pub entropy_sessions: u64,
     /// Client requests and forwards waiting for other workers or the disk.
     pub jobs: u64,
+    /// The id of the oldest of those `jobs`, if any. Ids grow with every request, so the
+    /// requests open at some moment have all finished once `oldest_job` is `None` or
+    /// above the `last_id` read then (what a leaving node waits for: see
+    /// [`LeaveProgress`](crate::leave::LeaveProgress)).
+    pub oldest_job: Option<u64>,
+    /// The last id given to a request (of a client, another worker, or to one).
+    pub last_id: u64,
 }
 
 impl CoreStats {
@@ -368,6 +382,8 @@ impl Core {
             repairs: self.repairs,
             entropy_sessions: self.entropy_sessions,
             jobs: self.jobs.len() as u64,
+            oldest_job: self.jobs.oldest(),
+            last_id: self.next_id,
         }
     }
 
@@ -588,6 +604,8 @@ impl Core {
 
 #[cfg(test)]
 mod backing_tests;
+#[cfg(test)]
+mod handoff_steps_tests;
 #[cfg(test)]
 mod settle_tests;
 #[cfg(test)]

@@ -99,6 +99,11 @@ impl Jobs {
     pub(super) fn len(&self) -> usize {
         self.jobs.len()
     }
+
+    /// The id of the oldest request in progress (ids grow: see [`Core::next_id`]).
+    pub(super) fn oldest(&self) -> Option<u64> {
+        self.jobs.keys().min().copied()
+    }
 }
 
 impl Core {

@@ -61,7 +61,7 @@ impl Worker {
     }
 
     /// Ticks the core at its deadline.
-    async fn timer(self: Rc<Self>) {
+    pub(super) async fn timer(self: Rc<Self>) {
         let mut shutdown = self.shared.shutdown();
         let origin = Instant::now();
         let clock_origin = self.core.borrow().shard().clock().mono_ms();
@@ -76,6 +76,12 @@ impl Worker {
             }
             self.sleeping_until.set(u64::MAX);
             self.with_core(Core::tick);
+            // Let the connections' requests in before the next tick, even one due at once
+            // (a view change compared step by step, a backlog of hand-offs): `yield_now`
+            // resumes this task only after the runtime has polled its sockets. (A sleep
+            // whose deadline has passed usually waits for that turn too, the timer wheel
+            // firing only then, but not when the wheel is current.)
+            tokio::task::yield_now().await;
         }
     }
 

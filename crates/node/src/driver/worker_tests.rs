@@ -72,3 +72,81 @@ fn a_read_answered_while_its_submission_runs_its_effects_gets_its_answer() {
     assert_eq!(results, vec![OpResult::Value(None)]);
     assert_eq!(w.core().stats().jobs, 0, "no request left in progress");
 }
+
+/// Issue 14: a join of a second node under load over 100,000 keys stalled every client of
+/// the seed for about 200 ms, while its worker compared its keys against the new view and
+/// handed half of them off. The core does that in steps of about a millisecond
+/// (`core::handoff_steps_tests`); this checks the driver's side: a client asking request
+/// after request is served between the steps, not after all of them.
+#[test]
+fn requests_are_served_between_the_steps_of_a_hand_off() {
+    const KEYS: usize = 60_000;
+    let config = NodeConfig {
+        node_id: "a".into(),
+        workers: 1,
+        ..NodeConfig::default()
+    };
+    let users = config.validate().expect("a valid configuration");
+    let alone = memory_view(vec![memory_node("a", "a/peer")], 1);
+    let joined = memory_view(
+        vec![memory_node("a", "a/peer"), memory_node("b", "b/peer")],
+        1,
+    );
+    let (shared, _publish, _inboxes) =
+        crate::fuzzing::in_memory_shared(&config, users, joined.clone());
+    let me = placement::Replica {
+        node: node_key("a"),
+        worker: 0,
+    };
+    let mut shard = Shard::new(
+        shard_config(me, config.limits),
+        alone,
+        7,
+        Arc::new(ManualClock::new(1_700_000_000_000)),
+    );
+    let ts = lattice::Timestamp::new(5 << 16, 1);
+    let value = lattice::Value::Lww(lattice::Lww::new(ts, Box::from(&b"value"[..])));
+    let records = (0..KEYS).map(|i| {
+        let record = lattice::Record::new(ts, Some(value.clone()));
+        (Bytes::from(format!("key:{i}")), record)
+    });
+    shard.merge_gossip(records.collect()).expect("stored");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let local = tokio::task::LocalSet::new();
+    let (served, steps) = local.block_on(&rt, async move {
+        let w = Worker::new(
+            shared,
+            0,
+            Core::new(shard, CoreConfig::default(), 7),
+            Journal::None,
+        );
+        tokio::task::spawn_local(w.clone().timer());
+        // A key that stays here.
+        let key = (0..KEYS)
+            .map(|i| Bytes::from(format!("key:{i}")))
+            .find(|k| joined.is_replica(k, me))
+            .expect("a key of a");
+        w.with_core(|c| c.set_view(joined));
+        let steps = KEYS / crate::core::RECONCILE_STEP_ENTRIES;
+        // A client: one request at a time, for as long as the worker compares keys.
+        let mut served = 0;
+        while w.core().shard().reconciling() {
+            let key = key.clone();
+            let answer = w.submit(vec![Op::Get { key }], Ack::MERGED, Routing::Forward);
+            assert!(matches!(
+                answer.results().await[..],
+                [OpResult::Value(Some(_))]
+            ));
+            served += 1;
+            tokio::task::yield_now().await;
+        }
+        (served, steps)
+    });
+    assert!(
+        served >= steps / 2,
+        "{served} requests served while the worker compared {KEYS} keys in about {steps} steps"
+    );
+}

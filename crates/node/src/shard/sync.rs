@@ -16,11 +16,14 @@ use placement::Replica;
 use super::{GossipBatch, Map, Shard};
 use crate::error::NodeError;
 
-/// Most keys one gossip round takes from the changeset and the outbox.
-pub const MAX_ROUND_KEYS: usize = 8192;
+/// Most keys one gossip round takes from the changeset and the outbox. A round, its
+/// encoding, the merge at its destination and the drops its acknowledgement allows each
+/// hold their worker for about a millisecond at this size; rounds of 8,192 keys held them
+/// for ~5-15 ms each, back to back through a hand-off (issue 14).
+pub const MAX_ROUND_KEYS: usize = 2048;
 
 /// About the most bytes of records one gossip round takes (one record may exceed it).
-pub const MAX_ROUND_BYTES: usize = 8 << 20;
+pub const MAX_ROUND_BYTES: usize = 2 << 20;
 
 /// A batch being filled: its records, hand-offs (key, generation) and estimated bytes.
 type BatchBuilding = (GossipBatch, Vec<(Bytes, u64)>, usize);

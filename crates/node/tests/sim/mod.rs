@@ -106,6 +106,9 @@ pub struct Params {
     pub timeout_ms: u64,
     /// Period of the cluster agents (membership gossip), in ms.
     pub agent_ms: u64,
+    /// When a leaving node first looks whether it may stop, in ms after the leave (`None`:
+    /// three agent periods; then every `LEAVE_POLL_MS`).
+    pub leave_first_poll_ms: Option<u64>,
     /// Time until a dead or unreachable node is declared dead, in ms.
     pub detect_ms: u64,
     /// Length of the active phase (writes and faults), in ms.
@@ -208,6 +211,7 @@ impl Params {
             anti_entropy_ms: rng.u64(200..=800),
             timeout_ms: rng.u64(120..=300),
             agent_ms: 100,
+            leave_first_poll_ms: None,
             detect_ms: rng.u64(300..=700),
             active_ms,
             write_every_ms: rng.u64(8..=25),
@@ -260,6 +264,20 @@ impl Params {
             every_ms: 1,
         });
         p.check_reads = true;
+        p
+    }
+
+    /// A graceful leave under reads that go through front ports only, while the others
+    /// hear of the leave late (up to 300 ms after it) and the leaving node looks whether it
+    /// may stop every 50 ms from the start, as a real one does: other nodes forward reads
+    /// to the leaving node after it has handed their keys off, and it answers them by
+    /// asking the new owners, a round trip during which its last hand-off may complete.
+    pub fn leave_under_forwarded_reads(seed: u64) -> Params {
+        let mut p = Params::leave_under_reads(seed);
+        p.front_fraction = 1.0;
+        p.agent_ms = 300;
+        p.leave_first_poll_ms = Some(10);
+        p.max_delay_ms = 20 + seed % 4 * 20;
         p
     }
 
@@ -341,6 +359,11 @@ pub struct Report {
     pub reads: u64,
     /// Client reads answered with an error.
     pub read_errors: u64,
+    /// Client reads answered with a timeout (a worker on their way never answered).
+    pub read_timeouts: u64,
+    /// Requests a leaving node still had in progress when it stopped (its drain's bound
+    /// passed): their senders wait until their timeout.
+    pub stopped_with_open_requests: u64,
     /// Requests to other nodes that could not be sent: no peer address for the node (or
     /// not its own) in what the core gave.
     pub unaddressed: u64,
@@ -400,6 +423,8 @@ impl Report {
         self.acked += o.acked;
         self.reads += o.reads;
         self.read_errors += o.read_errors;
+        self.stopped_with_open_requests += o.stopped_with_open_requests;
+        self.read_timeouts += o.read_timeouts;
         self.unaddressed += o.unaddressed;
         self.reclaimed += o.reclaimed;
         self.retired += o.retired;

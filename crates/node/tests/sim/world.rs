@@ -97,6 +97,8 @@ pub struct NodeSim {
     pub workers: Vec<WorkerSim>,
     /// When a leaving node must be done.
     leave_deadline: u64,
+    /// A leaving node's progress, decided as the node decides it.
+    leave: Option<node::leave::LeaveProgress>,
 }
 
 /// What everyone would agree on with perfect information.

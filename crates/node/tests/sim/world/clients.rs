@@ -201,13 +201,22 @@ impl World {
             format!(
                 "read {} at {name}: {}",
                 String::from_utf8_lossy(key),
-                if found { "found" } else { "not found" }
+                match results {
+                    [OpResult::Value(Some(_))] => "found".to_string(),
+                    [OpResult::Value(None)] => "not found".to_string(),
+                    other => format!("{other:?}"),
+                }
             )
         });
         // An error is an honest answer (a leaving node may stop before it answers a read
         // forwarded to it); absence is not.
         let absent = matches!(results, [OpResult::Value(None)]);
         self.report.read_errors += u64::from(!found && !absent);
+        // Timed out: a worker it went through never answered (no crash, no loss: a leaving
+        // node stopped with the request in progress).
+        let timed_out = matches!(results, [OpResult::Error(NodeError::Unavailable(why))]
+            if why.contains("did not answer in time"));
+        self.report.read_timeouts += u64::from(timed_out);
         if *must_exist && absent {
             let what = format!(
                 "a read of {} at {} answered {results:?}, but the key was written and never \

@@ -1,6 +1,8 @@
 //! The agents (views published as the cluster changes) and the faults: partitions,
 //! crashes, restarts, leaves.
 
+use node::leave::{LeaveProgress, LeaveState};
+
 use super::*;
 
 impl World {
@@ -140,13 +142,17 @@ impl World {
                 let node = self.nodes.get_mut(&nk).expect("node");
                 node.status = Status::Leaving;
                 node.leave_deadline = self.now + LEAVE_DEADLINE_MS;
+                // The requests in progress once the keys are handed off are waited for
+                // (bounded) as long as a request to another worker may wait.
+                node.leave = Some(node::leave::LeaveProgress::new(self.p.timeout_ms + 100));
                 let (id, inc) = (node.id.clone(), node.inc);
                 self.truth.members.remove(&nk);
                 self.truth.left.insert(nk);
                 self.trace.notable(self.now, format!("{id} leaves"));
                 // agent.leave(): out of its own rings at once, then it tells the others.
                 self.refresh_belief(nk);
-                self.schedule(3 * self.p.agent_ms, Event::LeavePoll(nk, inc));
+                let first = self.p.leave_first_poll_ms.unwrap_or(3 * self.p.agent_ms);
+                self.schedule(first, Event::LeavePoll(nk, inc));
             }
             FaultKind::Fail | FaultKind::Restart => {
                 // One node stays up (a leaving node may crash too).
@@ -266,17 +272,21 @@ impl World {
         }
     }
 
-    /// A leaving node stops once every worker has handed everything off.
+    /// A leaving node stops once every worker has handed everything off and finished the
+    /// requests it had in progress then (as the node decides: `node::leave`).
     pub(super) fn leave_poll(&mut self, nk: NodeKey, inc: u64) -> Result<(), String> {
-        let node = &self.nodes[&nk];
+        let now = self.now;
+        let node = self.nodes.get_mut(&nk).expect("node");
         if node.inc != inc || node.status != Status::Leaving {
             return Ok(());
         }
         let stats: Vec<_> = node.workers.iter().map(|w| w.core.stats()).collect();
-        if stats.iter().all(|s| s.handed_everything_off()) {
+        let progress = node.leave.get_or_insert_with(|| LeaveProgress::new(0));
+        if let LeaveState::Done { open } = progress.step(&stats, now) {
+            self.report.stopped_with_open_requests += open;
             let id = node.id.clone();
-            let node = self.nodes.get_mut(&nk).expect("node");
             node.status = Status::Down;
+            node.leave = None;
             self.report.repairs += node
                 .workers
                 .iter()
@@ -292,6 +302,7 @@ impl World {
             );
             return Ok(());
         }
+        let node = &self.nodes[&nk];
         if self.now >= node.leave_deadline {
             let mut keys: Vec<String> = Vec::new();
             for (w, sh) in node.workers.iter().enumerate() {

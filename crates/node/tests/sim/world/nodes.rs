@@ -73,6 +73,7 @@ impl World {
                 view,
                 workers: Vec::new(),
                 leave_deadline: 0,
+                leave: None,
             },
         );
         nk
