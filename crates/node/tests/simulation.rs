@@ -149,33 +149,14 @@ fn checks_catch_a_hand_off_dropped_after_the_first_acknowledgement() {
 /// as the real worker does), and a read forwarded to a new owner is settled there too.
 #[test]
 fn reads_during_a_leave_find_keys_not_yet_handed_over() {
-    let started = Instant::now();
-    let mut total = Report::default();
-    let seeds: Vec<u64> = match env_u64("LATTICEKV_SIM_SEED") {
-        Some(seed) => vec![seed],
-        None => (0..LEAVE_SEEDS).collect(),
-    };
-    for &seed in &seeds {
-        match sim::run(Params::leave_under_reads(seed)) {
-            Ok(report) => total.add(&report),
-            Err(failure) => panic!("{failure}"),
-        }
-    }
-    println!(
-        "{} seeds in {:.1}s: {total:#?}",
-        seeds.len(),
-        started.elapsed().as_secs_f64()
-    );
-    assert_eq!(total.leaves, seeds.len() as u64, "{total:?}");
+    let (total, seeds) = leave_seeds(Params::leave_under_reads);
+    assert_eq!(total.leaves, seeds, "{total:?}");
     assert!(total.reads > 0, "{total:?}");
 }
 
-/// A graceful leave while other nodes, not yet aware of it, forward reads to the leaving
-/// node after it handed their keys off: it answers each by asking the keys' new owners,
-/// and must not stop before those answers came (bounded) — it used to, once its last key
-/// was acknowledged, and the forwarders' reads failed when their timeout passed.
-#[test]
-fn a_leaving_node_finishes_the_reads_forwarded_to_it_before_it_stops() {
+/// Runs the leave scenario `params` over [`LEAVE_SEEDS`] seeds (or `LATTICEKV_SIM_SEED`),
+/// panicking at the first failure: the reports added up, and how many seeds ran.
+fn leave_seeds(params: fn(u64) -> Params) -> (Report, u64) {
     let started = Instant::now();
     let mut total = Report::default();
     let seeds: Vec<u64> = match env_u64("LATTICEKV_SIM_SEED") {
@@ -183,7 +164,7 @@ fn a_leaving_node_finishes_the_reads_forwarded_to_it_before_it_stops() {
         None => (0..LEAVE_SEEDS).collect(),
     };
     for &seed in &seeds {
-        match sim::run(Params::leave_under_forwarded_reads(seed)) {
+        match sim::run(params(seed)) {
             Ok(report) => total.add(&report),
             Err(failure) => panic!("seed {seed}: {failure}"),
         }
@@ -193,7 +174,17 @@ fn a_leaving_node_finishes_the_reads_forwarded_to_it_before_it_stops() {
         seeds.len(),
         started.elapsed().as_secs_f64()
     );
-    assert_eq!(total.leaves, seeds.len() as u64, "{total:?}");
+    (total, seeds.len() as u64)
+}
+
+/// A graceful leave while other nodes, not yet aware of it, forward reads to the leaving
+/// node after it handed their keys off: it answers each by asking the keys' new owners,
+/// and must not stop before those answers came (bounded) — it used to, once its last key
+/// was acknowledged, and the forwarders' reads failed when their timeout passed.
+#[test]
+fn a_leaving_node_finishes_the_reads_forwarded_to_it_before_it_stops() {
+    let (total, seeds) = leave_seeds(Params::leave_under_forwarded_reads);
+    assert_eq!(total.leaves, seeds, "{total:?}");
     assert!(total.reads > 0, "{total:?}");
     // Without the wait: 33 requests open at the stop over the 20 seeds, and 17 reads timed
     // out at their forwarders (7 with it: requests still on their way to the node when it
