@@ -85,6 +85,7 @@ bench-smoke: build python-package
 	bench/redis-benchmark --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/security --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/elasticity --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
+	$(PYTHON) bench/join_stall.py --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/writeback --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	bench/background --smoke --binary $(TARGET_DIR)/debug/latticekv > /dev/null
 	$(PYTHON) bench/serverless --smoke --binary $(TARGET_DIR)/debug/latticekv --python $(PYTHON) > /dev/null
