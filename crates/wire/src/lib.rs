@@ -35,7 +35,7 @@ pub use convert::ConvertError;
 /// `Subscribe.versions`): a 64-bit hash of its encoding, never 0 (0 means "none"). Defined
 /// here, once, because a store and its clients must compute the same number.
 ///
-/// The encoding is hashed as it is produced ([`version::HashSink`]), never held whole: a
+/// The encoding is hashed as it is produced (a hashing sink in `version`), never held whole: a
 /// large value is read once, not copied into a fresh buffer first.
 pub fn value_version(v: &pb::Value) -> u64 {
     version::hash_of(v).max(1)
