@@ -755,7 +755,7 @@ fn dependency_gc_keeps_a_hot_keys_deps_bounded_and_reads_snapshots() {
         eprintln!("HB with dependency GC: {hb:?}");
         assert_eq!(hb.failed, 0, "{hb:?}");
         assert_eq!(hb.anomalous, 0, "anomalies with dependency GC: {hb:?}");
-        let deps = hot_key_deps(&c, &store, "gc").await;
+        let deps = hot_key_deps(&c, &store, "gc", true).await;
         let stats: Vec<_> = c
             .hosts
             .iter()
@@ -771,13 +771,15 @@ fn dependency_gc_keeps_a_hot_keys_deps_bounded_and_reads_snapshots() {
     });
     let without = rt().block_on(async {
         let c = cluster(&store, Mode::Cache).await;
-        hot_key_deps(&c, &store, "nogc").await
+        hot_key_deps(&c, &store, "nogc", false).await
     });
     eprintln!("hot key's dependencies after each call: with GC {with_gc:?}, without {without:?}");
     let grown = *without.last().unwrap();
     assert!(grown >= 20, "{without:?}");
-    // Rounds lag the calls a little (timing), so the bound is relative: over the last 20
-    // calls the list stays under half of what it grows to without GC.
+    // Rounds lag the calls (every 5 calls the test waits for two more rounds, so how many
+    // calls one round lags does not depend on how fast calls are), so the bound is
+    // relative: over the last 20 calls the list stays under half of what it grows to
+    // without GC.
     let worst = with_gc.iter().skip(40).max().copied().unwrap_or(0);
     assert!(
         worst * 2 < grown,
@@ -786,8 +788,11 @@ fn dependency_gc_keeps_a_hot_keys_deps_bounded_and_reads_snapshots() {
 }
 
 /// 60 calls, each reading `hot` and two of 40 cold keys (written once, before) and
-/// writing `hot`; the number of dependencies of the stored `hot` after each.
-async fn hot_key_deps(c: &Cluster, store: &NodeProc, prefix: &str) -> Vec<usize> {
+/// writing `hot`; the number of dependencies of the stored `hot` after each. With `gc`,
+/// after every 5 calls it waits until every cache has completed two more GC rounds (the
+/// second one started after those calls): faster calls then do not mean more calls per
+/// round.
+async fn hot_key_deps(c: &Cluster, store: &NodeProc, prefix: &str, gc: bool) -> Vec<usize> {
     let client = client::Client::connect(&store.native.to_string())
         .await
         .unwrap();
@@ -828,6 +833,33 @@ async fn hot_key_deps(c: &Cluster, store: &NodeProc, prefix: &str) -> Vec<usize>
             other => panic!("hot holds {other:?}"),
         };
         sizes.push(deps);
+        if gc && sizes.len() % 5 == 0 {
+            gc_rounds_after(c, 2).await;
+        }
     }
     sizes
+}
+
+/// Waits until every host's cache has completed `more` GC rounds beyond what it had
+/// completed now (at most 10 s: the rounds run every 50 ms in these tests).
+async fn gc_rounds_after(c: &Cluster, more: u64) {
+    let rounds = |c: &Cluster| -> Vec<u64> {
+        c.hosts
+            .iter()
+            .map(|h| h.cache.as_ref().unwrap().stats().gc_rounds)
+            .collect()
+    };
+    let start = rounds(c);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = rounds(c);
+        if now.iter().zip(&start).all(|(n, s)| *n >= s + more) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "GC rounds did not advance: {start:?} -> {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
