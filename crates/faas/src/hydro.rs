@@ -73,9 +73,15 @@ pub use crate::values::{causal_of, LWW_ACTOR};
 const PUSH_QUEUE: usize = 1024;
 /// Pushed values staged together in one batch.
 const PUSH_BATCH: usize = 64;
-/// Asks of one staging before a snapshot gives up (a dependency that never shows up: its
-/// writer's put was lost).
-const MAX_FETCH_ROUNDS: u32 = 40;
+/// Asks of one key before a snapshot gives up (a dependency that never shows up: its
+/// writer's put was lost). With the back-off between asks, about 17 s.
+const MAX_FETCH_ATTEMPTS: u32 = 40;
+/// Fetch rounds of one snapshot before it gives up whatever the keys: a chain of
+/// dependencies asks a different key each round (each attempt 0), as deep as the keys that
+/// depend on one another, so this bound is far above [`MAX_FETCH_ATTEMPTS`] (a hot key
+/// set of 80 keys, each call reading three and writing one, made chains deeper than 40
+/// rounds once calls got faster).
+const MAX_FETCH_ROUNDS: u32 = 400;
 /// Longest wait between two asks of a key whose answer did not supersede what is needed.
 const MAX_FETCH_BACKOFF: Duration = Duration::from_millis(500);
 /// Attempts of the puts of one commit.
@@ -390,14 +396,19 @@ impl CausalCache {
                 }
             };
             rounds += 1;
-            if rounds > MAX_FETCH_ROUNDS {
+            let attempt = fetches.iter().map(|f| f.attempt).max().unwrap_or(0);
+            if rounds > MAX_FETCH_ROUNDS || attempt >= MAX_FETCH_ATTEMPTS {
+                let stuck = fetches
+                    .iter()
+                    .max_by_key(|f| f.attempt)
+                    .unwrap_or(&fetches[0]);
                 return Err(format!(
-                    "dependencies still missing after {MAX_FETCH_ROUNDS} rounds of fetches \
-                     (e.g. {})",
-                    String::from_utf8_lossy(&fetches[0].key)
+                    "dependencies still missing after {rounds} rounds of fetches (e.g. {}, \
+                     asked {} times)",
+                    String::from_utf8_lossy(&stuck.key),
+                    stuck.attempt + 1
                 ));
             }
-            let attempt = fetches.iter().map(|f| f.attempt).max().unwrap_or(0);
             if attempt > 0 {
                 let wait = Duration::from_millis(5 << attempt.min(7)).min(MAX_FETCH_BACKOFF);
                 tokio::time::sleep(wait).await;
