@@ -401,7 +401,7 @@ impl CausalCache {
                 let stuck = fetches
                     .iter()
                     .max_by_key(|f| f.attempt)
-                    .unwrap_or(&fetches[0]);
+                    .expect("a fetch round asks for at least one key");
                 return Err(format!(
                     "dependencies still missing after {rounds} rounds of fetches (e.g. {}, \
                      asked {} times)",

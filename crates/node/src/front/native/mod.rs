@@ -77,7 +77,8 @@ pub struct Native {
     node_certificate: bool,
     /// The operation `next` ran last (for the request counts).
     last: Option<crate::stats::requests::Command>,
-    /// Keys the request `next` ran last reads or writes (a batch's keys; 1 otherwise).
+    /// Keys the request `next` ran last reads or writes (a batch's keys; 1 otherwise), kept
+    /// only under `LATTICEKV_FAULT=slow-request-us` (else always 1).
     keys: u32,
 }
 
@@ -218,7 +219,10 @@ impl Codec for Native {
         self.last = Some(crate::stats::requests::native_command(
             decoded.as_ref().ok().and_then(|r| r.op.as_ref()),
         ));
-        self.keys = decoded.as_ref().map_or(1, keys_of);
+        // Only a node started with `slow-request-us` (testing only) weighs its requests.
+        if w.shared.faults.slow_request.is_some() {
+            self.keys = decoded.as_ref().map_or(1, keys_of);
+        }
         match decoded {
             Ok(req) if self.admins_only => return self.admin_gate(req, replies),
             Ok(req) => {
