@@ -39,6 +39,12 @@ pub(crate) fn memory_view(nodes: Vec<NodeInfo>, global: u32) -> Arc<ViewState> {
     ))
 }
 
+/// [`memory_view`] of memory nodes named `nodes`, each with the peer address `"{id}/peer"`.
+pub(crate) fn memory_view_of(nodes: &[&str], global: u32) -> Arc<ViewState> {
+    let nodes = nodes.iter().map(|n| memory_node(n, &format!("{n}/peer")));
+    memory_view(nodes.collect(), global)
+}
+
 /// The configuration of worker `me`'s shard: 64 MiB of memory, a settle period of a
 /// minute (longer than any test), default limits.
 pub(crate) fn shard_config(me: Replica, limits: Limits) -> ShardConfig {

@@ -14,7 +14,7 @@ use super::*;
 use crate::clock::ManualClock;
 use crate::config::Limits;
 use crate::shard::Shard;
-use crate::test_fixtures::{memory_node, memory_view, shard_config};
+use crate::test_fixtures::{memory_view_of, shard_config};
 use crate::view::ViewState;
 
 /// Keys the worker holds when the second node joins.
@@ -25,8 +25,7 @@ const KEYS: usize = 60_000;
 const MOST_PER_TICK: u64 = 2_500;
 
 fn view(nodes: &[&str]) -> Arc<ViewState> {
-    let nodes = nodes.iter().map(|n| memory_node(n, &format!("{n}/peer")));
-    memory_view(nodes.collect(), 1)
+    memory_view_of(nodes, 1)
 }
 
 #[test]

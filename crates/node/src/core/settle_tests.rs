@@ -12,12 +12,11 @@ use crate::clock::ManualClock;
 use crate::config::Limits;
 use crate::op::{Op, OpResult};
 use crate::shard::Shard;
-use crate::test_fixtures::{memory_node, memory_view, shard_config};
+use crate::test_fixtures::{memory_view_of, shard_config};
 use crate::view::ViewState;
 
 fn view(nodes: &[&str], global: u32) -> Arc<ViewState> {
-    let nodes = nodes.iter().map(|n| memory_node(n, &format!("{n}/peer")));
-    memory_view(nodes.collect(), global)
+    memory_view_of(nodes, global)
 }
 
 #[test]
