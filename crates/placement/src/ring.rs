@@ -12,6 +12,9 @@ use crate::hash::vnode_hash;
 /// Default number of virtual nodes per member.
 pub const DEFAULT_VNODES: u32 = 128;
 
+/// Replication factors up to this many find their distinct members without allocating.
+const INLINE_SEEN: usize = 16;
+
 /// A consistent-hash ring over members of type `M`.
 #[derive(Clone, Debug)]
 pub struct Ring<M> {
@@ -119,19 +122,35 @@ impl<M: Clone + PartialEq> Ring<M> {
         if want == 0 {
             return;
         }
+        if want == 1 {
+            if let Some(member) = self.primary(hash) {
+                f(member);
+            }
+            return;
+        }
+        // The member indexes met so far: on the stack for the usual factors, since this runs
+        // for every routed request and every write's replica checks.
+        let mut inline = [0u32; INLINE_SEEN];
+        let mut spilled = Vec::new();
+        let seen: &mut [u32] = if want <= INLINE_SEEN {
+            &mut inline[..want]
+        } else {
+            spilled.resize(want, 0);
+            &mut spilled
+        };
+        let mut met = 0;
         let start = self.start(hash);
-        // Small fixed buffer of seen member indexes; rings are walked at most once around.
-        let mut seen: Vec<u32> = Vec::with_capacity(want);
         for k in 0..self.points.len() {
             let (_, m) = self.points[(start + k) % self.points.len()];
-            if seen.contains(&m) {
+            if seen[..met].contains(&m) {
                 continue;
             }
-            seen.push(m);
+            seen[met] = m;
+            met += 1;
             if let Some(member) = self.members.get(m as usize) {
                 f(member);
             }
-            if seen.len() == want {
+            if met == want {
                 break;
             }
         }
@@ -216,6 +235,13 @@ mod tests {
         assert_eq!(sorted.len(), 3, "replicas must be distinct: {r:?}");
         assert!(Ring::<u32>::new().replicas(42, 3).is_empty());
         assert_eq!(Ring::<u32>::new().primary(1), None);
+        // Past the factors whose members are tracked on the stack.
+        let wide = Ring::<u32>::local(INLINE_SEEN as u32 + 4, 8);
+        let mut r = wide.replicas(42, INLINE_SEEN + 2);
+        assert_eq!(r.first(), wide.primary(42));
+        r.sort();
+        r.dedup();
+        assert_eq!(r.len(), INLINE_SEEN + 2, "replicas must be distinct");
     }
 
     #[test]

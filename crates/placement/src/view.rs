@@ -190,6 +190,36 @@ impl ClusterView {
         self.for_each_replica(hash, Tier::Disk, vector.disk, &mut f);
     }
 
+    /// The first replica [`for_each_replica_all`](Self::for_each_replica_all) would give:
+    /// the key's primary (its first memory-tier replica, or its first disk-tier replica if
+    /// it has none in memory). Walks only what it needs to: asked once per key a write
+    /// brings to life.
+    pub fn first_replica(&self, hash: u64, vector: &ReplicationVector) -> Option<Replica> {
+        self.first_in_tier(hash, Tier::Memory, vector.memory)
+            .or_else(|| self.first_in_tier(hash, Tier::Disk, vector.disk))
+    }
+
+    /// The first replica of `hash` in `tier` under `replication`.
+    fn first_in_tier(&self, hash: u64, tier: Tier, replication: Replication) -> Option<Replica> {
+        if replication.global == 0 {
+            return None;
+        }
+        let ring = self.global.get(&tier)?;
+        let mut first = None;
+        // A node without a local ring places nothing there: the next node's first worker is
+        // then the first replica, as in `for_each_replica`.
+        ring.for_each_replica(hash, replication.global as usize, |&node| {
+            if first.is_none() {
+                first = self
+                    .local
+                    .get(&node)
+                    .and_then(|local| local.primary(hash))
+                    .map(|&worker| Replica { node, worker });
+            }
+        });
+        first
+    }
+
     /// Every replica of `key` under `vector`, memory tier first: the workers that store it
     /// and that its writes are gossiped to.
     pub fn replicas(&self, key: &[u8], vector: &ReplicationVector) -> Vec<Replica> {
@@ -285,6 +315,8 @@ mod tests {
             let key = format!("key{i}");
             let all = view.replicas(key.as_bytes(), &both);
             assert_eq!(all.len(), 3, "{key}");
+            let hash = view.key_hash(key.as_bytes());
+            assert_eq!(view.first_replica(hash, &both), Some(all[0]), "{key}");
             assert!(!is_disk(&all[0]) && is_disk(&all[1]) && is_disk(&all[2]));
             // Requests go to memory; the disk replicas still count as replicas.
             assert_eq!(view.serving_replicas(key.as_bytes(), &both), vec![all[0]]);
@@ -303,10 +335,16 @@ mod tests {
         assert_eq!(r.len(), 1);
         assert!(is_disk(&r[0]));
         assert_eq!(view.replicas(b"cold", &cold), r);
+        assert_eq!(
+            view.first_replica(view.key_hash(b"cold"), &cold),
+            Some(r[0])
+        );
         // No disk nodes: a disk factor places nothing.
         let memory_only = ClusterView::new([node("m1", 2)]);
         assert_eq!(memory_only.replicas(b"k", &both).len(), 1);
         assert!(memory_only.replicas(b"cold", &cold).is_empty());
+        let hash = memory_only.key_hash(b"cold");
+        assert_eq!(memory_only.first_replica(hash, &cold), None);
     }
 
     #[test]
@@ -375,6 +413,25 @@ mod tests {
     }
 
     proptest! {
+        /// `first_replica` is the first of `for_each_replica_all`, for any factors (zero
+        /// included) in a view with both tiers.
+        #[test]
+        fn first_replica_is_the_first_of_all(
+            key in proptest::collection::vec(any::<u8>(), 0..12),
+            memory in (0u32..4, 0u32..4),
+            disk in (0u32..3, 0u32..3),
+        ) {
+            let view = ClusterView::new([
+                node("a", 4), node("b", 3), node("c", 1), disk_node("d1", 2), disk_node("d2", 2),
+            ]);
+            let v = ReplicationVector {
+                memory: Replication { global: memory.0, local: memory.1 },
+                disk: Replication { global: disk.0, local: disk.1 },
+            };
+            let hash = view.key_hash(&key);
+            prop_assert_eq!(view.first_replica(hash, &v), view.replicas(&key, &v).first().copied());
+        }
+
         /// Under the rule, keys sharing a tag have the same replicas (nodes and workers), in
         /// every tier and with any replication; a view with one older node keeps the
         /// whole-key rule.
