@@ -33,6 +33,8 @@ pub struct JournalBuf {
     last_size: usize,
     /// Payloads end before this many bytes (one larger change gets a payload of its own).
     max_payload: usize,
+    /// An emptied buffer of a payload already written, for the next payload.
+    spare: Option<Vec<u8>>,
 }
 
 impl Default for JournalBuf {
@@ -55,6 +57,7 @@ impl JournalBuf {
             changes: 0,
             last_size: 0,
             max_payload,
+            spare: None,
         }
     }
 
@@ -98,6 +101,25 @@ impl JournalBuf {
         self.changes += 1;
     }
 
+    /// Keeps `buf` (a payload buffer the log is done with) to build the next payload in:
+    /// a payload per few milliseconds in fresh memory cost the worker a page fault and the
+    /// kernel's zeroing of the page each time. The larger of two offered is kept; one far
+    /// above the payload limit is dropped.
+    pub fn reuse(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() > 2 * self.max_payload.max(MAX_JOURNAL_PAYLOAD) {
+            return;
+        }
+        if self
+            .spare
+            .as_ref()
+            .is_some_and(|s| s.capacity() >= buf.capacity())
+        {
+            return;
+        }
+        buf.clear();
+        self.spare = Some(buf);
+    }
+
     /// The queued changes as log payloads, in order, leaving the queue empty.
     pub fn take(&mut self) -> Vec<Bytes> {
         if !self.current.is_empty() {
@@ -118,6 +140,9 @@ impl JournalBuf {
                 .push(Bytes::from(std::mem::take(&mut self.current)));
         }
         if self.current.capacity() == 0 {
+            if let Some(spare) = self.spare.take() {
+                self.current = spare;
+            }
             // Sized like the last payload taken, once (not above the usual limit).
             let hint = self.last_size.clamp(256, MAX_JOURNAL_PAYLOAD);
             self.current.reserve(hint.max(framed));

@@ -106,3 +106,37 @@ fn splits_payloads_at_the_limit_in_order() {
         .collect();
     assert_eq!(back, expect);
 }
+
+#[test]
+fn a_reused_buffer_holds_the_next_payload_and_only_its_changes() {
+    let mut buf = JournalBuf::new();
+    let record = records().remove(1);
+    buf.push_merge(b"old", &record);
+    let old = buf.take().remove(0);
+    // The log hands the written payload's buffer back (with its bytes still in it).
+    let mut spent = Vec::from(old.try_into_mut().expect("the only reference"));
+    spent.reserve(1 << 16);
+    let capacity = spent.capacity();
+    buf.reuse(spent);
+    buf.push_merge(b"new", &record);
+    let next = buf.take().remove(0);
+    assert_eq!(
+        decode_journal(&next).unwrap(),
+        vec![JournalEntry::Merge(
+            Bytes::from_static(b"new"),
+            record.clone()
+        )]
+    );
+    // Built in the reused allocation, not a fresh one.
+    let next = Vec::from(next.try_into_mut().expect("the only reference"));
+    assert_eq!(next.capacity(), capacity);
+    // A buffer far above the payload limit is not kept.
+    buf.reuse(Vec::with_capacity(3 * MAX_JOURNAL_PAYLOAD));
+    buf.push_drop(b"k");
+    let small = Vec::from(buf.take().remove(0).try_into_mut().unwrap());
+    assert!(
+        small.capacity() < MAX_JOURNAL_PAYLOAD,
+        "{}",
+        small.capacity()
+    );
+}

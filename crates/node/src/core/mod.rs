@@ -528,6 +528,12 @@ impl Core {
         }
     }
 
+    /// Gives the log queue an emptied buffer of a payload the log has written, to build a
+    /// next payload in without allocating.
+    pub fn reuse_journal_buffer(&mut self, buf: Vec<u8>) {
+        self.shard.reuse_journal_buffer(buf);
+    }
+
     /// Schedules the next move of queued changes to the log, if any wait.
     fn arm_journal(&mut self) {
         if self.timers.journal.is_none() && self.shard.journal_pending() {

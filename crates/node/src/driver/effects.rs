@@ -98,6 +98,9 @@ impl Worker {
                 if let Err(why) = self.journal.append(self, entries) {
                     self.core.borrow_mut().set_journal_failure(Some(why));
                 }
+                if let Some(buf) = self.journal.reuse_buffer() {
+                    self.core.borrow_mut().reuse_journal_buffer(buf);
+                }
             }
             Effect::Sync { id, strict } => {
                 let sync = self.journal.sync(strict);

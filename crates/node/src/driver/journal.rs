@@ -174,16 +174,18 @@ impl WalJournal {
     /// Appends `payload` after everything appended before.
     fn append(self: &Rc<Self>, w: &Rc<Worker>, payload: Bytes) -> Result<(), String> {
         let size = payload.len() as u64;
-        if self.queue.borrow().is_empty() && !self.draining.get() {
-            match self.log.try_append(payload.clone()) {
+        let payload = if self.queue.borrow().is_empty() && !self.draining.get() {
+            match self.log.try_append_or_keep(payload) {
                 Ok(_) => {
                     self.since_snapshot.set(self.since_snapshot.get() + size);
                     return Ok(());
                 }
-                Err(store::wal::WalError::QueueFull) => {}
-                Err(e) => return Err(wal_error(&e).to_string()),
+                Err((store::wal::WalError::QueueFull, Some(back))) => back,
+                Err((e, _)) => return Err(wal_error(&e).to_string()),
             }
-        }
+        } else {
+            payload
+        };
         // The log's queue is full: wait for room, keeping the order.
         self.queue.borrow_mut().push_back(payload);
         self.queued_bytes.set(self.queued_bytes.get() + size);
@@ -262,6 +264,15 @@ impl Journal {
             })?;
         }
         Ok(())
+    }
+
+    /// An emptied buffer of a payload the log has written, to build the next one in (see
+    /// `store::wal::Wal::reuse_buffer`).
+    pub(crate) fn reuse_buffer(&self) -> Option<Vec<u8>> {
+        match self {
+            Journal::Wal(wal) => wal.log.reuse_buffer(),
+            _ => None,
+        }
     }
 
     /// Waits while the log is far behind (more than [`QUEUE_ROOM`] bytes wait for room in

@@ -44,6 +44,14 @@ impl Shard {
         }
     }
 
+    /// Keeps `buf`, an emptied buffer of a payload the log has written, for the next
+    /// payload (see [`JournalBuf::reuse`]).
+    pub fn reuse_journal_buffer(&mut self, buf: Vec<u8>) {
+        if let Some(j) = self.journal.as_mut() {
+            j.reuse(buf);
+        }
+    }
+
     /// True if changes are waiting to be logged.
     pub fn journal_pending(&self) -> bool {
         self.journal.as_ref().is_some_and(|j| !j.is_empty())

@@ -428,14 +428,9 @@ impl Shard {
         if self.single_worker {
             return true;
         }
-        let mut first = None;
         let vector = self.view.vector(key);
-        self.view
-            .view
-            .for_each_replica_all(self.view.view.key_hash(key), &vector, |r| {
-                first.get_or_insert(r);
-            });
-        first == Some(self.config.me)
+        let hash = self.view.view.key_hash(key);
+        self.view.view.first_replica(hash, &vector) == Some(self.config.me)
     }
 
     /// True if `key` has replicas other than this worker.

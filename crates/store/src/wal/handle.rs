@@ -118,6 +118,7 @@ impl Wal {
                 append_bytes: 0,
                 rejected: 0,
                 queue_full: 0,
+                spent: Vec::new(),
             }),
             work: Condvar::new(),
             space: Notify::new(),
@@ -170,11 +171,27 @@ impl Wal {
     /// [`WalError::Unavailable`] while the log is failed, [`WalError::RecordTooLarge`],
     /// [`WalError::Closed`]. Never waits for the disk.
     pub fn try_append(&self, payload: Bytes) -> Result<Lsn, WalError> {
+        self.try_append_or_keep(payload).map_err(|(e, _)| e)
+    }
+
+    /// Like [`try_append`](Self::try_append), but [`WalError::QueueFull`] comes with the
+    /// payload given back, so a caller that queues it elsewhere when the log is behind need
+    /// not keep a clone (which would keep the writer from handing the buffer back to
+    /// [`reuse_buffer`](Self::reuse_buffer)).
+    pub fn try_append_or_keep(&self, payload: Bytes) -> Result<Lsn, (WalError, Option<Bytes>)> {
         match self.enqueue(payload) {
             Ok(lsn) => Ok(lsn),
-            Err(Refused::Full(_)) => Err(WalError::QueueFull),
-            Err(Refused::Error(e)) => Err(e),
+            Err(Refused::Full(back)) => Err((WalError::QueueFull, Some(back))),
+            Err(Refused::Error(e)) => Err((e, None)),
         }
+    }
+
+    /// An empty buffer that held a payload the writer has written, if one is spare: an
+    /// appender that builds its payloads in a `Vec` and hands them over with `Bytes::from`
+    /// can build the next one in it, instead of allocating (and faulting in) fresh memory
+    /// for every record. The writer keeps at most a few, of at most 4 MiB each.
+    pub fn reuse_buffer(&self) -> Option<Vec<u8>> {
+        self.shared.queue().spent.pop()
     }
 
     /// Queues `payload` as the next record and returns its LSN, waiting while the queue is

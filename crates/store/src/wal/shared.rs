@@ -71,7 +71,13 @@ pub(crate) struct Queue {
     pub rejected: u64,
     /// `try_append` calls that found the queue full.
     pub queue_full: u64,
+    /// Emptied payload buffers the writer is done with, for appenders to reuse (at most
+    /// [`SPENT_BUFFERS`]).
+    pub spent: Vec<Vec<u8>>,
 }
+
+/// Most written payload buffers kept for reuse.
+pub(crate) const SPENT_BUFFERS: usize = 4;
 
 /// What the writer has done, published to durability waiters.
 #[derive(Clone, Debug, Default)]

@@ -268,6 +268,45 @@ fn never_acknowledges_after_write_and_fsyncs_only_on_request() {
 }
 
 #[test]
+fn written_payloads_buffers_come_back_for_reuse() {
+    let dir = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let (wal, ..) = open(dir.path(), opts(FsyncPolicy::Always));
+        assert!(wal.reuse_buffer().is_none(), "nothing written yet");
+        let mut payload = Vec::with_capacity(4096);
+        payload.extend_from_slice(b"first");
+        let lsn = wal.try_append_or_keep(Bytes::from(payload)).unwrap();
+        wal.wait_durable(lsn).await.unwrap();
+        let back = wal.reuse_buffer().expect("the written payload's buffer");
+        assert!(
+            back.is_empty() && back.capacity() >= 4096,
+            "{}",
+            back.capacity()
+        );
+        // A payload someone still holds a reference to is not taken from them.
+        let shared = Bytes::from(vec![7u8; 64]);
+        let lsn = wal.try_append(shared.clone()).unwrap();
+        wal.wait_durable(lsn).await.unwrap();
+        assert!(wal.reuse_buffer().is_none());
+        assert_eq!(&shared[..], &[7u8; 64][..]);
+        // At most SPENT_BUFFERS are kept.
+        let mut last = 0;
+        for _ in 0..10 {
+            last = wal.try_append(Bytes::from(vec![1u8; 32])).unwrap();
+        }
+        wal.wait_durable(last).await.unwrap();
+        let mut kept = 0;
+        while wal.reuse_buffer().is_some() {
+            kept += 1;
+        }
+        assert!(
+            (1..=crate::wal::shared::SPENT_BUFFERS).contains(&kept),
+            "{kept}"
+        );
+    });
+}
+
+#[test]
 fn full_queue_pushes_back_and_drains() {
     let dir = tempfile::tempdir().unwrap();
     let options = WalOptions {
@@ -291,6 +330,10 @@ fn full_queue_pushes_back_and_drains() {
             }
         }
         assert_eq!(queued.len(), 10, "1000 bytes of 100-byte records");
+        match wal.try_append_or_keep(Bytes::from(vec![4u8; 84])) {
+            Err((WalError::QueueFull, Some(back))) => assert_eq!(&back[..], &[4u8; 84][..]),
+            other => panic!("expected the payload back with QueueFull: {other:?}"),
+        }
         assert!(wal.stats().queue_full >= 1);
         assert!(matches!(
             wal.try_append(Bytes::from(vec![0u8; 101])),

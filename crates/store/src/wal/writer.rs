@@ -27,13 +27,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
+
 use crate::wal::config::FsyncPolicy;
 use crate::wal::counters::batch_bucket;
 use crate::wal::error::DiskError;
 use crate::wal::format::{self, SEGMENT_HEADER_LEN};
 use crate::wal::fsio::{self, SegmentFile};
 use crate::wal::recovery::{self, Scan};
-use crate::wal::shared::{Entry, Shared, State};
+use crate::wal::shared::{Entry, Shared, State, SPENT_BUFFERS};
 use crate::wal::Lsn;
 
 /// Bytes buffered before a `write` call.
@@ -68,6 +70,8 @@ pub(crate) struct Writer {
     repair: Option<Scan>,
     /// Reused queue storage.
     spare: VecDeque<Entry>,
+    /// Written payloads' buffers, handed to the queue's `spent` list after each batch.
+    spent: Vec<Vec<u8>>,
 }
 
 impl Writer {
@@ -94,6 +98,7 @@ impl Writer {
             failed: None,
             repair: None,
             spare: VecDeque::new(),
+            spent: Vec::new(),
         };
         match seg {
             Ok(seg) => w.seg = Some(seg),
@@ -232,6 +237,7 @@ impl Writer {
                 }
             }
             format::encode_record(&mut self.buf, entry.lsn, &entry.payload);
+            self.keep_spent(entry.payload);
             self.buffered += 1;
             self.buffered_last = entry.lsn;
             if self.buf.len() >= WRITE_CHUNK {
@@ -252,6 +258,28 @@ impl Writer {
         }
         if self.buf.capacity() > KEEP_BUFFER {
             self.buf = Vec::new();
+        }
+        if !self.spent.is_empty() {
+            // Before the batch's progress is published: whoever sees its records written
+            // can find their buffers.
+            let mut q = self.shared.queue();
+            let room = SPENT_BUFFERS.saturating_sub(q.spent.len());
+            q.spent.extend(self.spent.drain(..).take(room));
+        }
+    }
+
+    /// Keeps a written payload's buffer for an appender to reuse, if it owns one (no other
+    /// reference to it is left) and fewer than [`SPENT_BUFFERS`] are kept.
+    fn keep_spent(&mut self, payload: Bytes) {
+        if self.spent.len() >= SPENT_BUFFERS {
+            return;
+        }
+        if let Ok(owned) = payload.try_into_mut() {
+            let mut buf = Vec::from(owned);
+            if buf.capacity() <= KEEP_BUFFER {
+                buf.clear();
+                self.spent.push(buf);
+            }
         }
     }
 
