@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -41,8 +41,11 @@ pub struct Client {
     pub peer: Peer,
     /// When it opened.
     pub opened: Instant,
-    /// What its worker last copied of it.
+    /// What its worker last copied of it (all but `last`).
     info: Mutex<ClientInfo>,
+    /// When its last command arrived, in nanoseconds after `opened`: stored per batch of
+    /// commands without the lock.
+    last_ns: AtomicU64,
     killed: AtomicBool,
     kill: Notify,
 }
@@ -113,6 +116,7 @@ impl Clients {
                 patterns: 0,
                 shard_channels: 0,
             }),
+            last_ns: AtomicU64::new(0),
             killed: AtomicBool::new(false),
             kill: Notify::new(),
         });
@@ -154,7 +158,16 @@ impl Registration {
 impl Client {
     /// A copy of what changes.
     pub fn info(&self) -> ClientInfo {
-        lock(&self.info).clone()
+        let mut info = lock(&self.info).clone();
+        info.last = self.opened + Duration::from_nanos(self.last_ns.load(Ordering::Relaxed));
+        info
+    }
+
+    /// Notes that a command arrived at `at` (by the connection's own worker).
+    pub fn touch(&self, at: Instant) {
+        let ns = at.saturating_duration_since(self.opened).as_nanos();
+        self.last_ns
+            .store(u64::try_from(ns).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
     /// Updates what changes (by the connection's own worker).

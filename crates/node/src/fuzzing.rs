@@ -281,7 +281,14 @@ async fn serve_reads<C: Codec>(
     for read in reads {
         inbuf.extend_from_slice(read);
         loop {
-            let batch = run_batch(w, &mut codec, &mut inbuf, &mut replies, max_batch_reply);
+            let batch = run_batch(
+                w,
+                &mut codec,
+                &mut inbuf,
+                &mut replies,
+                max_batch_reply,
+                std::time::Instant::now(),
+            );
             let batch = drive(ws, clock, batch).await;
             session.requests += batch.requests;
             session.out.append(&mut replies.out);

@@ -168,9 +168,10 @@ pub trait Codec {
     /// its reply in `replies`.
     fn next(&mut self, w: &Rc<Worker>, buf: &mut BytesMut, replies: &mut Replies) -> Step;
 
-    /// The requests of a batch have run (before their replies are awaited): a place for
-    /// per-connection bookkeeping that need not happen per request. Nothing by default.
-    fn batch_ran(&mut self) {}
+    /// The requests of a batch, whose bytes arrived at `at`, have run (before their
+    /// replies are awaited): a place for per-connection bookkeeping that need not happen
+    /// per request. Nothing by default.
+    fn batch_ran(&mut self, _at: Instant) {}
 
     /// The reply to a connection over the node's connection limit.
     fn too_many(&self) -> Vec<u8>;
@@ -312,6 +313,7 @@ pub async fn run_batch<C: Codec>(
     inbuf: &mut BytesMut,
     replies: &mut Replies,
     max_batch_reply: usize,
+    read_at: Instant,
 ) -> Batch {
     let mut batch = Batch {
         requests: 0,
@@ -347,7 +349,7 @@ pub async fn run_batch<C: Codec>(
         }
     }
     w.end_batch();
-    codec.batch_ran();
+    codec.batch_ran(read_at);
     replies.settle(C::dropped).await;
     count_requests::<C>(w, replies);
     codec.drain_pushes(&mut replies.out);
@@ -459,7 +461,14 @@ pub async fn serve<C: Codec>(
         // While a blocked pop waits, bytes the client sends are kept for the next batch,
         // and a close ends the connection (dropping the waiter).
         let (batch, early) = {
-            let run = run_batch(&w, &mut codec, &mut inbuf, &mut replies, max_batch_reply);
+            let run = run_batch(
+                &w,
+                &mut codec,
+                &mut inbuf,
+                &mut replies,
+                max_batch_reply,
+                read_at,
+            );
             tokio::pin!(run);
             let mut early = BytesMut::new();
             // The first poll runs the batch's commands (a blocked pop raises `blocked`).

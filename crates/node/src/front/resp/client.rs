@@ -29,53 +29,104 @@ const CONTAINERS: [&[u8]; 9] = [
 /// and no clock on the request path. [`publish`] copies it to the node's registry once per
 /// pipelined batch (and at once after a `CLIENT` command, which reads the registry).
 pub(super) fn ran(state: &mut ConnState, cmd: &Cmd<'_>) {
-    let name = &mut state.last_cmd;
-    name.clear();
-    push_lower(name, cmd.arg(0));
-    let container = CONTAINERS
-        .iter()
-        .any(|c| cmd.arg(0).eq_ignore_ascii_case(c));
-    if cmd.len() > 1 && container {
-        name.push('|');
-        push_lower(name, cmd.arg(1));
-    }
     state.unpublished = true;
-    if cmd.arg(0).eq_ignore_ascii_case(b"CLIENT") {
-        publish(state);
+    let first = cmd.arg(0);
+    let container = CONTAINERS.iter().any(|c| first.eq_ignore_ascii_case(c));
+    let name = &mut state.last_cmd;
+    // The same command as the last (the usual case): nothing to rebuild or copy.
+    let same = !(container && cmd.len() > 1)
+        && name.len() == first.len()
+        && name.as_bytes().eq_ignore_ascii_case(first);
+    if !same {
+        name.clear();
+        push_lower(name, first);
+        if cmd.len() > 1 && container {
+            name.push('|');
+            push_lower(name, cmd.arg(1));
+        }
+        state.shown.stale = true;
+    }
+    if first.eq_ignore_ascii_case(b"CLIENT") {
+        publish(state, Instant::now());
+    }
+}
+
+/// What the registry was last given of a connection, kept in the connection's state so a
+/// batch that changed none of it costs no lock and no comparison with the registry's copy.
+#[derive(Debug, Default)]
+pub struct Shown {
+    /// The last command's name changed since (or nothing was given yet).
+    stale: bool,
+    name: Option<Vec<u8>>,
+    resp: u8,
+    user: Option<Arc<crate::auth::User>>,
+    multi: Option<usize>,
+    subscriptions: (usize, [usize; 3]),
+}
+
+impl Shown {
+    /// True if the registry's copy of `state` is out of date (beyond the time of its last
+    /// command, which is stored apart).
+    fn differs(&self, state: &ConnState) -> bool {
+        self.stale
+            || self.resp != resp_of(state)
+            || self.multi != state.txn.queued()
+            || self.subscriptions != subscriptions_of(state)
+            || self.name != state.name
+            || match (&self.user, &state.user) {
+                (None, None) => false,
+                (Some(a), Some(b)) => !Arc::ptr_eq(a, b),
+                _ => true,
+            }
+    }
+}
+
+fn subscriptions_of(state: &ConnState) -> (usize, [usize; 3]) {
+    (state.pubsub.count(), state.pubsub.counts())
+}
+
+fn resp_of(state: &ConnState) -> u8 {
+    if state.version == Version::Resp3 {
+        3
+    } else {
+        2
     }
 }
 
 /// Copies what `CLIENT LIST` shows of the connection to the node's registry, if it ran a
-/// command since the last copy.
-pub(super) fn publish(state: &mut ConnState) {
+/// command since the last copy: the time `at` always (no lock), the rest only if it
+/// changed.
+pub(super) fn publish(state: &mut ConnState, at: Instant) {
     if !std::mem::take(&mut state.unpublished) {
         return;
     }
-    let now = Instant::now();
-    state.client.client().update(|i| {
-        if i.cmd != state.last_cmd {
-            i.cmd.clone_from(&state.last_cmd);
-        }
-        i.last = now;
-        let name = state.name.as_deref().unwrap_or_default();
-        if i.name != name {
-            i.name = name.to_vec();
-        }
-        i.resp = if state.version == Version::Resp3 {
-            3
-        } else {
-            2
-        };
-        let user = state.user.as_ref().map_or("default", |u| u.name());
+    let client = state.client.client();
+    client.touch(at);
+    if !state.shown.differs(state) {
+        return;
+    }
+    let user = state.user.as_ref().map_or("default", |u| u.name());
+    let (subscriptions, [_, patterns, shard_channels]) = subscriptions_of(state);
+    client.update(|i| {
+        i.cmd.clone_from(&state.last_cmd);
+        i.name = state.name.clone().unwrap_or_default();
+        i.resp = resp_of(state);
         if i.user != user {
             i.user = user.to_string();
         }
         i.multi = state.txn.queued();
-        i.subscriptions = state.pubsub.count();
-        let [_, patterns, shard_channels] = state.pubsub.counts();
+        i.subscriptions = subscriptions;
         i.patterns = patterns;
         i.shard_channels = shard_channels;
     });
+    state.shown = Shown {
+        stale: false,
+        name: state.name.clone(),
+        resp: resp_of(state),
+        user: state.user.clone(),
+        multi: state.txn.queued(),
+        subscriptions: subscriptions_of(state),
+    };
 }
 
 fn push_lower(out: &mut String, name: &[u8]) {

@@ -99,6 +99,8 @@ pub struct ConnState {
     pub last_cmd: String,
     /// A command ran since the registry was last updated (see `client::publish`).
     pub unpublished: bool,
+    /// What the registry was last given of the connection.
+    pub shown: client::Shown,
 }
 
 /// One RESP connection.
@@ -139,6 +141,7 @@ impl Resp {
                 client,
                 last_cmd: String::new(),
                 unpublished: false,
+                shown: client::Shown::default(),
             },
             limits: resp::Limits {
                 max_bulk_len: limits.max_frame_size,
@@ -229,8 +232,8 @@ impl Codec for Resp {
         }
     }
 
-    fn batch_ran(&mut self) {
-        client::publish(&mut self.state);
+    fn batch_ran(&mut self, at: std::time::Instant) {
+        client::publish(&mut self.state, at);
     }
 
     fn too_many(&self) -> Vec<u8> {
