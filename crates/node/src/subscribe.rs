@@ -83,7 +83,17 @@ struct Sub {
     pushed: Option<u64>,
     /// The fingerprint of the value `pushed` is the version of, if the round's reader
     /// gave one ([`Subscriptions::round_with`]).
-    fingerprint: Option<u64>,
+    fingerprint: Option<Fingerprint>,
+}
+
+/// What a round's reader keeps of a value it found, to tell next time that it has not
+/// changed without reading it ([`Subscriptions::round_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fingerprint {
+    /// A hash of the value: equal only for equal values.
+    pub hash: u64,
+    /// When the reader found it, in its own terms (the worker: its store's change count).
+    pub as_of: u64,
 }
 
 /// One connection's subscriptions.
@@ -237,13 +247,13 @@ impl Subscriptions {
     /// [`round`](Subscriptions::round) with fingerprints: `watch` gets a key and the
     /// fingerprint of the value last pushed (or found current) for it, and answers what
     /// it finds with the current value's fingerprint (`None`: none), or
-    /// [`Watched::Unchanged`] when that is the same — so an unchanged large value is
-    /// neither copied, encoded nor hashed as a whole again every period. A fingerprint must
-    /// be equal only for equal values.
+    /// [`Watched::Unchanged`] when that is the same value — so an unchanged large value is
+    /// neither copied, encoded nor hashed as a whole again every period. With `Unchanged`
+    /// the fingerprint answered (of the same value, found later) replaces the one kept.
     pub fn round_with(
         &mut self,
         now: Instant,
-        mut watch: impl FnMut(&[u8], Option<u64>) -> (Watched, Option<u64>),
+        mut watch: impl FnMut(&[u8], Option<Fingerprint>) -> (Watched, Option<Fingerprint>),
     ) {
         let mut ended = 0;
         for c in self.conns.values_mut() {
@@ -279,7 +289,13 @@ impl Subscriptions {
                             )
                         }
                     }
-                    Watched::Unknown | Watched::Unchanged => (None, None),
+                    Watched::Unchanged => {
+                        if fingerprint.is_some() {
+                            sub.fingerprint = fingerprint;
+                        }
+                        (None, None)
+                    }
+                    Watched::Unknown => (None, None),
                 };
                 if let Some(push) = push {
                     let is_moved = version.is_none();
@@ -312,6 +328,10 @@ impl Subscriptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fp(hash: u64) -> Fingerprint {
+        Fingerprint { hash, as_of: 0 }
+    }
 
     fn lww(v: &[u8]) -> pb::Value {
         pb::Value {
@@ -436,7 +456,7 @@ mod tests {
         let mut seen_by_reader = Vec::new();
         subs.round_with(t0, |_, seen| {
             seen_by_reader.push(seen);
-            (Watched::Value(Some(lww(b"1"))), Some(11))
+            (Watched::Value(Some(lww(b"1"))), Some(fp(11)))
         });
         assert_eq!(
             drain(&mut rx),
@@ -449,7 +469,7 @@ mod tests {
         assert!(drain(&mut rx).is_empty(), "unchanged");
         subs.round_with(t0 + 2 * period, |_, seen| {
             seen_by_reader.push(seen);
-            (Watched::Value(Some(lww(b"2"))), Some(22))
+            (Watched::Value(Some(lww(b"2"))), Some(fp(22)))
         });
         assert_eq!(
             drain(&mut rx),
@@ -459,7 +479,33 @@ mod tests {
             seen_by_reader.push(seen);
             (Watched::Unchanged, seen)
         });
-        assert_eq!(seen_by_reader, vec![None, Some(11), Some(11), Some(22)]);
+        assert_eq!(
+            seen_by_reader,
+            vec![None, Some(fp(11)), Some(fp(11)), Some(fp(22))]
+        );
+    }
+
+    #[test]
+    fn an_unchanged_value_keeps_the_fingerprint_found_last() {
+        let mut subs = Subscriptions::default();
+        let (conn, mut rx) = subs.register();
+        let t0 = Instant::now();
+        let period = Duration::from_millis(100);
+        subs.subscribe(conn, &[key("a")], period, t0).unwrap();
+        let at = |as_of| Some(Fingerprint { hash: 5, as_of });
+        subs.round_with(t0, |_, _| (Watched::Value(Some(lww(b"1"))), at(1)));
+        assert_eq!(drain(&mut rx).len(), 1);
+        subs.round_with(t0 + period, |_, seen| {
+            assert_eq!(seen, at(1));
+            (Watched::Unchanged, at(9))
+        });
+        let mut seen_last = None;
+        subs.round_with(t0 + 2 * period, |_, seen| {
+            seen_last = seen;
+            (Watched::Unchanged, seen)
+        });
+        assert_eq!(seen_last, at(9), "the same value, found later");
+        assert!(drain(&mut rx).is_empty());
     }
 
     #[test]
@@ -471,14 +517,14 @@ mod tests {
         subs.subscribe(conn, &keys, DEFAULT_PERIOD, t0).unwrap();
         // One key finds the channel full: its fingerprint must not be recorded, else the
         // next round would call it unchanged and never push it.
-        subs.round_with(t0, |_, _| (Watched::Value(Some(lww(b"v"))), Some(7)));
+        subs.round_with(t0, |_, _| (Watched::Value(Some(lww(b"v"))), Some(fp(7))));
         assert_eq!(rx.len(), PUSH_QUEUE);
         drain(&mut rx);
         let mut unseen = 0;
         subs.round_with(t0 + TICK, |_, seen| {
             if seen.is_none() {
                 unseen += 1;
-                (Watched::Value(Some(lww(b"v"))), Some(7))
+                (Watched::Value(Some(lww(b"v"))), Some(fp(7)))
             } else {
                 (Watched::Unchanged, seen)
             }

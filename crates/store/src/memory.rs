@@ -250,6 +250,8 @@ pub struct MemStore {
     live: usize,
     /// The access clock: advances with every access that counts (30 bits, wrapping).
     clock: std::cell::Cell<u32>,
+    /// Changes to stored records so far (see [`MemStore::changes`]).
+    changes: u64,
 }
 
 /// What [`MemStore::sample`] reports of an entry.
@@ -299,6 +301,7 @@ impl MemStore {
             bytes: 0,
             live: 0,
             clock: std::cell::Cell::new(0),
+            changes: 0,
         }
     }
 
@@ -539,6 +542,22 @@ impl MemStore {
 
     /// Merges `record` into the record of `key` (inserting it if absent).
     pub fn merge(&mut self, key: &[u8], record: Record) -> MergeOutcome {
+        let outcome = self.merge_record(key, record);
+        if outcome.changed {
+            self.changes += 1;
+        }
+        outcome
+    }
+
+    /// How many times a stored record changed or left so far (merges that changed it,
+    /// updates in place, removals): equal at two moments only if no read of any key could
+    /// tell them apart, apart from deadlines passing. A reader that remembers something of a
+    /// value can skip reading it again while this stays the same.
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    fn merge_record(&mut self, key: &[u8], record: Record) -> MergeOutcome {
         let hash = self.hash(key);
         let tick = self.tick();
         let part = &mut self.parts[partition_of(key)];
@@ -662,6 +681,7 @@ impl MemStore {
         let entry = self.parts[partition_of(key)]
             .full
             .find_mut(hash, |e| &*e.key == key)?;
+        self.changes += 1;
         entry.meta = (entry.meta & PARTIAL) | tick;
         let was_live = is_live(&entry.record);
         let result = f(&mut entry.record);
@@ -692,6 +712,14 @@ impl MemStore {
     /// Removes `key` entirely (tombstone collection, hand-off of keys this shard no longer
     /// replicates). Returns the record it held.
     pub fn remove(&mut self, key: &[u8]) -> Option<Record> {
+        let removed = self.remove_record(key);
+        if removed.is_some() {
+            self.changes += 1;
+        }
+        removed
+    }
+
+    fn remove_record(&mut self, key: &[u8]) -> Option<Record> {
         let hash = self.hash(key);
         let part = &mut self.parts[partition_of(key)];
         if let Ok(entry) = part.packed.find_entry(hash, |b| packed_key(b) == key) {
@@ -727,6 +755,9 @@ impl MemStore {
             });
         }
         self.bytes = self.bytes.saturating_sub(freed);
+        if removed > 0 {
+            self.changes += 1;
+        }
         removed
     }
 

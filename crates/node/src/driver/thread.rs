@@ -14,7 +14,7 @@ use super::journal::{Journal, JournalSetup};
 use super::shared::Shared;
 use super::worker::{Responder, Worker, WorkerMsg};
 use crate::core::Core;
-use crate::subscribe::Watched;
+use crate::subscribe::{Fingerprint, Watched};
 
 /// How long a stopping worker waits for its connections to finish.
 pub const EXIT_DEADLINE: Duration = Duration::from_secs(5);
@@ -128,13 +128,23 @@ impl Worker {
         }
         let mut core = self.core.borrow_mut();
         let shard = core.shard_mut();
+        // Nothing in the store changed since a value was found: it is the same, unread.
+        let quiet = shard.quiet_mark();
         subs.round_with(Instant::now(), |key, seen| {
             if shard.route(key) != crate::shard::Route::Local {
                 return (Watched::Moved, None);
             }
+            if let (Some(mark), Some(seen)) = (quiet, seen) {
+                if seen.as_of == mark {
+                    return (Watched::Unchanged, Some(seen));
+                }
+            }
             // An unchanged value is not copied and encoded again to find its version.
-            let fingerprint = shard.watched_fingerprint(key);
-            if fingerprint.is_some() && fingerprint == seen {
+            let fingerprint = shard.watched_fingerprint(key).map(|hash| Fingerprint {
+                hash,
+                as_of: quiet.unwrap_or(u64::MAX),
+            });
+            if fingerprint.is_some() && fingerprint.map(|f| f.hash) == seen.map(|f| f.hash) {
                 return (Watched::Unchanged, fingerprint);
             }
             // Right after a view change, a key moving here may read absent until its

@@ -282,3 +282,21 @@ fn the_writes_of_a_batch_share_one_clock_reading_and_stay_ordered() {
         "after the batch, writes read the clock again"
     );
 }
+
+#[test]
+fn the_quiet_mark_moves_with_writes_and_is_withheld_while_a_deadline_waits_for_its_sweep() {
+    let (mut s, clock) = shard_with_clock();
+    let start = s.quiet_mark().expect("nothing expiring");
+    assert_eq!(set_ex(&mut s, b"k", b"v", Deadline::In(1000)), 1);
+    let written = s.quiet_mark().expect("the deadline is still ahead");
+    assert_ne!(written, start, "a write moves it");
+    assert!(exists(&mut s, b"k"));
+    assert_eq!(s.quiet_mark(), Some(written), "a read does not");
+    // Past the deadline the key reads as absent with no change to the store: no mark
+    // until the sweep has reclaimed it (a change of its own).
+    clock.advance(1000);
+    assert_eq!(s.quiet_mark(), None);
+    s.expire_step(EXPIRE_STEP_KEYS);
+    let swept = s.quiet_mark().expect("reclaimed");
+    assert_ne!(swept, written);
+}

@@ -18,6 +18,22 @@ impl Shard {
         }
         fingerprint_of(self.live(key).as_ref())
     }
+
+    /// A count that stays the same only while no read of this worker's memory store could
+    /// change its answer: the store's changes (merges that changed a record, updates in
+    /// place, removals), and whether a deadline has passed that its expiry sweep has not
+    /// reclaimed yet (such a key reads as absent without a change to the store). `None`
+    /// while such a deadline is pending, and on the disk tier.
+    pub fn quiet_mark(&self) -> Option<u64> {
+        if self.is_disk() {
+            return None;
+        }
+        let expiring = self
+            .expiries
+            .first()
+            .is_some_and(|(at, _)| *at <= self.clock.wall_ms());
+        (!expiring).then(|| self.store.changes())
+    }
 }
 
 /// The metadata of a live record: causal versions with empty payloads, an LWW register's

@@ -322,3 +322,43 @@ fn a_value_as_long_as_the_last_is_written_into_its_block() {
     assert!(!s.is_synced(b"key"));
     assert_eq!(value(&s, b"key"), lww(5, b"newer").value);
 }
+
+#[test]
+fn the_change_count_moves_with_every_change_and_only_then() {
+    let mut s = MemStore::new();
+    let mut last = s.changes();
+    let mut moved = |s: &MemStore| {
+        let now = s.changes();
+        let did = now != last;
+        last = now;
+        did
+    };
+    s.merge(b"k", lww(2, b"v"));
+    assert!(moved(&s), "an insert");
+    s.merge(b"k", lww(1, b"old"));
+    assert!(!moved(&s), "a merge that changes nothing");
+    s.merge(b"k", lww(3, b"w"));
+    assert!(moved(&s), "an overwrite in place");
+    let _ = s.get(b"k");
+    s.touch(b"k");
+    assert!(!moved(&s), "reads and touches");
+    s.merge(
+        b"set",
+        Record::new(ts(1), Some(Value::OrSet(Box::default()))),
+    );
+    assert!(moved(&s));
+    assert!(s.update(b"set", 0, |_| ()).is_some());
+    assert!(moved(&s), "an update in place");
+    assert!(s.update(b"absent", 0, |_| ()).is_none());
+    assert!(!moved(&s));
+    assert!(s.remove(b"k").is_some());
+    assert!(moved(&s), "a removal");
+    assert!(s.remove(b"k").is_none());
+    assert!(!moved(&s));
+    s.merge(b"gone", Record::new(ts(5), None));
+    assert!(moved(&s), "a tombstone");
+    assert_eq!(s.collect_tombstones(0), 0);
+    assert!(!moved(&s));
+    assert_eq!(s.collect_tombstones(u64::MAX), 1);
+    assert!(moved(&s), "tombstones collected");
+}
