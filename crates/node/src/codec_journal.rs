@@ -19,6 +19,9 @@ use prost::Message;
 /// of changes is split, each change replaying on its own.
 pub const MAX_JOURNAL_PAYLOAD: usize = 4 << 20;
 
+/// Largest emptied payload buffer kept for the next payload ([`JournalBuf::reuse`]).
+const REUSE_MAX_BYTES: usize = 1 << 20;
+
 /// Changes queued for the write-ahead log, as finished log payloads and the one being
 /// built.
 #[derive(Debug)]
@@ -103,10 +106,11 @@ impl JournalBuf {
 
     /// Keeps `buf` (a payload buffer the log is done with) to build the next payload in:
     /// a payload per few milliseconds in fresh memory cost the worker a page fault and the
-    /// kernel's zeroing of the page each time. The larger of two offered is kept; one far
-    /// above the payload limit is dropped.
+    /// kernel's zeroing of the page each time. The larger of two offered is kept; one above
+    /// 1 MiB is dropped (steady traffic's payloads are far smaller, and a burst of large
+    /// ones should not leave every worker holding megabytes).
     pub fn reuse(&mut self, mut buf: Vec<u8>) {
-        if buf.capacity() > 2 * self.max_payload.max(MAX_JOURNAL_PAYLOAD) {
+        if buf.capacity() > REUSE_MAX_BYTES {
             return;
         }
         if self

@@ -189,7 +189,7 @@ impl Wal {
     /// An empty buffer that held a payload the writer has written, if one is spare: an
     /// appender that builds its payloads in a `Vec` and hands them over with `Bytes::from`
     /// can build the next one in it, instead of allocating (and faulting in) fresh memory
-    /// for every record. The writer keeps at most a few, of at most 4 MiB each.
+    /// for every record. The writer keeps at most 2, of at most 1 MiB each.
     pub fn reuse_buffer(&self) -> Option<Vec<u8>> {
         self.shared.queue().spent.pop()
     }

@@ -77,7 +77,12 @@ pub(crate) struct Queue {
 }
 
 /// Most written payload buffers kept for reuse.
-pub(crate) const SPENT_BUFFERS: usize = 4;
+pub(crate) const SPENT_BUFFERS: usize = 2;
+
+/// Largest written payload buffer kept for reuse: the payloads of steady traffic are far
+/// smaller, and a burst of large ones (a bulk load, a hand-off) should not leave every log
+/// holding megabytes for good.
+pub(crate) const SPENT_BUFFER_BYTES: usize = 1 << 20;
 
 /// What the writer has done, published to durability waiters.
 #[derive(Clone, Debug, Default)]

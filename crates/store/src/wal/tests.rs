@@ -283,6 +283,12 @@ fn written_payloads_buffers_come_back_for_reuse() {
             "{}",
             back.capacity()
         );
+        // Nor one above the size kept.
+        let mut large = Vec::with_capacity(2 << 20);
+        large.push(1u8);
+        let lsn = wal.try_append(Bytes::from(large)).unwrap();
+        wal.wait_durable(lsn).await.unwrap();
+        assert!(wal.reuse_buffer().is_none(), "a 2 MiB buffer is not kept");
         // A payload someone still holds a reference to is not taken from them.
         let shared = Bytes::from(vec![7u8; 64]);
         let lsn = wal.try_append(shared.clone()).unwrap();

@@ -35,7 +35,7 @@ use crate::wal::error::DiskError;
 use crate::wal::format::{self, SEGMENT_HEADER_LEN};
 use crate::wal::fsio::{self, SegmentFile};
 use crate::wal::recovery::{self, Scan};
-use crate::wal::shared::{Entry, Shared, State, SPENT_BUFFERS};
+use crate::wal::shared::{Entry, Shared, State, SPENT_BUFFERS, SPENT_BUFFER_BYTES};
 use crate::wal::Lsn;
 
 /// Bytes buffered before a `write` call.
@@ -276,7 +276,7 @@ impl Writer {
         }
         if let Ok(owned) = payload.try_into_mut() {
             let mut buf = Vec::from(owned);
-            if buf.capacity() <= KEEP_BUFFER {
+            if buf.capacity() <= SPENT_BUFFER_BYTES {
                 buf.clear();
                 self.spent.push(buf);
             }
