@@ -329,6 +329,22 @@ impl Subscriptions {
 mod tests {
     use super::*;
 
+    /// A table with one connection subscribed to `a` every 100 ms at `t0`: the table, the
+    /// connection's pushes, `t0` and the period.
+    fn subscribed_to_a() -> (
+        Subscriptions,
+        mpsc::Receiver<pb::Response>,
+        Instant,
+        Duration,
+    ) {
+        let mut subs = Subscriptions::default();
+        let (conn, rx) = subs.register();
+        let t0 = Instant::now();
+        let period = Duration::from_millis(100);
+        subs.subscribe(conn, &[key("a")], period, t0).unwrap();
+        (subs, rx, t0, period)
+    }
+
     fn fp(hash: u64) -> Fingerprint {
         Fingerprint { hash, as_of: 0 }
     }
@@ -448,11 +464,7 @@ mod tests {
 
     #[test]
     fn an_unchanged_fingerprint_skips_the_value_and_a_new_one_is_pushed() {
-        let mut subs = Subscriptions::default();
-        let (conn, mut rx) = subs.register();
-        let t0 = Instant::now();
-        let period = Duration::from_millis(100);
-        subs.subscribe(conn, &[key("a")], period, t0).unwrap();
+        let (mut subs, mut rx, t0, period) = subscribed_to_a();
         let mut seen_by_reader = Vec::new();
         subs.round_with(t0, |_, seen| {
             seen_by_reader.push(seen);
@@ -487,11 +499,7 @@ mod tests {
 
     #[test]
     fn an_unchanged_value_keeps_the_fingerprint_found_last() {
-        let mut subs = Subscriptions::default();
-        let (conn, mut rx) = subs.register();
-        let t0 = Instant::now();
-        let period = Duration::from_millis(100);
-        subs.subscribe(conn, &[key("a")], period, t0).unwrap();
+        let (mut subs, mut rx, t0, period) = subscribed_to_a();
         let at = |as_of| Some(Fingerprint { hash: 5, as_of });
         subs.round_with(t0, |_, _| (Watched::Value(Some(lww(b"1"))), at(1)));
         assert_eq!(drain(&mut rx).len(), 1);
