@@ -92,8 +92,9 @@ struct Sub {
 pub struct Fingerprint {
     /// A hash of the value: equal only for equal values.
     pub hash: u64,
-    /// When the reader found it, in its own terms (the worker: its store's change count).
-    pub as_of: u64,
+    /// When the reader found it, in its own terms (the worker: its store's change count),
+    /// if it could tell (`None`: the value must be read again to know it is the same).
+    pub as_of: Option<u64>,
 }
 
 /// One connection's subscriptions.
@@ -346,7 +347,7 @@ mod tests {
     }
 
     fn fp(hash: u64) -> Fingerprint {
-        Fingerprint { hash, as_of: 0 }
+        Fingerprint { hash, as_of: None }
     }
 
     fn lww(v: &[u8]) -> pb::Value {
@@ -500,7 +501,12 @@ mod tests {
     #[test]
     fn an_unchanged_value_keeps_the_fingerprint_found_last() {
         let (mut subs, mut rx, t0, period) = subscribed_to_a();
-        let at = |as_of| Some(Fingerprint { hash: 5, as_of });
+        let at = |mark| {
+            Some(Fingerprint {
+                hash: 5,
+                as_of: Some(mark),
+            })
+        };
         subs.round_with(t0, |_, _| (Watched::Value(Some(lww(b"1"))), at(1)));
         assert_eq!(drain(&mut rx).len(), 1);
         subs.round_with(t0 + period, |_, seen| {

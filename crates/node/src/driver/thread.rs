@@ -134,16 +134,13 @@ impl Worker {
             if shard.route(key) != crate::shard::Route::Local {
                 return (Watched::Moved, None);
             }
-            if let (Some(mark), Some(seen)) = (quiet, seen) {
-                if seen.as_of == mark {
-                    return (Watched::Unchanged, Some(seen));
-                }
+            if let Some(seen) = seen.filter(|s| quiet.is_some() && s.as_of == quiet) {
+                return (Watched::Unchanged, Some(seen));
             }
             // An unchanged value is not copied and encoded again to find its version.
-            let fingerprint = shard.watched_fingerprint(key).map(|hash| Fingerprint {
-                hash,
-                as_of: quiet.unwrap_or(u64::MAX),
-            });
+            let fingerprint = shard
+                .watched_fingerprint(key)
+                .map(|hash| Fingerprint { hash, as_of: quiet });
             if fingerprint.is_some() && fingerprint.map(|f| f.hash) == seen.map(|f| f.hash) {
                 return (Watched::Unchanged, fingerprint);
             }
